@@ -1,0 +1,562 @@
+//! The embedded backend: one redb file holding the current keys (`kv`), a bounded history of
+//! changes keyed by revision (`log`, for watches and reads at older revisions) and the current
+//! revision (`meta`). Writes go through one writer thread that commits concurrent requests
+//! together; reads use redb's snapshot transactions and never wait for the writer.
+
+mod codec;
+mod writer;
+
+use crate::{
+    Deleted, Error, Event, KeyValue, RangeRequest, RangeResult, Result, Store, WatchStream,
+    prefix_end,
+};
+use bytes::Bytes;
+use futures::StreamExt;
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use writer::{Op, Reply, Request, Writer};
+
+const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const META_REVISION: &str = "revision";
+const META_COMPACTED: &str = "compacted";
+
+/// How many history entries a watch replays per read transaction.
+const REPLAY_CHUNK: u64 = 512;
+
+/// Settings of the embedded store.
+#[derive(Clone, Debug)]
+pub struct EmbeddedOptions {
+    /// How many revisions of history to keep for watches and reads at older revisions.
+    pub history: i64,
+    /// How many write batches a watcher may fall behind before it catches up from disk.
+    pub watch_buffer: usize,
+    /// Queued writes beyond which callers wait.
+    pub write_queue: usize,
+    /// redb's page cache size in bytes.
+    pub cache_bytes: usize,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        EmbeddedOptions {
+            history: 10_000,
+            watch_buffer: 1024,
+            write_queue: 8192,
+            cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Revisions the writer publishes for readers.
+pub(crate) struct Published {
+    /// The last committed revision.
+    revision: AtomicI64,
+    /// Reads and watches before this revision answer `Compacted`.
+    compacted: AtomicI64,
+}
+
+struct Inner {
+    path: PathBuf,
+    db: Mutex<Option<Arc<Database>>>,
+    events: Mutex<Option<broadcast::Sender<Arc<[Event]>>>>,
+    writes: mpsc::Sender<Request>,
+    published: Arc<Published>,
+}
+
+/// The embedded, crash-safe store (one redb file). Cheap to clone; clones share the store.
+#[derive(Clone)]
+pub struct Embedded {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+impl Embedded {
+    /// Opens (or creates) the store in `dir` (file `dir/store.redb`) with default options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(dir, EmbeddedOptions::default())
+    }
+
+    /// Opens (or creates) the store in `dir` with the given options.
+    pub fn open_with(dir: impl AsRef<Path>, options: EmbeddedOptions) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            what: format!("creating {}", dir.display()),
+            source,
+        })?;
+        let path = dir.join("store.redb");
+        let open_err = |source: redb::Error| Error::Open {
+            path: path.clone(),
+            source,
+        };
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create(&path)
+            .map_err(|e| open_err(e.into()))?;
+        // Make sure the tables exist and read where the last run stopped.
+        let txn = db.begin_write().map_err(|e| open_err(e.into()))?;
+        let (revision, floor) = {
+            txn.open_table(KV).map_err(|e| open_err(e.into()))?;
+            txn.open_table(LOG).map_err(|e| open_err(e.into()))?;
+            let meta = txn.open_table(META).map_err(|e| open_err(e.into()))?;
+            let get = |k| -> Result<i64> { Ok(meta.get(k)?.map_or(0, |v| v.value() as i64)) };
+            (get(META_REVISION)?, get(META_COMPACTED)?)
+        };
+        txn.commit().map_err(|e| open_err(e.into()))?;
+
+        let db = Arc::new(db);
+        let published = Arc::new(Published {
+            revision: AtomicI64::new(revision),
+            compacted: AtomicI64::new(floor),
+        });
+        let (events, _) = broadcast::channel(options.watch_buffer.max(16));
+        let (writes, rx) = mpsc::channel(options.write_queue.max(16));
+        let writer = Writer {
+            db: db.clone(),
+            rx,
+            events: events.clone(),
+            published: published.clone(),
+            revision,
+            physical_floor: floor,
+            history: options.history.max(1),
+        };
+        std::thread::Builder::new()
+            .name("storage-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|source| Error::Io {
+                what: "starting the storage writer thread".into(),
+                source,
+            })?;
+        tracing::debug!(path = %path.display(), revision, "opened embedded store");
+        Ok(Embedded {
+            inner: Arc::new(Inner {
+                path,
+                db: Mutex::new(Some(db)),
+                events: Mutex::new(Some(events)),
+                writes,
+                published,
+            }),
+        })
+    }
+
+    /// Flushes queued writes, ends every watch and closes the file, for all clones.
+    pub async fn close(&self) -> Result<()> {
+        let (reply, rx) = oneshot::channel();
+        if self
+            .inner
+            .writes
+            .send(Request {
+                op: Op::Close,
+                reply,
+            })
+            .await
+            .is_ok()
+        {
+            let _ = rx.await;
+        }
+        self.inner.events.lock().expect("events lock").take();
+        let db = self.inner.db.lock().expect("db lock").take();
+        if let Some(mut db) = db {
+            // Short reads may still hold the database; wait for them to finish.
+            for _ in 0..500 {
+                match Arc::try_unwrap(db) {
+                    Ok(db) => {
+                        drop(db);
+                        return Ok(());
+                    }
+                    Err(still_shared) => db = still_shared,
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tracing::warn!("embedded store closed while a read still held it");
+        }
+        Ok(())
+    }
+
+    /// The path of the database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    fn db(&self) -> Result<Arc<Database>> {
+        self.inner
+            .db
+            .lock()
+            .expect("db lock")
+            .clone()
+            .ok_or(Error::Closed)
+    }
+
+    async fn write(&self, op: Op) -> Result<Reply> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .writes
+            .send(Request { op, reply })
+            .await
+            .map_err(|_| Error::Closed)?;
+        rx.await.map_err(|_| Error::Closed)?
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database, &Published) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let db = self.db()?;
+        let published = self.inner.published.clone();
+        tokio::task::spawn_blocking(move || f(&db, &published))
+            .await
+            .map_err(|e| Error::Corrupt(format!("read task failed: {e}")))?
+    }
+}
+
+fn kv_reply(reply: Reply) -> KeyValue {
+    match reply {
+        Reply::Kv(kv) => kv,
+        _ => unreachable!("the writer answers a put with a key-value"),
+    }
+}
+
+/// Rejects keys the store cannot hold.
+fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidRequest("empty key".into()));
+    }
+    Ok(())
+}
+
+impl Store for Embedded {
+    async fn current_revision(&self) -> Result<i64> {
+        self.db()?;
+        Ok(self.inner.published.revision.load(Ordering::Acquire))
+    }
+
+    async fn compacted_revision(&self) -> Result<i64> {
+        self.db()?;
+        Ok(self.inner.published.compacted.load(Ordering::Acquire))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let db = self.db()?;
+        let txn = db.begin_read()?;
+        let kv = txn.open_table(KV)?;
+        let raw = kv.get(key.as_bytes())?;
+        raw.map(|raw| codec::decode_value(key.as_bytes(), raw.value()))
+            .transpose()
+    }
+
+    async fn range(&self, req: RangeRequest) -> Result<RangeResult> {
+        self.blocking(move |db, published| range_at(db, published, &req))
+            .await
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        check_key(key)?;
+        let op = Op::Create {
+            key: key.to_owned(),
+            value,
+        };
+        self.write(op).await.map(kv_reply)
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: i64) -> Result<KeyValue> {
+        check_key(key)?;
+        let op = Op::Update {
+            key: key.to_owned(),
+            value,
+            expected,
+        };
+        self.write(op).await.map(kv_reply)
+    }
+
+    async fn delete(&self, key: &str, expected: Option<i64>) -> Result<Deleted> {
+        check_key(key)?;
+        let op = Op::Delete {
+            key: key.to_owned(),
+            expected,
+        };
+        match self.write(op).await? {
+            Reply::Deleted(d) => Ok(d),
+            _ => unreachable!("the writer answers a delete with the deleted value"),
+        }
+    }
+
+    async fn watch(&self, prefix: &str, start_revision: i64) -> Result<WatchStream> {
+        // Subscribe before reading history, so nothing committed in between is missed.
+        let live = self
+            .inner
+            .events
+            .lock()
+            .expect("events lock")
+            .as_ref()
+            .ok_or(Error::Closed)?
+            .subscribe();
+        let next = match start_revision {
+            0 => self.inner.published.revision.load(Ordering::Acquire) + 1,
+            r => r,
+        };
+        let (tx, rx) = mpsc::channel(256);
+        let watcher = Watcher {
+            store: self.clone(),
+            prefix: prefix.to_owned(),
+            next,
+            tx,
+        };
+        tokio::spawn(watcher.run(live));
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
+    }
+
+    async fn compact(&self, revision: i64) -> Result<()> {
+        let current = self.current_revision().await?;
+        if revision > current {
+            return Err(Error::FutureRevision {
+                requested: revision,
+                current,
+            });
+        }
+        self.inner
+            .published
+            .compacted
+            .fetch_max(revision, Ordering::AcqRel);
+        self.write(Op::Compact).await.map(|_| ())
+    }
+}
+
+/// Reads a range at the latest or an older revision from one snapshot: the current keys,
+/// with the changes made after the requested revision undone from the history.
+fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<RangeResult> {
+    let txn = db.begin_read()?;
+    let current = txn
+        .open_table(META)?
+        .get(META_REVISION)?
+        .map_or(0, |v| v.value() as i64);
+    let compacted = published.compacted.load(Ordering::Acquire);
+    let at = if req.revision <= 0 {
+        current
+    } else {
+        req.revision
+    };
+    if at > current {
+        return Err(Error::FutureRevision {
+            requested: at,
+            current,
+        });
+    }
+    if at < compacted {
+        return Err(Error::Compacted {
+            requested: at,
+            compacted,
+        });
+    }
+    let lower: Vec<u8> = match &req.start_after {
+        Some(k) if k.as_str() >= req.prefix.as_str() => k.as_bytes().to_vec(),
+        _ => req.prefix.as_bytes().to_vec(),
+    };
+    let lower_bound = if req
+        .start_after
+        .as_deref()
+        .is_some_and(|k| k >= req.prefix.as_str())
+    {
+        Bound::Excluded(lower.as_slice())
+    } else {
+        Bound::Included(lower.as_slice())
+    };
+    let upper = prefix_end(&req.prefix);
+    let upper_bound = match &upper {
+        Some(u) => Bound::Excluded(u.as_slice()),
+        None => Bound::Unbounded,
+    };
+    let in_range = |key: &[u8]| {
+        (match lower_bound {
+            Bound::Excluded(l) => key > l,
+            Bound::Included(l) => key >= l,
+            Bound::Unbounded => true,
+        }) && upper.as_deref().is_none_or(|u| key < u)
+    };
+
+    // The state at `at` of every key changed since: the previous value of its oldest later change.
+    let mut undo: BTreeMap<Vec<u8>, Option<KeyValue>> = BTreeMap::new();
+    if at < current {
+        let log = txn.open_table(LOG)?;
+        for entry in log.range((at as u64 + 1)..=(current as u64))?.rev() {
+            let (rev, raw) = entry?;
+            let key = codec::event_key(raw.value())?;
+            if in_range(key) {
+                let event = codec::decode_event(rev.value(), raw.value())?;
+                undo.insert(key.to_vec(), event.prev);
+            }
+        }
+    }
+
+    let kv = txn.open_table(KV)?;
+    let mut latest = kv.range::<&[u8]>((lower_bound, upper_bound))?.peekable();
+    let mut undone = undo.into_iter().peekable();
+    let limit = if req.limit == 0 {
+        usize::MAX
+    } else {
+        req.limit
+    };
+    let mut kvs = Vec::new();
+    let mut more = false;
+    loop {
+        let next_latest = match latest.peek() {
+            Some(Ok((k, _))) => Some(k.value().to_vec()),
+            Some(Err(_)) => {
+                return Err(latest.next().expect("peeked").err().expect("error").into());
+            }
+            None => None,
+        };
+        let next_undone = undone.peek().map(|(k, _)| k.clone());
+        let item = match (next_latest, next_undone) {
+            (None, None) => break,
+            (Some(l), Some(u)) if u <= l => {
+                if u == l {
+                    latest.next();
+                }
+                undone.next().expect("peeked").1
+            }
+            (Some(_), _) => {
+                let (k, v) = latest.next().expect("peeked")?;
+                Some(codec::decode_value(k.value(), v.value())?)
+            }
+            (None, Some(_)) => undone.next().expect("peeked").1,
+        };
+        if let Some(item) = item {
+            if kvs.len() == limit {
+                more = true;
+                break;
+            }
+            kvs.push(item);
+        }
+    }
+    Ok(RangeResult {
+        kvs,
+        more,
+        revision: at,
+    })
+}
+
+/// Reads the history entries from `from` on (at most `REPLAY_CHUNK`) under `prefix`; returns
+/// them and the revision to continue from.
+fn read_history(
+    db: &Database,
+    published: &Published,
+    prefix: &str,
+    from: i64,
+) -> Result<(Vec<Event>, i64)> {
+    let txn = db.begin_read()?;
+    let compacted = published.compacted.load(Ordering::Acquire);
+    if from < compacted {
+        return Err(Error::Compacted {
+            requested: from,
+            compacted,
+        });
+    }
+    let current = txn
+        .open_table(META)?
+        .get(META_REVISION)?
+        .map_or(0, |v| v.value() as i64);
+    let end = current.min(from + REPLAY_CHUNK as i64 - 1);
+    let log = txn.open_table(LOG)?;
+    let mut events = Vec::new();
+    if from <= end {
+        for entry in log.range((from as u64)..=(end as u64))? {
+            let (rev, raw) = entry?;
+            if codec::event_key(raw.value())?.starts_with(prefix.as_bytes()) {
+                events.push(codec::decode_event(rev.value(), raw.value())?);
+            }
+        }
+    }
+    Ok((events, end.max(from - 1) + 1))
+}
+
+/// One watch: replays history from its start revision, then follows the live events; if it
+/// falls behind the live channel it catches up from history again.
+struct Watcher {
+    store: Embedded,
+    prefix: String,
+    /// The next revision this watch has not yet delivered.
+    next: i64,
+    tx: mpsc::Sender<Result<Event>>,
+}
+
+impl Watcher {
+    async fn run(mut self, mut live: broadcast::Receiver<Arc<[Event]>>) {
+        if let Err(e) = self.catch_up().await {
+            let _ = self.tx.send(Err(e)).await;
+            return;
+        }
+        loop {
+            let batch = tokio::select! {
+                batch = live.recv() => batch,
+                _ = self.tx.closed() => return,
+            };
+            match batch {
+                Ok(batch) => {
+                    for event in batch.iter() {
+                        if !self.deliver(event.clone()).await {
+                            return;
+                        }
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    if let Err(e) = self.catch_up().await {
+                        let _ = self.tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    let _ = self.tx.send(Err(Error::Closed)).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends one event if it is new and under the prefix; false once the receiver is gone.
+    async fn deliver(&mut self, event: Event) -> bool {
+        let rev = event.revision();
+        if rev < self.next {
+            return true;
+        }
+        self.next = rev + 1;
+        if !event.kv.key.starts_with(&self.prefix) {
+            return true;
+        }
+        self.tx.send(Ok(event)).await.is_ok()
+    }
+
+    /// Delivers every committed change from `next` on from the history table.
+    async fn catch_up(&mut self) -> Result<()> {
+        loop {
+            let current = self.store.inner.published.revision.load(Ordering::Acquire);
+            if self.next > current {
+                return Ok(());
+            }
+            let (prefix, from) = (self.prefix.clone(), self.next);
+            let (events, next) = self
+                .store
+                .blocking(move |db, published| read_history(db, published, &prefix, from))
+                .await?;
+            for event in events {
+                if !self.deliver(event).await {
+                    return Err(Error::Closed);
+                }
+            }
+            self.next = self.next.max(next);
+        }
+    }
+}

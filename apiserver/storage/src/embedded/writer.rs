@@ -1,0 +1,284 @@
+//! The single writer thread: takes every write request queued since its last commit, applies
+//! them in one redb transaction (each successful write gets the next revision), commits once
+//! with an fsync (group commit), then publishes the events and answers the callers.
+//! It also drops old history in small chunks so no commit is held up for long.
+
+use super::codec;
+use super::{KV, LOG, META, META_COMPACTED, META_REVISION, Published};
+use crate::{Deleted, Error, Event, EventKind, KeyValue, Result};
+use bytes::Bytes;
+use redb::{Database, Durability, ReadableTable, Table};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+/// Most requests applied in one commit.
+const MAX_BATCH: usize = 1024;
+/// Most history entries dropped in one commit.
+const COMPACT_CHUNK: u64 = 1024;
+
+/// A write the writer thread carries out.
+pub(super) enum Op {
+    Create {
+        key: String,
+        value: Bytes,
+    },
+    Update {
+        key: String,
+        value: Bytes,
+        expected: i64,
+    },
+    Delete {
+        key: String,
+        expected: Option<i64>,
+    },
+    /// Wakes the writer to drop history up to the (already raised) compaction floor.
+    Compact,
+    Close,
+}
+
+/// What a write answers.
+pub(super) enum Reply {
+    Kv(KeyValue),
+    Deleted(Deleted),
+    Done,
+}
+
+/// One queued write and where its answer goes.
+pub(super) struct Request {
+    pub op: Op,
+    pub reply: oneshot::Sender<Result<Reply>>,
+}
+
+/// The writer thread's state.
+pub(super) struct Writer {
+    pub db: Arc<Database>,
+    pub rx: mpsc::Receiver<Request>,
+    pub events: broadcast::Sender<Arc<[Event]>>,
+    pub published: Arc<Published>,
+    /// The last committed revision.
+    pub revision: i64,
+    /// History below this revision is physically gone.
+    pub physical_floor: i64,
+    /// How many revisions of history to keep.
+    pub history: i64,
+}
+
+impl Writer {
+    /// Runs until the store is closed or every handle is dropped.
+    pub fn run(mut self) {
+        loop {
+            let first = if self.compaction_pending() {
+                match self.rx.try_recv() {
+                    Ok(req) => req,
+                    Err(mpsc::error::TryRecvError::Empty) => {
+                        if let Err(e) = self.commit_batch(&mut Vec::new()) {
+                            tracing::error!(error = %e, "history compaction failed");
+                        }
+                        continue;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => return,
+                }
+            } else {
+                match self.rx.blocking_recv() {
+                    Some(req) => req,
+                    None => return,
+                }
+            };
+            let mut batch = vec![first];
+            let mut close = None;
+            while batch.len() < MAX_BATCH {
+                match self.rx.try_recv() {
+                    Ok(req) => batch.push(req),
+                    Err(_) => break,
+                }
+            }
+            if let Some(pos) = batch.iter().position(|r| matches!(r.op, Op::Close)) {
+                // Requests queued behind the close are answered `Closed` when they are dropped.
+                batch.truncate(pos + 1);
+                close = batch.pop();
+            }
+            if let Err(e) = self.commit_batch(&mut batch) {
+                tracing::error!(error = %e, "embedded store commit failed");
+            }
+            if let Some(close) = close {
+                drop(self.rx);
+                drop(self.db);
+                let _ = close.reply.send(Ok(Reply::Done));
+                return;
+            }
+        }
+    }
+
+    fn compaction_pending(&self) -> bool {
+        self.physical_floor < self.published.compacted.load(Ordering::Acquire)
+    }
+
+    /// Applies a batch in one durable transaction and answers each request.
+    fn commit_batch(&mut self, batch: &mut Vec<Request>) -> Result<()> {
+        let mut results = Vec::with_capacity(batch.len());
+        let mut events = Vec::with_capacity(batch.len());
+        let start_revision = self.revision;
+        let outcome = (|| -> Result<i64> {
+            let mut txn = self.db.begin_write()?;
+            txn.set_durability(Durability::Immediate)?;
+            let mut revision = start_revision;
+            let mut floor = self.physical_floor;
+            {
+                let mut kv = txn.open_table(KV)?;
+                let mut log = txn.open_table(LOG)?;
+                let mut meta = txn.open_table(META)?;
+                for req in batch.iter() {
+                    let result = apply(&mut kv, &mut log, &req.op, revision + 1);
+                    if let Ok((_, Some(event))) = &result {
+                        revision += 1;
+                        events.push(event.clone());
+                    }
+                    results.push(result.map(|(reply, _)| reply));
+                }
+                // Keep `history` revisions; compact logically at once, physically in chunks.
+                let auto = revision - self.history;
+                self.published.compacted.fetch_max(auto, Ordering::AcqRel);
+                let target = self.published.compacted.load(Ordering::Acquire);
+                if floor < target {
+                    let upto = target.min(floor + COMPACT_CHUNK as i64);
+                    for rev in floor.max(0)..upto {
+                        log.remove(rev as u64)?;
+                    }
+                    floor = upto;
+                    meta.insert(META_COMPACTED, floor as u64)?;
+                }
+                if revision != start_revision {
+                    meta.insert(META_REVISION, revision as u64)?;
+                }
+                self.physical_floor = floor;
+            }
+            txn.commit()?;
+            Ok(revision)
+        })();
+        match outcome {
+            Ok(revision) => {
+                self.revision = revision;
+                self.published.revision.store(revision, Ordering::Release);
+                if !events.is_empty() {
+                    let _ = self.events.send(events.into());
+                }
+                for (req, result) in batch.drain(..).zip(results) {
+                    let _ = req.reply.send(result);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                // Nothing of the batch was written: every caller learns it failed.
+                for req in batch.drain(..) {
+                    let _ = req
+                        .reply
+                        .send(Err(Error::Corrupt(format!("commit failed: {e}"))));
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+type KvTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+type LogTable<'t> = Table<'t, u64, &'static [u8]>;
+
+/// Applies one write at `revision`; returns the reply and, if it changed anything, its event.
+fn apply(
+    kv: &mut KvTable<'_>,
+    log: &mut LogTable<'_>,
+    op: &Op,
+    revision: i64,
+) -> Result<(Reply, Option<Event>)> {
+    let current = |kv: &KvTable<'_>, key: &str| -> Result<Option<KeyValue>> {
+        kv.get(key.as_bytes())?
+            .map(|raw| codec::decode_value(key.as_bytes(), raw.value()))
+            .transpose()
+    };
+    let check = |key: &str, cur: &Option<KeyValue>, expected: Option<i64>| -> Result<KeyValue> {
+        let cur = cur
+            .clone()
+            .ok_or_else(|| Error::NotFound { key: key.into() })?;
+        match expected {
+            Some(expected) if expected != cur.mod_revision => Err(Error::Conflict {
+                key: key.into(),
+                expected,
+                current: Box::new(cur),
+            }),
+            _ => Ok(cur),
+        }
+    };
+    let event = match op {
+        Op::Create { key, value } => {
+            if current(kv, key)?.is_some() {
+                return Err(Error::AlreadyExists { key: key.clone() });
+            }
+            let new = KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+                create_revision: revision,
+                mod_revision: revision,
+            };
+            Event {
+                kind: EventKind::Put,
+                kv: new,
+                prev: None,
+            }
+        }
+        Op::Update {
+            key,
+            value,
+            expected,
+        } => {
+            let prev = check(key, &current(kv, key)?, Some(*expected))?;
+            Event {
+                kind: EventKind::Put,
+                kv: KeyValue {
+                    key: key.clone(),
+                    value: value.clone(),
+                    create_revision: prev.create_revision,
+                    mod_revision: revision,
+                },
+                prev: Some(prev),
+            }
+        }
+        Op::Delete { key, expected } => {
+            let prev = check(key, &current(kv, key)?, *expected)?;
+            Event {
+                kind: EventKind::Delete,
+                kv: KeyValue {
+                    key: key.clone(),
+                    value: Bytes::new(),
+                    create_revision: 0,
+                    mod_revision: revision,
+                },
+                prev: Some(prev),
+            }
+        }
+        // Compaction itself happens after the batch's writes; these only wake the writer.
+        Op::Compact | Op::Close => return Ok((Reply::Done, None)),
+    };
+    match event.kind {
+        EventKind::Put => {
+            let raw = codec::encode_value(
+                event.kv.create_revision,
+                event.kv.mod_revision,
+                &event.kv.value,
+            );
+            kv.insert(event.kv.key.as_bytes(), raw.as_slice())?;
+        }
+        EventKind::Delete => {
+            kv.remove(event.kv.key.as_bytes())?;
+        }
+    }
+    log.insert(revision as u64, codec::encode_event(&event).as_slice())?;
+    let reply = match event.kind {
+        EventKind::Put => Reply::Kv(event.kv.clone()),
+        EventKind::Delete => Reply::Deleted(Deleted {
+            prev: event.prev.clone().expect("a delete has a previous value"),
+            revision,
+        }),
+    };
+    Ok((reply, Some(event)))
+}

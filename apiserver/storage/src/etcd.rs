@@ -1,0 +1,341 @@
+//! The etcd backend: a thin adapter from the [`Store`] trait to etcd v3 transactions, ranges,
+//! watches and compaction (the data model the trait was cut from).
+
+use crate::{
+    Deleted, Error, Event, EventKind, KeyValue, RangeRequest, RangeResult, Result, Store,
+    WatchStream, prefix_end,
+};
+use bytes::Bytes;
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, KvClient, PutOptions, Txn, TxnOp,
+    TxnOpResponse, WatchClient, WatchOptions,
+};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// A store kept in an etcd cluster. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct Etcd {
+    kv: KvClient,
+    watch: WatchClient,
+    /// The newest compaction this process has seen (etcd does not report it on its own).
+    compacted: Arc<AtomicI64>,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd").finish_non_exhaustive()
+    }
+}
+
+impl Etcd {
+    /// Connects to etcd at the given endpoints (`http://host:port`).
+    pub async fn connect(endpoints: &[String]) -> Result<Self> {
+        let client = Client::connect(endpoints, None).await?;
+        let etcd = Etcd {
+            kv: client.kv_client(),
+            watch: client.watch_client(),
+            compacted: Arc::new(AtomicI64::new(0)),
+        };
+        // Fail now, not on the first request, when nothing answers.
+        etcd.current_revision().await?;
+        Ok(etcd)
+    }
+
+    fn seen_compaction(&self, revision: i64) {
+        self.compacted.fetch_max(revision, Ordering::AcqRel);
+    }
+
+    /// Turns etcd's "compacted" / "future revision" answers into typed errors.
+    fn read_error(&self, e: etcd_client::Error, requested: i64) -> Error {
+        if let etcd_client::Error::GRpcStatus(status) = &e {
+            // etcd reports these only as messages (mvcc.ErrCompacted, mvcc.ErrFutureRev).
+            if status
+                .message()
+                .contains("required revision has been compacted")
+            {
+                let compacted = self.compacted.load(Ordering::Acquire).max(requested + 1);
+                return Error::Compacted {
+                    requested,
+                    compacted,
+                };
+            }
+            if status
+                .message()
+                .contains("required revision is a future revision")
+            {
+                return Error::FutureRevision {
+                    requested,
+                    current: -1,
+                };
+            }
+        }
+        Error::Etcd(e)
+    }
+}
+
+fn convert(kv: &etcd_client::KeyValue) -> Result<KeyValue> {
+    Ok(KeyValue {
+        key: kv
+            .key_str()
+            .map_err(|_| Error::Corrupt("etcd key is not UTF-8".into()))?
+            .to_owned(),
+        value: Bytes::copy_from_slice(kv.value()),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+    })
+}
+
+/// The first key-value of a transaction's `get` branch, if any.
+fn got(responses: Vec<TxnOpResponse>) -> Result<Option<KeyValue>> {
+    for r in responses {
+        if let TxnOpResponse::Get(get) = r {
+            return get.kvs().first().map(convert).transpose();
+        }
+    }
+    Ok(None)
+}
+
+/// The error for a compare-and-swap whose compare failed, from the key's current value.
+fn cas_failed(key: &str, expected: i64, current: Option<KeyValue>) -> Error {
+    match current {
+        None => Error::NotFound { key: key.into() },
+        Some(current) => Error::Conflict {
+            key: key.into(),
+            expected,
+            current: Box::new(current),
+        },
+    }
+}
+
+impl Store for Etcd {
+    async fn current_revision(&self) -> Result<i64> {
+        let resp = self
+            .kv
+            .clone()
+            .get("\0", Some(GetOptions::new().with_count_only()))
+            .await?;
+        Ok(resp.header().map_or(0, |h| h.revision()))
+    }
+
+    async fn compacted_revision(&self) -> Result<i64> {
+        Ok(self.compacted.load(Ordering::Acquire))
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let resp = self.kv.clone().get(key, None).await?;
+        resp.kvs().first().map(convert).transpose()
+    }
+
+    async fn range(&self, req: RangeRequest) -> Result<RangeResult> {
+        let start = match &req.start_after {
+            Some(k) if k.as_str() >= req.prefix.as_str() => format!("{k}\0"),
+            _ => req.prefix.clone(),
+        };
+        let end = prefix_end(&req.prefix).unwrap_or_else(|| vec![0]);
+        let mut opts = GetOptions::new().with_range(end);
+        if req.limit > 0 {
+            opts = opts.with_limit(req.limit as i64);
+        }
+        if req.revision > 0 {
+            opts = opts.with_revision(req.revision);
+        }
+        let resp = self
+            .kv
+            .clone()
+            .get(start, Some(opts))
+            .await
+            .map_err(|e| self.read_error(e, req.revision))?;
+        let kvs = resp.kvs().iter().map(convert).collect::<Result<Vec<_>>>()?;
+        let revision = match req.revision {
+            0 => resp.header().map_or(0, |h| h.revision()),
+            r => r,
+        };
+        Ok(RangeResult {
+            kvs,
+            more: resp.more(),
+            revision,
+        })
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value.to_vec(), None)]);
+        let resp = self.kv.clone().txn(txn).await?;
+        if !resp.succeeded() {
+            return Err(Error::AlreadyExists { key: key.into() });
+        }
+        let revision = resp.header().map_or(0, |h| h.revision());
+        Ok(KeyValue {
+            key: key.into(),
+            value,
+            create_revision: revision,
+            mod_revision: revision,
+        })
+    }
+
+    async fn update(&self, key: &str, value: Bytes, expected: i64) -> Result<KeyValue> {
+        let txn = Txn::new()
+            .when([
+                Compare::create_revision(key, CompareOp::NotEqual, 0),
+                Compare::mod_revision(key, CompareOp::Equal, expected),
+            ])
+            .and_then([TxnOp::put(
+                key,
+                value.to_vec(),
+                Some(PutOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self.kv.clone().txn(txn).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        if !resp.succeeded() {
+            return Err(cas_failed(key, expected, got(resp.op_responses())?));
+        }
+        let create_revision = resp
+            .op_responses()
+            .into_iter()
+            .find_map(|r| match r {
+                TxnOpResponse::Put(p) => p.prev_key().map(|p| p.create_revision()),
+                _ => None,
+            })
+            .unwrap_or(revision);
+        Ok(KeyValue {
+            key: key.into(),
+            value,
+            create_revision,
+            mod_revision: revision,
+        })
+    }
+
+    async fn delete(&self, key: &str, expected: Option<i64>) -> Result<Deleted> {
+        let mut compares = vec![Compare::create_revision(key, CompareOp::NotEqual, 0)];
+        if let Some(expected) = expected {
+            compares.push(Compare::mod_revision(key, CompareOp::Equal, expected));
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then([TxnOp::delete(
+                key,
+                Some(etcd_client::DeleteOptions::new().with_prev_key()),
+            )])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self.kv.clone().txn(txn).await?;
+        let revision = resp.header().map_or(0, |h| h.revision());
+        if !resp.succeeded() {
+            return Err(cas_failed(
+                key,
+                expected.unwrap_or(0),
+                got(resp.op_responses())?,
+            ));
+        }
+        let prev = resp
+            .op_responses()
+            .into_iter()
+            .find_map(|r| match r {
+                TxnOpResponse::Delete(d) => d.prev_kvs().first().map(convert),
+                _ => None,
+            })
+            .transpose()?
+            .ok_or_else(|| Error::NotFound { key: key.into() })?;
+        Ok(Deleted { prev, revision })
+    }
+
+    async fn watch(&self, prefix: &str, start_revision: i64) -> Result<WatchStream> {
+        let mut opts = WatchOptions::new().with_prev_key();
+        opts = if prefix.is_empty() {
+            opts.with_all_keys()
+        } else {
+            opts.with_prefix()
+        };
+        if start_revision > 0 {
+            opts = opts.with_start_revision(start_revision);
+        }
+        let stream = self.watch.clone().watch(prefix, Some(opts)).await?;
+        struct State {
+            stream: etcd_client::WatchStream,
+            pending: VecDeque<Event>,
+            done: bool,
+            etcd: Etcd,
+            start: i64,
+        }
+        let state = State {
+            stream,
+            pending: VecDeque::new(),
+            done: false,
+            etcd: self.clone(),
+            start: start_revision,
+        };
+        let events = futures::stream::unfold(state, |mut st| async move {
+            loop {
+                if let Some(event) = st.pending.pop_front() {
+                    return Some((Ok(event), st));
+                }
+                if st.done {
+                    return None;
+                }
+                let resp = match st.stream.message().await {
+                    Ok(Some(resp)) => resp,
+                    Ok(None) => {
+                        st.done = true;
+                        return Some((Err(Error::Closed), st));
+                    }
+                    Err(e) => {
+                        st.done = true;
+                        return Some((Err(Error::Etcd(e)), st));
+                    }
+                };
+                if resp.compact_revision() > 0 {
+                    st.done = true;
+                    st.etcd.seen_compaction(resp.compact_revision());
+                    let err = Error::Compacted {
+                        requested: st.start,
+                        compacted: resp.compact_revision(),
+                    };
+                    return Some((Err(err), st));
+                }
+                if resp.canceled() {
+                    st.done = true;
+                    let reason = resp.cancel_reason().to_owned();
+                    return Some((Err(Error::InvalidRequest(reason)), st));
+                }
+                for e in resp.events() {
+                    let Some(kv) = e.kv() else { continue };
+                    let event = (|| -> Result<Event> {
+                        Ok(Event {
+                            kind: match e.event_type() {
+                                EventType::Put => EventKind::Put,
+                                EventType::Delete => EventKind::Delete,
+                            },
+                            kv: convert(kv)?,
+                            prev: e.prev_kv().map(convert).transpose()?,
+                        })
+                    })();
+                    match event {
+                        Ok(event) => st.pending.push_back(event),
+                        Err(err) => {
+                            st.done = true;
+                            return Some((Err(err), st));
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Box::pin(events))
+    }
+
+    async fn compact(&self, revision: i64) -> Result<()> {
+        match self.kv.clone().compact(revision, None).await {
+            Ok(_) => {
+                self.seen_compaction(revision);
+                Ok(())
+            }
+            // Compacting to an already compacted revision is not an error.
+            Err(e) => match self.read_error(e, revision) {
+                Error::Compacted { .. } => Ok(()),
+                other => Err(other),
+            },
+        }
+    }
+}

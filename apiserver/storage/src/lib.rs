@@ -1,0 +1,106 @@
+//! The apiserver's storage layer: one revisioned key-value [`Store`] trait modelled on etcd's
+//! data model, with two backends behind the [`Storage`] enum: [`Embedded`] (redb, the default,
+//! nothing to install) and [`Etcd`] (etcd v3 over gRPC, for several apiservers).
+//!
+//! The trait knows bytes, keys and revisions, never Kubernetes types. Its contract:
+//! - one global revision, bumped by every successful write; each key records the revision that
+//!   created it (`create_revision`) and the one that last changed it (`mod_revision`);
+//! - `create` fails if the key exists; `update` and `delete` are compare-and-swap on
+//!   `mod_revision`;
+//! - `range` reads a key prefix in key order, from a start key, up to a limit, at the latest or
+//!   an older revision;
+//! - `watch` streams every change under a prefix from a revision on (inclusive), with the
+//!   previous value, in revision order;
+//! - revisions older than the last compaction answer [`Error::Compacted`];
+//! - a write returns only once it is durable.
+
+mod backend;
+pub mod bench;
+pub mod embedded;
+mod error;
+pub mod etcd;
+pub mod testing;
+mod types;
+
+pub use backend::{Endpoint, Storage};
+pub use embedded::{Embedded, EmbeddedOptions};
+pub use error::{Error, Result};
+pub use etcd::Etcd;
+pub use types::{Deleted, Event, EventKind, KeyValue, RangeRequest, RangeResult, WatchStream};
+
+use bytes::Bytes;
+use std::future::Future;
+
+/// A revisioned, compare-and-swap key-value store with watches: what the apiserver stores
+/// objects in. See the crate docs for the contract every backend keeps.
+pub trait Store: Send + Sync + 'static {
+    /// The store's current revision (the revision of the last successful write).
+    fn current_revision(&self) -> impl Future<Output = Result<i64>> + Send;
+
+    /// The revision below which history is gone (reads and watches before it are `Compacted`).
+    fn compacted_revision(&self) -> impl Future<Output = Result<i64>> + Send;
+
+    /// The latest value of one key, if present.
+    fn get(&self, key: &str) -> impl Future<Output = Result<Option<KeyValue>>> + Send;
+
+    /// Keys under a prefix in key order, optionally after a start key, up to a limit, at a revision.
+    fn range(&self, req: RangeRequest) -> impl Future<Output = Result<RangeResult>> + Send;
+
+    /// Creates a key; fails with [`Error::AlreadyExists`] if it is present.
+    fn create(&self, key: &str, value: Bytes) -> impl Future<Output = Result<KeyValue>> + Send;
+
+    /// Replaces a key's value if its `mod_revision` is still `expected`; otherwise
+    /// [`Error::Conflict`] carrying the current value, or [`Error::NotFound`].
+    fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: i64,
+    ) -> impl Future<Output = Result<KeyValue>> + Send;
+
+    /// Deletes a key, if `expected` is given only while its `mod_revision` is still that.
+    fn delete(
+        &self,
+        key: &str,
+        expected: Option<i64>,
+    ) -> impl Future<Output = Result<Deleted>> + Send;
+
+    /// Streams the changes under `prefix` whose revision is at least `start_revision`
+    /// (0: from the next write on). A too-old start yields [`Error::Compacted`] as the first item.
+    fn watch(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+    ) -> impl Future<Output = Result<WatchStream>> + Send;
+
+    /// Drops the history before `revision`: later reads and watches before it are `Compacted`.
+    fn compact(&self, revision: i64) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The exclusive upper end of the key range that holds every key starting with `prefix`
+/// (etcd's "range end" for a prefix), or `None` when the prefix is empty or all 0xff.
+pub(crate) fn prefix_end(prefix: &str) -> Option<Vec<u8>> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return Some(end);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_increments_the_last_byte() {
+        assert_eq!(
+            prefix_end("/registry/pods/"),
+            Some(b"/registry/pods0".to_vec())
+        );
+        assert_eq!(prefix_end("a"), Some(b"b".to_vec()));
+        assert_eq!(prefix_end(""), None);
+    }
+}
