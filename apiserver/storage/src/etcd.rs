@@ -17,10 +17,14 @@ use std::sync::atomic::{AtomicI64, Ordering};
 /// A store kept in an etcd cluster. Cheap to clone; clones share the connection.
 #[derive(Clone)]
 pub struct Etcd {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     kv: KvClient,
     watch: WatchClient,
     /// The newest compaction this process has seen (etcd does not report it on its own).
-    compacted: Arc<AtomicI64>,
+    compacted: AtomicI64,
 }
 
 impl std::fmt::Debug for Etcd {
@@ -34,9 +38,11 @@ impl Etcd {
     pub async fn connect(endpoints: &[String]) -> Result<Self> {
         let client = Client::connect(endpoints, None).await?;
         let etcd = Etcd {
-            kv: client.kv_client(),
-            watch: client.watch_client(),
-            compacted: Arc::new(AtomicI64::new(0)),
+            inner: Arc::new(Inner {
+                kv: client.kv_client(),
+                watch: client.watch_client(),
+                compacted: AtomicI64::new(0),
+            }),
         };
         // Fail now, not on the first request, when nothing answers.
         etcd.current_revision().await?;
@@ -44,7 +50,7 @@ impl Etcd {
     }
 
     fn seen_compaction(&self, revision: i64) {
-        self.compacted.fetch_max(revision, Ordering::AcqRel);
+        self.inner.compacted.fetch_max(revision, Ordering::AcqRel);
     }
 
     /// Turns etcd's "compacted" / "future revision" answers into typed errors.
@@ -55,7 +61,11 @@ impl Etcd {
                 .message()
                 .contains("required revision has been compacted")
             {
-                let compacted = self.compacted.load(Ordering::Acquire).max(requested + 1);
+                let compacted = self
+                    .inner
+                    .compacted
+                    .load(Ordering::Acquire)
+                    .max(requested + 1);
                 return Error::Compacted {
                     requested,
                     compacted,
@@ -112,6 +122,7 @@ fn cas_failed(key: &str, expected: i64, current: Option<KeyValue>) -> Error {
 impl Store for Etcd {
     async fn current_revision(&self) -> Result<i64> {
         let resp = self
+            .inner
             .kv
             .clone()
             .get("\0", Some(GetOptions::new().with_count_only()))
@@ -120,11 +131,11 @@ impl Store for Etcd {
     }
 
     async fn compacted_revision(&self) -> Result<i64> {
-        Ok(self.compacted.load(Ordering::Acquire))
+        Ok(self.inner.compacted.load(Ordering::Acquire))
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let resp = self.kv.clone().get(key, None).await?;
+        let resp = self.inner.kv.clone().get(key, None).await?;
         resp.kvs().first().map(convert).transpose()
     }
 
@@ -142,6 +153,7 @@ impl Store for Etcd {
             opts = opts.with_revision(req.revision);
         }
         let resp = self
+            .inner
             .kv
             .clone()
             .get(start, Some(opts))
@@ -163,7 +175,7 @@ impl Store for Etcd {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, value.to_vec(), None)]);
-        let resp = self.kv.clone().txn(txn).await?;
+        let resp = self.inner.kv.clone().txn(txn).await?;
         if !resp.succeeded() {
             return Err(Error::AlreadyExists { key: key.into() });
         }
@@ -188,7 +200,7 @@ impl Store for Etcd {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let resp = self.kv.clone().txn(txn).await?;
+        let resp = self.inner.kv.clone().txn(txn).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         if !resp.succeeded() {
             return Err(cas_failed(key, expected, got(resp.op_responses())?));
@@ -221,7 +233,7 @@ impl Store for Etcd {
                 Some(etcd_client::DeleteOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let resp = self.kv.clone().txn(txn).await?;
+        let resp = self.inner.kv.clone().txn(txn).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         if !resp.succeeded() {
             return Err(cas_failed(
@@ -252,7 +264,7 @@ impl Store for Etcd {
         if start_revision > 0 {
             opts = opts.with_start_revision(start_revision);
         }
-        let stream = self.watch.clone().watch(prefix, Some(opts)).await?;
+        let stream = self.inner.watch.clone().watch(prefix, Some(opts)).await?;
         struct State {
             stream: etcd_client::WatchStream,
             pending: VecDeque<Event>,
@@ -326,7 +338,7 @@ impl Store for Etcd {
     }
 
     async fn compact(&self, revision: i64) -> Result<()> {
-        match self.kv.clone().compact(revision, None).await {
+        match self.inner.kv.clone().compact(revision, None).await {
             Ok(_) => {
                 self.seen_compaction(revision);
                 Ok(())

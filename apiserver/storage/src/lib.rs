@@ -23,7 +23,7 @@ pub mod testing;
 mod types;
 
 pub use backend::{Endpoint, Storage};
-pub use embedded::{Embedded, EmbeddedOptions};
+pub use embedded::{Embedded, EmbeddedOptions, Stats};
 pub use error::{Error, Result};
 pub use etcd::Etcd;
 pub use types::{Deleted, Event, EventKind, KeyValue, RangeRequest, RangeResult, WatchStream};

@@ -16,7 +16,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -61,6 +61,33 @@ pub(crate) struct Published {
     revision: AtomicI64,
     /// Reads and watches before this revision answer `Compacted`.
     compacted: AtomicI64,
+    /// Counters of the writer, for [`Embedded::stats`].
+    stats: WriterStats,
+}
+
+/// Counters the writer keeps about its commits.
+#[derive(Default)]
+pub(crate) struct WriterStats {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    compacted_entries: AtomicU64,
+    worst_commit_us: AtomicU64,
+    worst_compaction_us: AtomicU64,
+}
+
+/// What the writer has done since the store was opened.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct Stats {
+    /// Transactions committed.
+    pub commits: u64,
+    /// Writes applied (several per commit under concurrency).
+    pub writes: u64,
+    /// History entries dropped by compaction.
+    pub compacted_entries: u64,
+    /// The longest commit, apply and fsync included, in milliseconds.
+    pub worst_commit_ms: f64,
+    /// The longest time compaction added to one commit, in milliseconds.
+    pub worst_compaction_ms: f64,
 }
 
 struct Inner {
@@ -122,6 +149,7 @@ impl Embedded {
         let published = Arc::new(Published {
             revision: AtomicI64::new(revision),
             compacted: AtomicI64::new(floor),
+            stats: WriterStats::default(),
         });
         let (events, _) = broadcast::channel(options.watch_buffer.max(16));
         let (writes, rx) = mpsc::channel(options.write_queue.max(16));
@@ -185,6 +213,19 @@ impl Embedded {
             tracing::warn!("embedded store closed while a read still held it");
         }
         Ok(())
+    }
+
+    /// Counters of the writer since the store was opened.
+    pub fn stats(&self) -> Stats {
+        let s = &self.inner.published.stats;
+        let ms = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64 / 1000.0;
+        Stats {
+            commits: s.commits.load(Ordering::Relaxed),
+            writes: s.writes.load(Ordering::Relaxed),
+            compacted_entries: s.compacted_entries.load(Ordering::Relaxed),
+            worst_commit_ms: ms(&s.worst_commit_us),
+            worst_compaction_ms: ms(&s.worst_compaction_us),
+        }
     }
 
     /// The path of the database file.

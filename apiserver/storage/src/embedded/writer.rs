@@ -14,6 +14,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 /// Most requests applied in one commit.
 const MAX_BATCH: usize = 1024;
+/// Commits slower than this are logged.
+const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(20);
 /// Most history entries dropped in one commit.
 const COMPACT_CHUNK: u64 = 1024;
 
@@ -119,6 +121,8 @@ impl Writer {
         let mut results = Vec::with_capacity(batch.len());
         let mut events = Vec::with_capacity(batch.len());
         let start_revision = self.revision;
+        let started = std::time::Instant::now();
+        let mut compacted = 0;
         let outcome = (|| -> Result<i64> {
             let mut txn = self.db.begin_write()?;
             txn.set_durability(Durability::Immediate)?;
@@ -141,19 +145,47 @@ impl Writer {
                 self.published.compacted.fetch_max(auto, Ordering::AcqRel);
                 let target = self.published.compacted.load(Ordering::Acquire);
                 if floor < target {
+                    let t = std::time::Instant::now();
                     let upto = target.min(floor + COMPACT_CHUNK as i64);
                     for rev in floor.max(0)..upto {
                         log.remove(rev as u64)?;
                     }
+                    compacted = upto - floor;
                     floor = upto;
                     meta.insert(META_COMPACTED, floor as u64)?;
+                    let stats = &self.published.stats;
+                    stats
+                        .worst_compaction_us
+                        .fetch_max(micros(t.elapsed()), Ordering::Relaxed);
+                    stats
+                        .compacted_entries
+                        .fetch_add(compacted as u64, Ordering::Relaxed);
                 }
                 if revision != start_revision {
                     meta.insert(META_REVISION, revision as u64)?;
                 }
                 self.physical_floor = floor;
             }
+            let applied = started.elapsed();
             txn.commit()?;
+            let took = started.elapsed();
+            let stats = &self.published.stats;
+            stats.commits.fetch_add(1, Ordering::Relaxed);
+            stats
+                .writes
+                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+            stats
+                .worst_commit_us
+                .fetch_max(micros(took), Ordering::Relaxed);
+            if took > SLOW_COMMIT {
+                tracing::warn!(
+                    writes = batch.len(),
+                    compacted,
+                    apply_ms = applied.as_millis() as u64,
+                    commit_ms = (took - applied).as_millis() as u64,
+                    "slow storage commit"
+                );
+            }
             Ok(revision)
         })();
         match outcome {
@@ -179,6 +211,10 @@ impl Writer {
             }
         }
     }
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
 }
 
 type KvTable<'t> = Table<'t, &'static [u8], &'static [u8]>;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every minik8s test: formatting and lints, unit and integration tests (the storage suite
+# on the embedded store and on a private etcd, the crash test), then the conformance scenarios.
+source "$(dirname "$0")/lib.sh"
+need_root
+"$ROOT/hack/install-deps.sh"
+cd "$ROOT"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+log "cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+log "cargo test"
+cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/minik8s-cargo-test.log
+status=${PIPESTATUS[0]}
+exit "$status"
