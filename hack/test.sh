@@ -11,6 +11,12 @@ cargo fmt --all -- --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 log "cargo test"
+set +e
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/minik8s-cargo-test.log
 status=${PIPESTATUS[0]}
+set -e
+
+# One closing line over every test binary (cargo's own last line is a doc-test summary).
+read -r passed failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p+0, f+0 }' /tmp/minik8s-cargo-test.log)
+echo "summary: $passed passed, $failed failed"
 exit "$status"

@@ -1,0 +1,290 @@
+//! The apiserver's one error type: every failure becomes a `metav1.Status` with the upstream
+//! `reason` and `code`, written by one `IntoResponse`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::json;
+
+/// One cause of an `Invalid` (422) error: which field and what is wrong with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Cause {
+    /// Upstream cause type, e.g. `FieldValueInvalid`, `FieldValueRequired`.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+    /// The field path, e.g. `metadata.name`.
+    pub field: String,
+}
+
+impl Cause {
+    /// An invalid value at `field`.
+    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: \"{value}\": {detail}"),
+            field: field.into(),
+        }
+    }
+    /// A required field is missing.
+    pub fn required(field: &str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueRequired".into(),
+            message: if detail.is_empty() {
+                "Required value".into()
+            } else {
+                format!("Required value: {detail}")
+            },
+            field: field.into(),
+        }
+    }
+    /// A field that may not change.
+    pub fn immutable(field: &str) -> Self {
+        Cause {
+            reason: "FieldValueInvalid".into(),
+            message: "Invalid value: field is immutable".into(),
+            field: field.into(),
+        }
+    }
+    /// A value that is already taken.
+    pub fn duplicate(field: &str, value: &str) -> Self {
+        Cause {
+            reason: "FieldValueDuplicate".into(),
+            message: format!("Duplicate value: \"{value}\""),
+            field: field.into(),
+        }
+    }
+    /// A value outside the allowed set.
+    pub fn not_supported(field: &str, value: &str, allowed: &[&str]) -> Self {
+        let allowed: Vec<String> = allowed.iter().map(|a| format!("\"{a}\"")).collect();
+        Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: \"{value}\": supported values: {}",
+                allowed.join(", ")
+            ),
+            field: field.into(),
+        }
+    }
+    /// The user-facing line of this cause.
+    pub fn line(&self) -> String {
+        format!("{}: {}", self.field, self.message)
+    }
+}
+
+/// A failed API request, rendered as a `Status`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiError {
+    /// HTTP status code.
+    pub code: u16,
+    /// Upstream `StatusReason`.
+    pub reason: &'static str,
+    /// Human-readable message.
+    pub message: String,
+    /// `details` of the Status (name, group, kind, causes), if any.
+    pub details: Option<serde_json::Value>,
+    /// Seconds to put in `Retry-After`.
+    pub retry_after: Option<u64>,
+}
+
+/// The apiserver's result type.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `group` and `resource` as upstream prints them in messages (`deployments.apps`, `pods`).
+pub fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+            retry_after: None,
+        }
+    }
+
+    fn with_details(mut self, group: &str, kind_or_resource: &str, name: &str) -> Self {
+        self.details = Some(json!({"name": name, "group": group, "kind": kind_or_resource}));
+        self
+    }
+
+    /// 400 BadRequest.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+    /// 401 Unauthorized.
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+    /// 403 Forbidden.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+    /// 404 NotFound for an object.
+    pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
+        Self::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, resource)))
+            .with_details(group, resource, name)
+    }
+    /// 404 NotFound for a path that names no resource.
+    pub fn no_route(path: &str) -> Self {
+        let _ = path;
+        Self::new(404, "NotFound", "the server could not find the requested resource")
+            .with_details("", "", "")
+    }
+    /// 405 MethodNotAllowed.
+    pub fn method_not_supported(group: &str, resource: &str, verb: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind \"{}\"", qualified(group, resource)),
+        )
+    }
+    /// 406 NotAcceptable.
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", qualified(group, resource)),
+        )
+        .with_details(group, resource, name)
+    }
+    /// 409 Conflict for a stale resourceVersion or failed precondition.
+    pub fn conflict(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(group, resource)),
+        )
+        .with_details(group, resource, name)
+    }
+    /// 409 Conflict: the object changed since it was read.
+    pub fn stale(group: &str, resource: &str, name: &str) -> Self {
+        Self::conflict(
+            group,
+            resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+    /// 410 Expired: a resourceVersion or continue token too old.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+    /// 413 RequestEntityTooLarge.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+    /// 415 UnsupportedMediaType.
+    pub fn unsupported_media_type(content_type: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"),
+        )
+    }
+    /// 422 Invalid with field causes.
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let lines: Vec<String> = causes.iter().map(Cause::line).collect();
+        let message = if lines.len() == 1 {
+            format!("{kind} \"{name}\" is invalid: {}", lines[0])
+        } else {
+            format!("{kind} \"{name}\" is invalid: [{}]", lines.join(", "))
+        };
+        let mut e = Self::new(422, "Invalid", message);
+        e.details = Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}));
+        e
+    }
+    /// 429 TooManyRequests.
+    pub fn too_many_requests(retry_after: u64) -> Self {
+        let mut e = Self::new(429, "TooManyRequests", "Too many requests, please try again later.");
+        e.retry_after = Some(retry_after);
+        e
+    }
+    /// 500 InternalError.
+    pub fn internal(err: impl std::fmt::Display) -> Self {
+        Self::new(500, "InternalError", format!("Internal error occurred: {err}"))
+    }
+    /// 503 ServiceUnavailable.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message)
+    }
+
+    /// The `metav1.Status` object.
+    pub fn status(&self) -> serde_json::Value {
+        let mut s = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(d) = &self.details {
+            let mut d = d.clone();
+            if let Some(r) = self.retry_after {
+                d["retryAfterSeconds"] = json!(r);
+            }
+            s["details"] = d;
+        }
+        s
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.code, self.reason, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.status()).unwrap_or_default();
+        let mut resp = (
+            StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body,
+        )
+            .into_response();
+        resp.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let Some(r) = self.retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(r));
+        }
+        resp
+    }
+}
+
+impl From<minik8s_storage::Error> for ApiError {
+    fn from(e: minik8s_storage::Error) -> Self {
+        use minik8s_storage::Error as S;
+        match e {
+            S::Compacted { requested, compacted } => ApiError::expired(format!(
+                "too old resource version: {requested} ({compacted})"
+            )),
+            S::FutureRevision { requested, .. } => ApiError::new(
+                504,
+                "Timeout",
+                format!("Too large resource version: {requested}"),
+            ),
+            S::Closed => ApiError::unavailable("the storage is shutting down"),
+            other => ApiError::internal(other),
+        }
+    }
+}

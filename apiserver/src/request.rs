@@ -1,0 +1,206 @@
+//! Turning a method, path and query into a typed [`RequestInfo`], as upstream's
+//! `RequestInfoFactory` does: which group, version, namespace, resource, name, subresource and verb.
+
+use axum::http::Method;
+
+/// The verb of a resource request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// GET one object.
+    Get,
+    /// GET a collection.
+    List,
+    /// GET a collection with `watch`.
+    Watch,
+    /// POST.
+    Create,
+    /// PUT.
+    Update,
+    /// PATCH.
+    Patch,
+    /// DELETE one object.
+    Delete,
+    /// DELETE a collection.
+    DeleteCollection,
+}
+
+impl Verb {
+    /// The verb's name as discovery and RBAC spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Update => "update",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+            Verb::DeleteCollection => "deletecollection",
+        }
+    }
+}
+
+/// A request for a resource (`/api/v1/...` or `/apis/<group>/<version>/...`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceRequest {
+    /// What is being done.
+    pub verb: Verb,
+    /// API group ("" for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Namespace from the path, if any.
+    pub namespace: Option<String>,
+    /// Plural resource name.
+    pub resource: String,
+    /// Object name, if the path names one.
+    pub name: Option<String>,
+    /// Subresource (`status`, `scale`, `log`, …), if any.
+    pub subresource: Option<String>,
+}
+
+/// What a request is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RequestInfo {
+    /// A resource request.
+    Resource(ResourceRequest),
+    /// Anything else (`/version`, `/healthz`, `/api`, `/apis/<group>`, `/openapi/v2`, …).
+    NonResource {
+        /// The lower-cased HTTP verb (`get`, `post`, …).
+        verb: String,
+        /// The path.
+        path: String,
+    },
+}
+
+/// Whether the query asks for a watch (`watch=true`, `watch=1`).
+pub fn wants_watch(query: Option<&str>) -> bool {
+    query.is_some_and(|q| {
+        q.split('&').any(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            k == "watch" && matches!(v, "true" | "1" | "True" | "TRUE")
+        })
+    })
+}
+
+/// Parses a request the way upstream's RequestInfoFactory does.
+pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
+    let non_resource = || RequestInfo::NonResource {
+        verb: method.as_str().to_ascii_lowercase(),
+        path: path.to_owned(),
+    };
+    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+    let (group, version, mut rest) = match parts.as_slice() {
+        ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
+        _ => return non_resource(),
+    };
+    let mut watch_prefix = false;
+    if rest.first() == Some(&"watch") {
+        watch_prefix = true;
+        rest = &rest[1..];
+    }
+    let mut namespace = None;
+    if rest.first() == Some(&"namespaces") && rest.len() > 1 {
+        namespace = Some(rest[1].to_owned());
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    let Some(resource) = rest.first() else {
+        return non_resource();
+    };
+    if rest.len() > 3 {
+        return non_resource();
+    }
+    let name = rest.get(1).map(|s| s.to_string());
+    let subresource = rest.get(2).map(|s| s.to_string());
+    // A namespace object's path names the namespace as the object, not as its scope.
+    if *resource == "namespaces" {
+        namespace = None;
+    }
+    let verb = match *method {
+        Method::GET | Method::HEAD => match (&name, watch_prefix || wants_watch(query)) {
+            (_, true) => Verb::Watch,
+            (Some(_), false) => Verb::Get,
+            (None, false) => Verb::List,
+        },
+        Method::POST => Verb::Create,
+        Method::PUT => Verb::Update,
+        Method::PATCH => Verb::Patch,
+        Method::DELETE if name.is_some() => Verb::Delete,
+        Method::DELETE => Verb::DeleteCollection,
+        _ => return non_resource(),
+    };
+    RequestInfo::Resource(ResourceRequest {
+        verb,
+        group: group.to_owned(),
+        version: version.to_owned(),
+        namespace,
+        resource: resource.to_string(),
+        name,
+        subresource,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(
+        verb: Verb,
+        group: &str,
+        ns: Option<&str>,
+        resource: &str,
+        name: Option<&str>,
+        sub: Option<&str>,
+    ) -> RequestInfo {
+        RequestInfo::Resource(ResourceRequest {
+            verb,
+            group: group.into(),
+            version: if group.is_empty() { "v1".into() } else { "v1".into() },
+            namespace: ns.map(Into::into),
+            resource: resource.into(),
+            name: name.map(Into::into),
+            subresource: sub.map(Into::into),
+        })
+    }
+
+    #[test]
+    fn every_path_form_parses_like_upstream() {
+        use Verb::*;
+        let g = Method::GET;
+        let table: Vec<(Method, &str, Option<&str>, RequestInfo)> = vec![
+            (g.clone(), "/api/v1/pods", None, res(List, "", None, "pods", None, None)),
+            (g.clone(), "/api/v1/namespaces/default/pods", None, res(List, "", Some("default"), "pods", None, None)),
+            (g.clone(), "/api/v1/namespaces/default/pods/web", None, res(Get, "", Some("default"), "pods", Some("web"), None)),
+            (g.clone(), "/api/v1/namespaces/default/pods/web/log", None, res(Get, "", Some("default"), "pods", Some("web"), Some("log"))),
+            (g.clone(), "/api/v1/namespaces/default/pods", Some("watch=1"), res(Watch, "", Some("default"), "pods", None, None)),
+            (g.clone(), "/api/v1/watch/namespaces/default/pods", None, res(Watch, "", Some("default"), "pods", None, None)),
+            (g.clone(), "/api/v1/namespaces/kube-system", None, res(Get, "", None, "namespaces", Some("kube-system"), None)),
+            (Method::PUT, "/api/v1/namespaces/x/finalize", None, res(Update, "", None, "namespaces", Some("x"), Some("finalize"))),
+            (Method::PUT, "/api/v1/namespaces/x/status", None, res(Update, "", None, "namespaces", Some("x"), Some("status"))),
+            (g.clone(), "/api/v1/namespaces", None, res(List, "", None, "namespaces", None, None)),
+            (Method::POST, "/apis/apps/v1/namespaces/ns/deployments", None, res(Create, "apps", Some("ns"), "deployments", None, None)),
+            (Method::PATCH, "/apis/apps/v1/namespaces/ns/deployments/d/scale", None, res(Patch, "apps", Some("ns"), "deployments", Some("d"), Some("scale"))),
+            (Method::DELETE, "/apis/apps/v1/namespaces/ns/deployments", None, res(DeleteCollection, "apps", Some("ns"), "deployments", None, None)),
+            (Method::DELETE, "/api/v1/nodes/n1", None, res(Delete, "", None, "nodes", Some("n1"), None)),
+            (g.clone(), "/apis/apps/v1/deployments", Some("watch=true&labelSelector=a%3Db"), res(Watch, "apps", None, "deployments", None, None)),
+        ];
+        for (method, path, query, want) in table {
+            assert_eq!(parse(&method, path, query), want, "{method} {path}?{query:?}");
+        }
+        for path in ["/version", "/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/openapi/v2", "/healthz"] {
+            assert!(matches!(parse(&g, path, None), RequestInfo::NonResource { .. }), "{path}");
+        }
+    }
+
+    #[test]
+    fn watch_query_values_follow_upstream() {
+        assert!(wants_watch(Some("watch=1")));
+        assert!(wants_watch(Some("limit=5&watch=true")));
+        assert!(!wants_watch(Some("watch=false")));
+        assert!(!wants_watch(Some("watch=0")));
+        assert!(!wants_watch(None));
+    }
+}
