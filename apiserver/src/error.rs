@@ -129,21 +129,32 @@ impl ApiError {
     }
     /// 404 NotFound for an object.
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(group, resource)))
-            .with_details(group, resource, name)
+        Self::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, resource)),
+        )
+        .with_details(group, resource, name)
     }
     /// 404 NotFound for a path that names no resource.
     pub fn no_route(path: &str) -> Self {
         let _ = path;
-        Self::new(404, "NotFound", "the server could not find the requested resource")
-            .with_details("", "", "")
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details("", "", "")
     }
     /// 405 MethodNotAllowed.
     pub fn method_not_supported(group: &str, resource: &str, verb: &str) -> Self {
         Self::new(
             405,
             "MethodNotAllowed",
-            format!("{verb} is not supported on resources of kind \"{}\"", qualified(group, resource)),
+            format!(
+                "{verb} is not supported on resources of kind \"{}\"",
+                qualified(group, resource)
+            ),
         )
     }
     /// 406 NotAcceptable.
@@ -164,7 +175,10 @@ impl ApiError {
         Self::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(group, resource)),
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, resource)
+            ),
         )
         .with_details(group, resource, name)
     }
@@ -194,7 +208,9 @@ impl ApiError {
         Self::new(
             415,
             "UnsupportedMediaType",
-            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"),
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"
+            ),
         )
     }
     /// 422 Invalid with field causes.
@@ -211,13 +227,21 @@ impl ApiError {
     }
     /// 429 TooManyRequests.
     pub fn too_many_requests(retry_after: u64) -> Self {
-        let mut e = Self::new(429, "TooManyRequests", "Too many requests, please try again later.");
+        let mut e = Self::new(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        );
         e.retry_after = Some(retry_after);
         e
     }
     /// 500 InternalError.
     pub fn internal(err: impl std::fmt::Display) -> Self {
-        Self::new(500, "InternalError", format!("Internal error occurred: {err}"))
+        Self::new(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {err}"),
+        )
     }
     /// 503 ServiceUnavailable.
     pub fn unavailable(message: impl Into<String>) -> Self {
@@ -262,10 +286,13 @@ impl IntoResponse for ApiError {
             body,
         )
             .into_response();
-        resp.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if let Some(r) = self.retry_after {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(r));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(r));
         }
         resp
     }
@@ -275,7 +302,10 @@ impl From<minik8s_storage::Error> for ApiError {
     fn from(e: minik8s_storage::Error) -> Self {
         use minik8s_storage::Error as S;
         match e {
-            S::Compacted { requested, compacted } => ApiError::expired(format!(
+            S::Compacted {
+                requested,
+                compacted,
+            } => ApiError::expired(format!(
                 "too old resource version: {requested} ({compacted})"
             )),
             S::FutureRevision { requested, .. } => ApiError::new(

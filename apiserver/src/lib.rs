@@ -1,1 +1,168 @@
-//! minik8s apiserver: Kubernetes REST and watch over HTTPS on the storage layer (filled by the apiserver issue).
+//! minik8s apiserver: Kubernetes REST and watch semantics over HTTPS on the storage layer.
+//!
+//! One generic pipeline serves every resource (`handlers`): the request is parsed into a
+//! [`request::RequestInfo`], its resource looked up in the [`registry::Registry`], the user
+//! authenticated and authorized (`auth`), and the verb's handler runs against the
+//! [`minik8s_storage::Store`]. Discovery, OpenAPI and Table output are generated from the
+//! same registry rows.
+
+pub mod alloc;
+pub mod auth;
+mod bootstrap;
+pub mod defaults;
+mod discovery;
+pub mod error;
+mod handlers;
+pub mod object;
+mod openapi;
+pub mod patch;
+pub mod registry;
+pub mod request;
+mod server;
+pub mod table;
+pub mod validation;
+
+use axum::Router;
+use minik8s_storage::{Endpoint, Storage};
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Everything the apiserver needs to start.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where the store is.
+    pub storage: Endpoint,
+    /// Address to listen on (port 0 picks a free one).
+    pub listen: SocketAddr,
+    /// Address clients reach the server at (for the `kubernetes` Service's Endpoints).
+    pub advertise: Option<String>,
+    /// Serving certificate (PEM).
+    pub tls_cert: PathBuf,
+    /// Serving key (PEM).
+    pub tls_key: PathBuf,
+    /// CA that signs client certificates (PEM).
+    pub client_ca: PathBuf,
+    /// Static bearer tokens (`token,user,uid,"groups"`), if any.
+    pub token_file: Option<PathBuf>,
+    /// ClusterIP range.
+    pub service_cidr: String,
+    /// NodePort range.
+    pub node_ports: RangeInclusive<u16>,
+}
+
+/// Why the apiserver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The store could not be opened.
+    #[error("opening the store")]
+    Storage(#[from] minik8s_storage::Error),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] server::TlsError),
+    /// The listen address could not be bound.
+    #[error("listening on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file could not be read.
+    #[error(transparent)]
+    Tokens(#[from] auth::TokenFileError),
+    /// The service ranges are invalid.
+    #[error(transparent)]
+    Range(#[from] alloc::RangeError),
+    /// Writing the built-in objects failed.
+    #[error("creating built-in objects: {0}")]
+    Bootstrap(error::ApiError),
+}
+
+/// The shared state of a running apiserver.
+pub struct Api {
+    /// The store.
+    pub store: Storage,
+    /// Served resources.
+    pub registry: registry::Registry,
+    /// Request authentication.
+    pub authn: auth::Authenticator,
+    /// ClusterIP and NodePort allocation.
+    pub alloc: alloc::Allocator,
+    /// `host:port` clients use.
+    pub advertise: String,
+    /// Cancelled when the server stops (ends watches).
+    pub shutdown: CancellationToken,
+    /// Long-lived request tasks (watches, connections).
+    pub tasks: TaskTracker,
+}
+
+/// The HTTP application: every request goes through the one dispatcher.
+pub fn app(api: Arc<Api>) -> Router {
+    Router::new().fallback(handlers::dispatch).with_state(api)
+}
+
+/// A started apiserver.
+pub struct Server {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// Its state.
+    pub api: Arc<Api>,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Waits until the server has stopped (after its shutdown token is cancelled), then
+    /// closes the store.
+    pub async fn wait(self) {
+        let _ = self.done.await;
+        self.api.tasks.close();
+        self.api.tasks.wait().await;
+        if let Err(e) = self.api.store.close().await {
+            tracing::warn!(error = %e, "closing the store");
+        }
+    }
+}
+
+/// Opens the store, writes the built-in objects, binds and starts serving; returns once ready.
+pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server, Error> {
+    let store = Storage::open(&config.storage).await?;
+    let tls = server::tls_config(&config.tls_cert, &config.tls_key, &config.client_ca)?;
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Bind {
+        addr: config.listen,
+        source,
+    })?;
+    let advertise = config.advertise.clone().unwrap_or_else(|| {
+        let ip = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            addr.ip().to_string()
+        };
+        format!("{ip}:{}", addr.port())
+    });
+    let api = Arc::new(Api {
+        store,
+        registry: registry::Registry::with_builtins(),
+        authn: auth::Authenticator::new(config.token_file.as_deref())?,
+        alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
+        advertise,
+        shutdown: shutdown.clone(),
+        tasks: TaskTracker::new(),
+    });
+    bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
+    let router = app(api.clone());
+    let tasks = api.tasks.clone();
+    let done = tokio::spawn(server::serve(listener, tls, router, shutdown, tasks));
+    tracing::info!(%addr, "apiserver ready");
+    Ok(Server { addr, api, done })
+}

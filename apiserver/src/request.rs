@@ -89,7 +89,11 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         verb: method.as_str().to_ascii_lowercase(),
         path: path.to_owned(),
     };
-    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
     let (group, version, mut rest) = match parts.as_slice() {
         ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
         ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
@@ -158,7 +162,11 @@ mod tests {
         RequestInfo::Resource(ResourceRequest {
             verb,
             group: group.into(),
-            version: if group.is_empty() { "v1".into() } else { "v1".into() },
+            version: if group.is_empty() {
+                "v1".into()
+            } else {
+                "v1".into()
+            },
             namespace: ns.map(Into::into),
             resource: resource.into(),
             name: name.map(Into::into),
@@ -171,27 +179,132 @@ mod tests {
         use Verb::*;
         let g = Method::GET;
         let table: Vec<(Method, &str, Option<&str>, RequestInfo)> = vec![
-            (g.clone(), "/api/v1/pods", None, res(List, "", None, "pods", None, None)),
-            (g.clone(), "/api/v1/namespaces/default/pods", None, res(List, "", Some("default"), "pods", None, None)),
-            (g.clone(), "/api/v1/namespaces/default/pods/web", None, res(Get, "", Some("default"), "pods", Some("web"), None)),
-            (g.clone(), "/api/v1/namespaces/default/pods/web/log", None, res(Get, "", Some("default"), "pods", Some("web"), Some("log"))),
-            (g.clone(), "/api/v1/namespaces/default/pods", Some("watch=1"), res(Watch, "", Some("default"), "pods", None, None)),
-            (g.clone(), "/api/v1/watch/namespaces/default/pods", None, res(Watch, "", Some("default"), "pods", None, None)),
-            (g.clone(), "/api/v1/namespaces/kube-system", None, res(Get, "", None, "namespaces", Some("kube-system"), None)),
-            (Method::PUT, "/api/v1/namespaces/x/finalize", None, res(Update, "", None, "namespaces", Some("x"), Some("finalize"))),
-            (Method::PUT, "/api/v1/namespaces/x/status", None, res(Update, "", None, "namespaces", Some("x"), Some("status"))),
-            (g.clone(), "/api/v1/namespaces", None, res(List, "", None, "namespaces", None, None)),
-            (Method::POST, "/apis/apps/v1/namespaces/ns/deployments", None, res(Create, "apps", Some("ns"), "deployments", None, None)),
-            (Method::PATCH, "/apis/apps/v1/namespaces/ns/deployments/d/scale", None, res(Patch, "apps", Some("ns"), "deployments", Some("d"), Some("scale"))),
-            (Method::DELETE, "/apis/apps/v1/namespaces/ns/deployments", None, res(DeleteCollection, "apps", Some("ns"), "deployments", None, None)),
-            (Method::DELETE, "/api/v1/nodes/n1", None, res(Delete, "", None, "nodes", Some("n1"), None)),
-            (g.clone(), "/apis/apps/v1/deployments", Some("watch=true&labelSelector=a%3Db"), res(Watch, "apps", None, "deployments", None, None)),
+            (
+                g.clone(),
+                "/api/v1/pods",
+                None,
+                res(List, "", None, "pods", None, None),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces/default/pods",
+                None,
+                res(List, "", Some("default"), "pods", None, None),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces/default/pods/web",
+                None,
+                res(Get, "", Some("default"), "pods", Some("web"), None),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces/default/pods/web/log",
+                None,
+                res(Get, "", Some("default"), "pods", Some("web"), Some("log")),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces/default/pods",
+                Some("watch=1"),
+                res(Watch, "", Some("default"), "pods", None, None),
+            ),
+            (
+                g.clone(),
+                "/api/v1/watch/namespaces/default/pods",
+                None,
+                res(Watch, "", Some("default"), "pods", None, None),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces/kube-system",
+                None,
+                res(Get, "", None, "namespaces", Some("kube-system"), None),
+            ),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/x/finalize",
+                None,
+                res(Update, "", None, "namespaces", Some("x"), Some("finalize")),
+            ),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/x/status",
+                None,
+                res(Update, "", None, "namespaces", Some("x"), Some("status")),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces",
+                None,
+                res(List, "", None, "namespaces", None, None),
+            ),
+            (
+                Method::POST,
+                "/apis/apps/v1/namespaces/ns/deployments",
+                None,
+                res(Create, "apps", Some("ns"), "deployments", None, None),
+            ),
+            (
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/ns/deployments/d/scale",
+                None,
+                res(
+                    Patch,
+                    "apps",
+                    Some("ns"),
+                    "deployments",
+                    Some("d"),
+                    Some("scale"),
+                ),
+            ),
+            (
+                Method::DELETE,
+                "/apis/apps/v1/namespaces/ns/deployments",
+                None,
+                res(
+                    DeleteCollection,
+                    "apps",
+                    Some("ns"),
+                    "deployments",
+                    None,
+                    None,
+                ),
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/nodes/n1",
+                None,
+                res(Delete, "", None, "nodes", Some("n1"), None),
+            ),
+            (
+                g.clone(),
+                "/apis/apps/v1/deployments",
+                Some("watch=true&labelSelector=a%3Db"),
+                res(Watch, "apps", None, "deployments", None, None),
+            ),
         ];
         for (method, path, query, want) in table {
-            assert_eq!(parse(&method, path, query), want, "{method} {path}?{query:?}");
+            assert_eq!(
+                parse(&method, path, query),
+                want,
+                "{method} {path}?{query:?}"
+            );
         }
-        for path in ["/version", "/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1", "/openapi/v2", "/healthz"] {
-            assert!(matches!(parse(&g, path, None), RequestInfo::NonResource { .. }), "{path}");
+        for path in [
+            "/version",
+            "/api",
+            "/api/v1",
+            "/apis",
+            "/apis/apps",
+            "/apis/apps/v1",
+            "/openapi/v2",
+            "/healthz",
+        ] {
+            assert!(
+                matches!(parse(&g, path, None), RequestInfo::NonResource { .. }),
+                "{path}"
+            );
         }
     }
 

@@ -1,10 +1,11 @@
-//! `minik8s`: the all-in-one binary. `minik8s pki init` writes the cluster CA, certificates and
-//! kubeconfigs; `minik8s up` (with the apiserver) runs a single-node cluster in one process.
+//! `minik8s`: the all-in-one binary. `minik8s up` runs a single-node cluster in the
+//! foreground; `minik8s pki init` writes the cluster CA, certificates and kubeconfigs.
 
 use clap::{Parser, Subcommand};
-use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
+use minik8s::UpConfig;
 use std::net::IpAddr;
 use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
 
 /// A small, real Kubernetes.
 #[derive(Parser, Debug)]
@@ -16,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Runs a single-node cluster in the foreground until SIGINT/SIGTERM.
+    Up(UpArgs),
     /// Certificates and kubeconfigs.
     Pki {
         #[command(subcommand)]
@@ -27,27 +30,53 @@ enum Command {
 enum PkiCommand {
     /// Creates the cluster CA (once), the apiserver's serving certificate, and a client
     /// certificate plus kubeconfig for the admin and each component.
-    Init(PkiArgs),
+    Init(UpArgs),
 }
 
-/// Where the PKI lives and how the apiserver is reached.
+/// Options of `up` (and `pki init`, which uses the same names and addresses).
 #[derive(clap::Args, Debug)]
-struct PkiArgs {
-    /// The cluster's data folder (certificates go to DIR/pki).
+struct UpArgs {
+    /// The cluster's data folder (PKI, store, admin kubeconfig).
     #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
     data_dir: PathBuf,
-    /// The apiserver URL written into the kubeconfigs.
-    #[arg(long, env = "MINIK8S_SERVER", default_value = "https://127.0.0.1:6443")]
-    server: String,
+    /// `embedded` (default, under DATA_DIR/store) or `etcd://HOST:PORT[,HOST:PORT…]`.
+    #[arg(long, env = "MINIK8S_STORAGE", default_value = "embedded")]
+    storage: String,
+    /// Address the apiserver listens on.
+    #[arg(long, env = "MINIK8S_BIND", default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Port the apiserver listens on.
+    #[arg(long, env = "MINIK8S_PORT", default_value_t = 6443)]
+    port: u16,
     /// Extra DNS names for the serving certificate.
     #[arg(long = "host", env = "MINIK8S_HOSTS", value_delimiter = ',')]
     hosts: Vec<String>,
     /// Extra IP addresses for the serving certificate.
     #[arg(long = "ip", env = "MINIK8S_IPS", value_delimiter = ',')]
     ips: Vec<IpAddr>,
-    /// The node name of this machine's kubelet identity.
+    /// This machine's node name.
     #[arg(long, env = "MINIK8S_NODE_NAME", default_value = "minik8s-node")]
     node_name: String,
+}
+
+impl TryFrom<UpArgs> for UpConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(a: UpArgs) -> anyhow::Result<Self> {
+        let storage = match a.storage.as_str() {
+            "embedded" => None,
+            other => Some(other.parse()?),
+        };
+        Ok(UpConfig {
+            data_dir: a.data_dir,
+            storage,
+            bind: a.bind,
+            port: a.port,
+            hosts: a.hosts,
+            ips: a.ips,
+            node_name: a.node_name,
+        })
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,25 +89,39 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Pki {
             command: PkiCommand::Init(args),
-        } => pki_init(args),
+        } => {
+            let cfg = UpConfig::try_from(args)?;
+            let (_, admin) = minik8s::init_pki(&cfg)?;
+            let link = cfg.data_dir.join("admin.kubeconfig");
+            std::fs::copy(&admin, &link)?;
+            println!("export KUBECONFIG={}", link.display());
+            Ok(())
+        }
+        Command::Up(args) => {
+            let cfg = UpConfig::try_from(args)?;
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(async move {
+                let shutdown = CancellationToken::new();
+                let signals = shutdown.clone();
+                tokio::spawn(async move {
+                    let mut term =
+                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                            .expect("SIGTERM handler");
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                    tracing::info!("shutting down");
+                    signals.cancel();
+                });
+                minik8s::up(cfg, shutdown, |kubeconfig| {
+                    println!("minik8s is up. Point kubectl at it with:");
+                    println!("export KUBECONFIG={}", kubeconfig.display());
+                    println!("kubectl get namespaces");
+                })
+                .await
+            })?;
+            Ok(())
+        }
     }
-}
-
-fn pki_init(args: PkiArgs) -> anyhow::Result<()> {
-    let pki = Pki::init(PkiOptions {
-        dir: args.data_dir.join("pki"),
-        cluster_name: "minik8s".into(),
-        server: args.server,
-        hostnames: args.hosts,
-        ips: args.ips,
-    })?;
-    pki.issue_serving_cert()?;
-    for id in Identity::components(&args.node_name) {
-        pki.ensure_identity(&id)?;
-    }
-    let admin = pki.ensure_identity(&Identity::admin())?;
-    let link = args.data_dir.join("admin.kubeconfig");
-    std::fs::copy(&admin, &link)?;
-    println!("export KUBECONFIG={}", link.display());
-    Ok(())
 }

@@ -1,0 +1,63 @@
+//! Objects every cluster has from the start: the `default`, `kube-system`, `kube-public` and
+//! `kube-node-lease` namespaces and the `kubernetes` Service with its Endpoints.
+
+use crate::Api;
+use crate::error::ApiResult;
+use crate::object;
+use minik8s_storage::Store;
+use serde_json::{Value, json};
+
+async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
+    if api.store.get(key).await?.is_some() {
+        return Ok(());
+    }
+    let m = object::meta_mut(&mut obj);
+    m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    m.insert("creationTimestamp".into(), json!(object::now()));
+    match api.store.create(key, object::to_store(&mut obj)).await {
+        Ok(_) | Err(minik8s_storage::Error::AlreadyExists { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Creates the built-in namespaces and the `kubernetes` Service if they are missing.
+pub async fn run(api: &Api) -> ApiResult<()> {
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let obj = json!({
+            "kind": "Namespace", "apiVersion": "v1",
+            "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}},
+            "spec": {"finalizers": ["kubernetes"]},
+            "status": {"phase": "Active"},
+        });
+        ensure(api, &format!("/registry/core/namespaces/{ns}"), obj).await?;
+    }
+    let ip = api.alloc.first_ip().to_string();
+    let (host, port) = api
+        .advertise
+        .rsplit_once(':')
+        .map(|(h, p)| {
+            (
+                h.trim_matches(['[', ']']).to_owned(),
+                p.parse::<u16>().unwrap_or(6443),
+            )
+        })
+        .unwrap_or_else(|| (api.advertise.clone(), 6443));
+    let svc = json!({
+        "kind": "Service", "apiVersion": "v1",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip], "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack", "sessionAffinity": "None", "internalTrafficPolicy": "Cluster",
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}]},
+        "status": {"loadBalancer": {}},
+    });
+    ensure(api, "/registry/core/services/default/kubernetes", svc).await?;
+    let ep = json!({
+        "kind": "Endpoints", "apiVersion": "v1",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+        "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+    });
+    ensure(api, "/registry/core/endpoints/default/kubernetes", ep).await?;
+    Ok(())
+}

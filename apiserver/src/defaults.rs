@@ -1,0 +1,203 @@
+//! Defaulting of built-in kinds as upstream does it on create and update (the values a user
+//! sees in `kubectl get -o yaml` without having written them).
+
+use serde_json::{Value, json};
+
+fn set_default(obj: &mut Value, key: &str, value: Value) {
+    if let Some(m) = obj.as_object_mut()
+        && m.get(key).is_none_or(Value::is_null)
+    {
+        m.insert(key.to_owned(), value);
+    }
+}
+
+fn child<'a>(obj: &'a mut Value, key: &str) -> &'a mut Value {
+    set_default(obj, key, json!({}));
+    &mut obj[key]
+}
+
+fn image_pull_policy(image: &str) -> &'static str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    let tag = if last.contains('@') {
+        None
+    } else {
+        last.split_once(':').map(|(_, t)| t)
+    };
+    match tag {
+        None | Some("latest") if !last.contains('@') => "Always",
+        _ => "IfNotPresent",
+    }
+}
+
+/// Defaults of a pod spec (also inside templates).
+pub fn pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "securityContext", json!({}));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    for key in ["containers", "initContainers"] {
+        if let Some(cs) = spec.get_mut(key).and_then(Value::as_array_mut) {
+            for c in cs {
+                let image = c
+                    .get("image")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                set_default(c, "imagePullPolicy", json!(image_pull_policy(&image)));
+                set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
+                set_default(c, "terminationMessagePolicy", json!("File"));
+                set_default(c, "resources", json!({}));
+                if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+                    for p in ports {
+                        set_default(p, "protocol", json!("TCP"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn template(obj: &mut Value) {
+    if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
+        pod_spec(spec);
+    }
+}
+
+/// Applies the defaults of `kind` (group-qualified by `group`) to an object.
+pub fn apply(group: &str, kind: &str, obj: &mut Value) {
+    match (group, kind) {
+        ("", "Pod") => {
+            let spec = child(obj, "spec");
+            pod_spec(spec);
+            set_default(spec, "serviceAccountName", json!("default"));
+            set_default(spec, "enableServiceLinks", json!(true));
+            set_default(spec, "priority", json!(0));
+        }
+        ("", "Service") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "type", json!("ClusterIP"));
+            set_default(spec, "sessionAffinity", json!("None"));
+            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
+                for p in ports {
+                    set_default(p, "protocol", json!("TCP"));
+                    let port = p.get("port").cloned().unwrap_or(Value::Null);
+                    set_default(p, "targetPort", port);
+                }
+            }
+            if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+                set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+            }
+        }
+        ("", "Secret") => set_default(obj, "type", json!("Opaque")),
+        ("", "Namespace") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "finalizers", json!(["kubernetes"]));
+        }
+        ("", "ReplicationController") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "replicas", json!(1));
+            template(obj);
+        }
+        ("apps", "Deployment") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "progressDeadlineSeconds", json!(600));
+            let strategy = child(spec, "strategy");
+            set_default(strategy, "type", json!("RollingUpdate"));
+            if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+                let ru = child(strategy, "rollingUpdate");
+                set_default(ru, "maxSurge", json!("25%"));
+                set_default(ru, "maxUnavailable", json!("25%"));
+            }
+            template(obj);
+        }
+        ("apps", "ReplicaSet") => {
+            set_default(child(obj, "spec"), "replicas", json!(1));
+            template(obj);
+        }
+        ("apps", "StatefulSet") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(
+                spec,
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
+            template(obj);
+        }
+        ("apps", "DaemonSet") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(
+                spec,
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
+            );
+            template(obj);
+        }
+        ("batch", "Job") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "parallelism", json!(1));
+            set_default(spec, "backoffLimit", json!(6));
+            set_default(spec, "completionMode", json!("NonIndexed"));
+            set_default(spec, "suspend", json!(false));
+            if let Some(t) = obj.pointer_mut("/spec/template/spec") {
+                pod_spec(t);
+            }
+            if obj.pointer("/spec/completions").is_none() {
+                let p = obj
+                    .pointer("/spec/parallelism")
+                    .cloned()
+                    .unwrap_or(json!(1));
+                if obj.pointer("/spec/parallelism") == Some(&json!(1)) {
+                    obj["spec"]["completions"] = p;
+                }
+            }
+        }
+        ("batch", "CronJob") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "concurrencyPolicy", json!("Allow"));
+            set_default(spec, "suspend", json!(false));
+            set_default(spec, "successfulJobsHistoryLimit", json!(3));
+            set_default(spec, "failedJobsHistoryLimit", json!(1));
+            if let Some(t) = obj.pointer_mut("/spec/jobTemplate/spec/template/spec") {
+                pod_spec(t);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_pull_policy_follows_the_tag() {
+        assert_eq!(image_pull_policy("busybox"), "Always");
+        assert_eq!(image_pull_policy("busybox:latest"), "Always");
+        assert_eq!(image_pull_policy("busybox:1.36"), "IfNotPresent");
+        assert_eq!(image_pull_policy("localhost:5000/web"), "Always");
+        assert_eq!(image_pull_policy("localhost:5000/web:v2"), "IfNotPresent");
+        assert_eq!(image_pull_policy("x@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn deployments_get_upstream_defaults() {
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}]}}}});
+        apply("apps", "Deployment", &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        let c = &d["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
+    }
+}

@@ -1,0 +1,280 @@
+//! Non-resource endpoints: version, health, and API discovery (plain and aggregated v2),
+//! all generated from the registry; OpenAPI is delegated to `openapi`.
+
+use crate::Api;
+use crate::error::{ApiError, ApiResult};
+use crate::registry::ResourceInfo;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// The Kubernetes version this server speaks.
+pub const KUBE_MINOR: &str = "33";
+
+const VERBS: [&str; 8] = [
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+fn json_ok(v: &Value) -> Response {
+    super::handlers::json_response(StatusCode::OK, v, &[])
+}
+
+/// Serves `path` if it is a non-resource endpoint.
+pub fn serve(api: &Arc<Api>, path: &str, headers: &HeaderMap) -> ApiResult<Response> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .unwrap_or("");
+    let aggregated = accept
+        .split(',')
+        .find(|a| a.contains("as=APIGroupDiscoveryList"))
+        .map(|a| {
+            if a.contains("v=v2beta1") {
+                "v2beta1"
+            } else {
+                "v2"
+            }
+        })
+        .filter(|_| {
+            accept
+                .split(',')
+                .next()
+                .is_some_and(|a| a.contains("as=APIGroupDiscoveryList"))
+        });
+    let parts: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    match parts.as_slice() {
+        ["version"] => Ok(json_ok(&version())),
+        ["healthz" | "livez" | "readyz", ..] => Ok((
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "ok",
+        )
+            .into_response()),
+        ["api"] => match aggregated {
+            Some(v) => Ok(aggregated_response(v, &aggregated_list(api, true, v))),
+            None => Ok(json_ok(&json!({
+                "kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": api.advertise.clone()}],
+            }))),
+        },
+        ["apis"] => match aggregated {
+            Some(v) => Ok(aggregated_response(v, &aggregated_list(api, false, v))),
+            None => Ok(json_ok(&group_list(api))),
+        },
+        ["apis", group] => group_list(api)["groups"]
+            .as_array()
+            .and_then(|gs| gs.iter().find(|g| g["name"] == *group))
+            .map(|g| {
+                let mut g = g.clone();
+                g["kind"] = json!("APIGroup");
+                g["apiVersion"] = json!("v1");
+                json_ok(&g)
+            })
+            .ok_or_else(|| ApiError::no_route(path)),
+        ["api", version] => resource_list(api, "", version, path),
+        ["apis", group, version] => resource_list(api, group, version, path),
+        ["openapi", ..] => crate::openapi::serve(api, &parts[1..], headers),
+        _ => Err(ApiError::no_route(path)),
+    }
+}
+
+/// `/version`.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": KUBE_MINOR,
+        "emulationMajor": "1",
+        "emulationMinor": KUBE_MINOR,
+        "gitVersion": format!("v1.{KUBE_MINOR}.0-minik8s"),
+        "gitCommit": env!("CARGO_PKG_VERSION"),
+        "gitTreeState": "clean",
+        "buildDate": "2026-11-22T00:00:00Z",
+        "goVersion": "rustc",
+        "compiler": "rustc",
+        "platform": "linux/amd64",
+    })
+}
+
+fn group_list(api: &Arc<Api>) -> Value {
+    let groups: Vec<Value> = api
+        .registry
+        .groups()
+        .into_iter()
+        .filter(|(g, _)| !g.is_empty())
+        .map(|(name, versions)| {
+            let gv = |v: &String| json!({"groupVersion": format!("{name}/{v}"), "version": v});
+            json!({
+                "name": name,
+                "versions": versions.iter().map(gv).collect::<Vec<_>>(),
+                "preferredVersion": gv(&versions[0]),
+            })
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn subresource_kind(res: &ResourceInfo, sub: &str) -> (String, String, String, Vec<&'static str>) {
+    match sub {
+        "scale" => (
+            "autoscaling".into(),
+            "v1".into(),
+            "Scale".into(),
+            vec!["get", "patch", "update"],
+        ),
+        "status" => (
+            res.group.clone(),
+            res.version.clone(),
+            res.kind.clone(),
+            vec!["get", "patch", "update"],
+        ),
+        "binding" => ("".into(), "v1".into(), "Binding".into(), vec!["create"]),
+        "eviction" => (
+            "policy".into(),
+            "v1".into(),
+            "Eviction".into(),
+            vec!["create"],
+        ),
+        "token" => (
+            "authentication.k8s.io".into(),
+            "v1".into(),
+            "TokenRequest".into(),
+            vec!["create"],
+        ),
+        "finalize" => (
+            res.group.clone(),
+            res.version.clone(),
+            res.kind.clone(),
+            vec!["update"],
+        ),
+        "log" => ("".into(), "v1".into(), "Pod".into(), vec!["get"]),
+        "exec" | "attach" | "portforward" => (
+            "".into(),
+            "v1".into(),
+            "PodExecOptions".into(),
+            vec!["create", "get"],
+        ),
+        "proxy" => (
+            "".into(),
+            "v1".into(),
+            res.kind.clone() + "ProxyOptions",
+            vec!["create", "delete", "get", "patch", "update"],
+        ),
+        "ephemeralcontainers" => (
+            "".into(),
+            "v1".into(),
+            "Pod".into(),
+            vec!["get", "patch", "update"],
+        ),
+        _ => (
+            res.group.clone(),
+            res.version.clone(),
+            res.kind.clone(),
+            vec!["get"],
+        ),
+    }
+}
+
+fn resource_list(api: &Arc<Api>, group: &str, version: &str, path: &str) -> ApiResult<Response> {
+    let mut resources = Vec::new();
+    for res in api
+        .registry
+        .all()
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        resources.push(json!({
+            "name": res.plural, "singularName": res.singular, "namespaced": res.namespaced,
+            "kind": res.kind, "verbs": VERBS, "shortNames": res.short_names, "categories": res.categories,
+            "storageVersionHash": "",
+        }));
+        for sub in res.subresources() {
+            let (g, v, k, verbs) = subresource_kind(res, &sub);
+            let mut entry = json!({"name": format!("{}/{sub}", res.plural), "singularName": "", "namespaced": res.namespaced, "kind": k, "verbs": verbs});
+            if g != res.group || v != res.version {
+                entry["group"] = json!(g);
+                entry["version"] = json!(v);
+            }
+            resources.push(entry);
+        }
+    }
+    if resources.is_empty() {
+        return Err(ApiError::no_route(path));
+    }
+    let gv = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    Ok(json_ok(
+        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
+    ))
+}
+
+fn aggregated_list(api: &Arc<Api>, core: bool, v: &str) -> Value {
+    let mut items = Vec::new();
+    for (group, versions) in api.registry.groups() {
+        if group.is_empty() != core {
+            continue;
+        }
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|version| {
+                let resources: Vec<Value> = api
+                    .registry
+                    .all()
+                    .iter()
+                    .filter(|r| r.group == group && &r.version == version)
+                    .map(|res| {
+                        let subs: Vec<Value> = res
+                            .subresources()
+                            .iter()
+                            .map(|sub| {
+                                let (g, v, k, verbs) = subresource_kind(res, sub);
+                                json!({"subresource": sub, "responseKind": {"group": g, "version": v, "kind": k}, "verbs": verbs})
+                            })
+                            .collect();
+                        json!({
+                            "resource": res.plural,
+                            "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
+                            "scope": if res.namespaced { "Namespaced" } else { "Cluster" },
+                            "singularResource": res.singular,
+                            "verbs": VERBS,
+                            "shortNames": res.short_names,
+                            "categories": res.categories,
+                            "subresources": subs,
+                        })
+                    })
+                    .collect();
+                json!({"version": version, "resources": resources, "freshness": "Current"})
+            })
+            .collect();
+        items.push(
+            json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions}),
+        );
+    }
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{v}"), "metadata": {}, "items": items})
+}
+
+fn aggregated_response(v: &str, body: &Value) -> Response {
+    let mut resp = json_ok(body);
+    let ct = format!("application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList");
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&ct).expect("header"),
+    );
+    resp.headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+    resp
+}

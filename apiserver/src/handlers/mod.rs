@@ -1,0 +1,175 @@
+//! The one request pipeline: authenticate → parse into a `RequestInfo` → look the resource up
+//! in the registry → authorize → the generic handler of the verb. No handler names a kind.
+
+mod params;
+mod read;
+mod subresource;
+mod write;
+
+pub use params::{FieldValidation, Params};
+
+use crate::Api;
+use crate::auth::User;
+use crate::error::{ApiError, ApiResult};
+use crate::registry::ResourceInfo;
+use crate::request::{self, RequestInfo, ResourceRequest, Verb};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Largest request body accepted (upstream's limit is 3 MiB for most requests).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Everything a verb handler needs about one request.
+pub struct Ctx {
+    /// The server.
+    pub api: Arc<Api>,
+    /// The resource's registry row.
+    pub res: Arc<ResourceInfo>,
+    /// The parsed request.
+    pub req: ResourceRequest,
+    /// Its query parameters.
+    pub params: Params,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Who is asking.
+    pub user: User,
+}
+
+impl Ctx {
+    /// The object name from the path (handlers that need one are only called with one).
+    pub fn name(&self) -> &str {
+        self.req.name.as_deref().unwrap_or_default()
+    }
+
+    /// The namespace of the request, for namespaced resources.
+    pub fn namespace(&self) -> Option<&str> {
+        if self.res.namespaced {
+            self.req.namespace.as_deref()
+        } else {
+            None
+        }
+    }
+
+    /// The storage key of the object the path names.
+    pub fn key(&self) -> String {
+        self.res.key(self.namespace(), self.name())
+    }
+
+    /// Whether the client asked for Table output.
+    pub fn wants_table(&self) -> bool {
+        self.headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok())
+            .is_some_and(|a| {
+                a.split(',')
+                    .next()
+                    .is_some_and(|first| first.contains("as=Table"))
+            })
+    }
+}
+
+/// The axum fallback that serves every request.
+pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let resp = match handle(api, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    };
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
+    resp
+}
+
+async fn handle(api: Arc<Api>, req: Request) -> ApiResult<Response> {
+    let (parts, body) = req.into_parts();
+    let user = api.authn.authenticate(&parts)?;
+    match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
+        RequestInfo::NonResource { path, .. } => {
+            crate::discovery::serve(&api, &path, &parts.headers)
+        }
+        RequestInfo::Resource(req) => {
+            let res = api
+                .registry
+                .lookup(&req.group, &req.version, &req.resource)?;
+            // Scope must match the path: no namespace for cluster-scoped objects, and a
+            // namespace for named namespaced objects.
+            if (!res.namespaced && req.namespace.is_some())
+                || (res.namespaced && req.namespace.is_none() && req.name.is_some())
+            {
+                return Err(ApiError::no_route(parts.uri.path()));
+            }
+            if let Some(sub) = &req.subresource
+                && !res.subresources().contains(sub)
+            {
+                return Err(ApiError::no_route(parts.uri.path()));
+            }
+            crate::auth::authorize(&user, &req)?;
+            let params = Params::parse(parts.uri.query())?;
+            let ctx = Ctx {
+                api,
+                res,
+                req,
+                params,
+                headers: parts.headers,
+                user,
+            };
+            route(ctx, body).await
+        }
+    }
+}
+
+async fn route(ctx: Ctx, body: Body) -> ApiResult<Response> {
+    let sub = ctx.req.subresource.clone();
+    match (ctx.req.verb, sub.as_deref()) {
+        (Verb::Get, None) => read::get(ctx).await,
+        (Verb::List, None) => read::list(ctx).await,
+        (Verb::Watch, None) => read::watch(ctx).await,
+        (Verb::Create, None) => write::create(ctx, read_body(body).await?).await,
+        (Verb::Update, None) => write::update(ctx, read_body(body).await?).await,
+        (Verb::Patch, None) => write::patch(ctx, read_body(body).await?).await,
+        (Verb::Delete, None) => write::delete(ctx, read_body(body).await?).await,
+        (Verb::DeleteCollection, None) => {
+            write::delete_collection(ctx, read_body(body).await?).await
+        }
+        (_, Some(sub)) => {
+            let sub = sub.to_owned();
+            subresource::handle(ctx, &sub, read_body(body).await?).await
+        }
+    }
+}
+
+/// Reads a request body up to [`MAX_BODY`]; larger bodies are 413.
+pub async fn read_body(body: Body) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, MAX_BODY)
+        .await
+        .map_err(|_| ApiError::too_large(MAX_BODY))
+}
+
+/// A JSON response with a status code and optional `Warning` headers.
+pub fn json_response(status: StatusCode, value: &Value, warnings: &[String]) -> Response {
+    let body = serde_json::to_vec(value).expect("JSON serializes");
+    raw_json(status, body, warnings)
+}
+
+/// A response from already-serialized JSON.
+pub fn raw_json(status: StatusCode, body: Vec<u8>, warnings: &[String]) -> Response {
+    let mut resp = (status, body).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            h.append(header::WARNING, v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,136 @@
+//! Query parameters of resource requests, parsed once into a typed struct.
+
+use crate::error::{ApiError, ApiResult};
+use std::collections::HashMap;
+
+/// `fieldValidation`: what to do with unknown or duplicate fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and say so in a `Warning` header (the default).
+    #[default]
+    Warn,
+    /// Reject the request with 400.
+    Strict,
+}
+
+/// Every query parameter the resource handlers read.
+#[derive(Clone, Debug, Default)]
+pub struct Params {
+    /// `labelSelector`.
+    pub label_selector: Option<String>,
+    /// `fieldSelector`.
+    pub field_selector: Option<String>,
+    /// `limit` (0: none).
+    pub limit: usize,
+    /// `continue`.
+    pub continue_token: Option<String>,
+    /// `resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `resourceVersionMatch`.
+    pub resource_version_match: Option<String>,
+    /// `timeoutSeconds`.
+    pub timeout_seconds: Option<u64>,
+    /// `allowWatchBookmarks`.
+    pub allow_watch_bookmarks: bool,
+    /// `sendInitialEvents`.
+    pub send_initial_events: Option<bool>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// `fieldManager`.
+    pub field_manager: Option<String>,
+    /// `fieldValidation`.
+    pub field_validation: FieldValidation,
+    /// `force` (server-side apply).
+    pub force: bool,
+    /// `propagationPolicy`.
+    pub propagation_policy: Option<String>,
+    /// `gracePeriodSeconds`.
+    pub grace_period_seconds: Option<i64>,
+    /// `includeObject` for Table output (`None`, `Metadata`, `Object`).
+    pub include_object: Option<String>,
+}
+
+fn truthy(v: &str) -> bool {
+    matches!(v, "true" | "1" | "True" | "TRUE")
+}
+
+impl Params {
+    /// Parses a query string.
+    pub fn parse(query: Option<&str>) -> ApiResult<Self> {
+        let map: HashMap<String, String> = match query {
+            Some(q) => serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+                .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?
+                .into_iter()
+                .collect(),
+            None => HashMap::new(),
+        };
+        let num = |k: &str| -> ApiResult<Option<i64>> {
+            map.get(k)
+                .filter(|v| !v.is_empty())
+                .map(|v| {
+                    v.parse::<i64>()
+                        .map_err(|_| ApiError::bad_request(format!("invalid value for {k}: {v:?}")))
+                })
+                .transpose()
+        };
+        let field_validation = match map.get("fieldValidation").map(String::as_str) {
+            None | Some("") | Some("Warn") => FieldValidation::Warn,
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {other:?}"
+                )));
+            }
+        };
+        let dry_run = match map.get("dryRun").map(String::as_str) {
+            None | Some("") => false,
+            Some("All") => true,
+            Some(other) => {
+                return Err(ApiError::bad_request(format!(
+                    "Invalid dry run value: {other:?}"
+                )));
+            }
+        };
+        Ok(Params {
+            label_selector: map.get("labelSelector").cloned().filter(|s| !s.is_empty()),
+            field_selector: map.get("fieldSelector").cloned().filter(|s| !s.is_empty()),
+            limit: num("limit")?.unwrap_or(0).max(0) as usize,
+            continue_token: map.get("continue").cloned().filter(|s| !s.is_empty()),
+            resource_version: map
+                .get("resourceVersion")
+                .cloned()
+                .filter(|s| !s.is_empty()),
+            resource_version_match: map
+                .get("resourceVersionMatch")
+                .cloned()
+                .filter(|s| !s.is_empty()),
+            timeout_seconds: num("timeoutSeconds")?.map(|t| t.max(0) as u64),
+            allow_watch_bookmarks: map.get("allowWatchBookmarks").is_some_and(|v| truthy(v)),
+            send_initial_events: map.get("sendInitialEvents").map(|v| truthy(v)),
+            dry_run,
+            field_manager: map.get("fieldManager").cloned().filter(|s| !s.is_empty()),
+            field_validation,
+            force: map.get("force").is_some_and(|v| truthy(v)),
+            propagation_policy: map
+                .get("propagationPolicy")
+                .cloned()
+                .filter(|s| !s.is_empty()),
+            grace_period_seconds: num("gracePeriodSeconds")?,
+            include_object: map.get("includeObject").cloned(),
+        })
+    }
+
+    /// `resourceVersion` as a revision; "" and "0" are `None` (any / most recent).
+    pub fn revision(&self) -> ApiResult<Option<i64>> {
+        match self.resource_version.as_deref() {
+            None | Some("0") => Ok(None),
+            Some(rv) => rv
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}"))),
+        }
+    }
+}

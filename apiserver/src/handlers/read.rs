@@ -1,0 +1,421 @@
+//! GET, LIST and WATCH for every resource.
+
+use super::{Ctx, json_response, raw_json};
+use crate::error::{ApiError, ApiResult};
+use crate::object;
+use crate::registry::ResourceInfo;
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use futures::StreamExt;
+use minik8s_storage::{EventKind, RangeRequest, Store};
+use minik8s_types::{FieldSelector, LabelSelector};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// GET one object.
+pub async fn get(ctx: Ctx) -> ApiResult<Response> {
+    let kv = ctx
+        .api
+        .store
+        .get(&ctx.key())
+        .await?
+        .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
+    let obj = object::from_store(&kv)?;
+    if ctx.wants_table() {
+        let table = crate::table::table(
+            &ctx.res,
+            &[obj],
+            ctx.params.include_object.as_deref(),
+            None,
+            true,
+        );
+        return Ok(json_response(StatusCode::OK, &table, &[]));
+    }
+    Ok(json_response(StatusCode::OK, &obj, &[]))
+}
+
+/// Label and field selectors of a list or watch, checked against what the kind supports.
+pub struct Selectors {
+    label: LabelSelector,
+    field: FieldSelector,
+}
+
+impl Selectors {
+    /// Parses and checks the request's selectors.
+    pub fn from(ctx: &Ctx) -> ApiResult<Self> {
+        let label = LabelSelector::parse(ctx.params.label_selector.as_deref().unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?;
+        let field = FieldSelector::parse(ctx.params.field_selector.as_deref().unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        for f in field.fields() {
+            let ok = matches!(f, "metadata.name" | "metadata.namespace")
+                || ctx.res.field_selectors.iter().any(|s| s == f);
+            if !ok {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {f}"
+                )));
+            }
+        }
+        Ok(Selectors { label, field })
+    }
+
+    /// Whether everything matches (no selector given).
+    pub fn is_empty(&self) -> bool {
+        self.label.is_empty() && self.field.is_empty()
+    }
+
+    /// Whether an object matches both selectors.
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.label.matches_json(object::meta(obj).get("labels"))
+            && self.field.matches(|f| object::field_text(obj, f))
+    }
+}
+
+/// A continue token: the revision the list started at and the last key returned.
+fn encode_continue(rv: i64, last_key_suffix: &str) -> String {
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last_key_suffix});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+fn decode_continue(token: &str) -> ApiResult<(i64, String)> {
+    let bad = || {
+        ApiError::bad_request(
+            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        )
+    };
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    let rv = v.get("rv").and_then(Value::as_i64).ok_or_else(bad)?;
+    let start = v.get("start").and_then(Value::as_str).ok_or_else(bad)?;
+    if start.contains("..") || start.starts_with('/') {
+        return Err(bad());
+    }
+    Ok((rv, start.to_owned()))
+}
+
+/// The objects of one list page and what the list response's metadata needs.
+pub struct Page {
+    /// Matching objects.
+    pub items: Vec<Value>,
+    /// The revision the list was read at.
+    pub revision: i64,
+    /// A continue token when more may follow.
+    pub continue_token: Option<String>,
+}
+
+/// Reads a (page of a) list with selectors, limit and continue, at a consistent revision.
+pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
+    let prefix = ctx.res.scope_prefix(ctx.namespace());
+    let store = &ctx.api.store;
+    let (mut revision, mut start_after) = match &ctx.params.continue_token {
+        Some(token) => {
+            if ctx.params.resource_version.is_some() {
+                return Err(ApiError::bad_request(
+                    "specifying resource version is not allowed when using continue",
+                ));
+            }
+            let (rv, start) = decode_continue(token)?;
+            (rv, Some(format!("{prefix}{start}")))
+        }
+        None => {
+            let rv = ctx.params.revision()?;
+            match (rv, ctx.params.resource_version_match.as_deref()) {
+                (Some(rv), Some("Exact")) => (rv, None),
+                (Some(rv), _) => {
+                    let current = store.current_revision().await?;
+                    if rv > current {
+                        return Err(ApiError::from(minik8s_storage::Error::FutureRevision {
+                            requested: rv,
+                            current,
+                        }));
+                    }
+                    (0, None)
+                }
+                (None, _) => (0, None),
+            }
+        }
+    };
+    let limit = ctx.params.limit;
+    let mut items = Vec::new();
+    let mut read_at = None;
+    let mut continue_key = None;
+    'pages: loop {
+        let page = store
+            .range(RangeRequest {
+                prefix: prefix.clone(),
+                start_after: start_after.clone(),
+                limit: if limit > 0 { limit.max(64) } else { 0 },
+                revision,
+            })
+            .await
+            .map_err(|e| match e {
+                minik8s_storage::Error::Compacted { .. } if ctx.params.continue_token.is_some() => {
+                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+                }
+                other => other.into(),
+            })?;
+        read_at.get_or_insert(page.revision);
+        revision = page.revision;
+        let n = page.kvs.len();
+        for (i, kv) in page.kvs.iter().enumerate() {
+            let obj = object::from_store(kv)?;
+            if selectors.is_empty() || selectors.matches(&obj) {
+                items.push(obj);
+            }
+            if limit > 0 && items.len() >= limit {
+                if i + 1 < n || page.more {
+                    continue_key = Some(kv.key.clone());
+                }
+                break 'pages;
+            }
+        }
+        if !page.more {
+            break;
+        }
+        start_after = page.kvs.last().map(|kv| kv.key.clone());
+    }
+    let revision = read_at.unwrap_or(0);
+    let continue_token = continue_key.map(|k| encode_continue(revision, &k[prefix.len()..]));
+    Ok(Page {
+        items,
+        revision,
+        continue_token,
+    })
+}
+
+/// LIST a collection.
+pub async fn list(ctx: Ctx) -> ApiResult<Response> {
+    let selectors = Selectors::from(&ctx)?;
+    let page = list_page(&ctx, &selectors).await?;
+    let mut meta = json!({"resourceVersion": page.revision.to_string()});
+    if let Some(c) = &page.continue_token {
+        meta["continue"] = json!(c);
+    }
+    if ctx.wants_table() {
+        let table = crate::table::table(
+            &ctx.res,
+            &page.items,
+            ctx.params.include_object.as_deref(),
+            Some(meta),
+            true,
+        );
+        return Ok(json_response(StatusCode::OK, &table, &[]));
+    }
+    // Write the list around the items without building one big value.
+    let mut out = Vec::with_capacity(256 + page.items.len() * 512);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, &ctx.res.list_kind).expect("string");
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, &ctx.res.api_version()).expect("string");
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut out, &meta).expect("json");
+    out.extend_from_slice(b",\"items\":[");
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, item).expect("json");
+    }
+    out.extend_from_slice(b"]}");
+    Ok(raw_json(StatusCode::OK, out, &[]))
+}
+
+/// How a store event looks to a watcher with selectors.
+fn transform(
+    res: &ResourceInfo,
+    selectors: &Selectors,
+    event: &minik8s_storage::Event,
+) -> ApiResult<Option<(&'static str, Value)>> {
+    let _ = res;
+    match event.kind {
+        EventKind::Put => {
+            let new = object::from_store(&event.kv)?;
+            let new_ok = selectors.is_empty() || selectors.matches(&new);
+            let Some(prev) = &event.prev else {
+                return Ok(new_ok.then_some(("ADDED", new)));
+            };
+            if selectors.is_empty() {
+                return Ok(Some(("MODIFIED", new)));
+            }
+            let old_ok = selectors.matches(&object::from_store(prev)?);
+            Ok(match (old_ok, new_ok) {
+                (true, true) => Some(("MODIFIED", new)),
+                (false, true) => Some(("ADDED", new)),
+                (true, false) => Some(("DELETED", new)),
+                (false, false) => None,
+            })
+        }
+        EventKind::Delete => {
+            let Some(prev) = &event.prev else {
+                return Ok(None);
+            };
+            let mut old = object::from_store(prev)?;
+            object::meta_mut(&mut old).insert(
+                "resourceVersion".into(),
+                json!(event.kv.mod_revision.to_string()),
+            );
+            let ok = selectors.is_empty() || selectors.matches(&old);
+            Ok(ok.then_some(("DELETED", old)))
+        }
+    }
+}
+
+/// Encodes watch events, as Table rows when the client asked for a Table.
+struct Encoder {
+    res: std::sync::Arc<ResourceInfo>,
+    table: bool,
+    include_object: Option<String>,
+    sent_columns: bool,
+}
+
+impl Encoder {
+    fn event(&mut self, kind: &str, obj: Value) -> bytes::Bytes {
+        let obj = if self.table && kind != "BOOKMARK" && kind != "ERROR" {
+            let t = crate::table::table(
+                &self.res,
+                &[obj],
+                self.include_object.as_deref(),
+                None,
+                !self.sent_columns,
+            );
+            self.sent_columns = true;
+            t
+        } else {
+            obj
+        };
+        let mut line = serde_json::to_vec(&json!({"type": kind, "object": obj})).expect("json");
+        line.push(b'\n');
+        line.into()
+    }
+
+    fn bookmark(&mut self, rv: i64, initial_end: bool) -> bytes::Bytes {
+        let mut meta = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj =
+            json!({"kind": self.res.kind, "apiVersion": self.res.api_version(), "metadata": meta});
+        self.event("BOOKMARK", obj)
+    }
+}
+
+/// WATCH a collection: optional initial events, then every change as newline-delimited JSON.
+pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
+    let selectors = Selectors::from(&ctx)?;
+    let requested = ctx.params.revision()?;
+    // No resourceVersion (or "0") means: the current state as ADDED events, then changes.
+    let initial = ctx
+        .params
+        .send_initial_events
+        .unwrap_or(requested.is_none());
+    let streaming_list = ctx.params.send_initial_events == Some(true);
+    let prefix = ctx.res.scope_prefix(ctx.namespace());
+    let mut encoder = Encoder {
+        res: ctx.res.clone(),
+        table: ctx.wants_table(),
+        include_object: ctx.params.include_object.clone(),
+        sent_columns: false,
+    };
+
+    let mut first: Vec<bytes::Bytes> = Vec::new();
+    let start = if initial {
+        let mut list_ctx_params = ctx.params.clone();
+        list_ctx_params.limit = 0;
+        list_ctx_params.continue_token = None;
+        list_ctx_params.resource_version = None;
+        let list_ctx = Ctx {
+            api: ctx.api.clone(),
+            res: ctx.res.clone(),
+            req: ctx.req.clone(),
+            params: list_ctx_params,
+            headers: ctx.headers.clone(),
+            user: ctx.user.clone(),
+        };
+        let page = list_page(&list_ctx, &selectors).await?;
+        for item in page.items {
+            first.push(encoder.event("ADDED", item));
+        }
+        if streaming_list {
+            first.push(encoder.bookmark(page.revision, true));
+        }
+        page.revision + 1
+    } else {
+        requested.unwrap_or(0) + 1
+    };
+
+    let mut events = ctx.api.store.watch(&prefix, start).await?;
+    let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(64);
+    let timeout = Duration::from_secs(ctx.params.timeout_seconds.unwrap_or(1800).max(1));
+    let bookmarks = ctx.params.allow_watch_bookmarks;
+    let shutdown = ctx.api.shutdown.clone();
+    let mut last_rv = start - 1;
+    ctx.api.tasks.spawn(async move {
+        for line in first {
+            if tx.send(Ok(line)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(Duration::from_secs(30));
+        tick.tick().await;
+        loop {
+            let line = tokio::select! {
+                _ = &mut deadline => return,
+                _ = shutdown.cancelled() => return,
+                _ = tx.closed() => return,
+                _ = tick.tick(), if bookmarks => encoder.bookmark(last_rv, false),
+                ev = events.next() => match ev {
+                    None => return,
+                    Some(Err(e)) => {
+                        let status = ApiError::from(e).status();
+                        let _ = tx.send(Ok(encoder.event("ERROR", status))).await;
+                        return;
+                    }
+                    Some(Ok(ev)) => {
+                        last_rv = ev.revision();
+                        match transform(&encoder.res, &selectors, &ev) {
+                            Ok(Some((kind, obj))) => encoder.event(kind, obj),
+                            Ok(None) => continue,
+                            Err(e) => encoder.event("ERROR", e.status()),
+                        }
+                    }
+                },
+            };
+            if tx.send(Ok(line)).await.is_err() {
+                return;
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let t = encode_continue(42, "default/web-1");
+        assert_eq!(decode_continue(&t).unwrap(), (42, "default/web-1".into()));
+        assert!(decode_continue("not-base64!").is_err());
+        let evil = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(r#"{"rv":1,"start":"../secrets/x"}"#);
+        assert!(decode_continue(&evil).is_err());
+    }
+}

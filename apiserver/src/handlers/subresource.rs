@@ -1,0 +1,238 @@
+//! Subresources: `status` (GET/PUT/PATCH of the parent, changing only status), `scale`
+//! (an autoscaling/v1 Scale view of the replicas), pod `binding` and `eviction`, and
+//! namespace `finalize`. Streaming subresources (log, exec, …) are answered by the kubelet.
+
+use super::{Ctx, json_response, write};
+use crate::error::{ApiError, ApiResult};
+use crate::object::{self, meta_str};
+use crate::request::Verb;
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use minik8s_storage::Store;
+use serde_json::{Value, json};
+
+/// Serves a subresource request.
+pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
+    match (sub, ctx.req.verb) {
+        ("status", Verb::Get) => super::read::get(ctx).await,
+        ("status", Verb::Update) => write::update(ctx, body).await,
+        ("status", Verb::Patch) => write::patch(ctx, body).await,
+        ("scale", Verb::Get | Verb::Update | Verb::Patch) => scale(ctx, body).await,
+        ("binding", Verb::Create) => binding(ctx, body).await,
+        ("eviction", Verb::Create) => eviction(ctx).await,
+        ("finalize", Verb::Update) => write::update(ctx, body).await,
+        _ => Err(ApiError::method_not_supported(
+            &ctx.res.group,
+            &format!("{}/{sub}", ctx.res.plural),
+            ctx.req.verb.as_str(),
+        )),
+    }
+}
+
+fn success(details: Value) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201, "details": details})
+}
+
+/// The Scale view of an object.
+fn scale_of(ctx: &Ctx, obj: &Value) -> Value {
+    let info = ctx.res.scale.as_ref().expect("scale subresource");
+    let selector = info
+        .selector
+        .as_deref()
+        .map(|p| object::at(obj, p))
+        .and_then(|s| minik8s_types::LabelSelector::from_json(s).ok())
+        .map(|s| s.to_string())
+        .unwrap_or_default();
+    let m = object::meta(obj);
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": m.get("name"), "namespace": m.get("namespace"), "uid": m.get("uid"),
+            "resourceVersion": m.get("resourceVersion"), "creationTimestamp": m.get("creationTimestamp"),
+        },
+        "spec": {"replicas": object::at(obj, &info.spec_replicas).as_i64().unwrap_or(0)},
+        "status": {"replicas": object::at(obj, &info.status_replicas).as_i64().unwrap_or(0), "selector": selector},
+    })
+}
+
+async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let info = ctx.res.scale.clone().expect("scale subresource");
+    for _ in 0..16 {
+        let kv = ctx
+            .api
+            .store
+            .get(&ctx.key())
+            .await?
+            .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
+        let obj = object::from_store(&kv)?;
+        let current = scale_of(&ctx, &obj);
+        if ctx.req.verb == Verb::Get {
+            return Ok(json_response(StatusCode::OK, &current, &[]));
+        }
+        let ct = ctx
+            .headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        let input = object::decode_body(&ct, &body)?;
+        let wanted = if ctx.req.verb == Verb::Patch {
+            let ty = crate::patch::PatchType::from_content_type(&ct)
+                .ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
+            let mut s = current.clone();
+            match ty {
+                crate::patch::PatchType::Json => crate::patch::json_patch(&mut s, &input)?,
+                crate::patch::PatchType::Merge => crate::patch::merge_patch(&mut s, &input),
+                _ => crate::patch::strategic_merge("Scale", &mut s, &input)?,
+            }
+            s
+        } else {
+            input
+        };
+        let replicas = wanted
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if replicas < 0 {
+            return Err(ApiError::invalid(
+                "autoscaling",
+                "Scale",
+                ctx.name(),
+                vec![crate::error::Cause::invalid(
+                    "spec.replicas",
+                    &replicas.to_string(),
+                    "must be greater than or equal to 0",
+                )],
+            ));
+        }
+        let expected = match meta_str(&wanted, "resourceVersion") {
+            Some(rv) if !rv.is_empty() => {
+                if rv != kv.mod_revision.to_string() {
+                    return Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()));
+                }
+                kv.mod_revision
+            }
+            _ => kv.mod_revision,
+        };
+        let mut new = obj.clone();
+        object::set_at(&mut new, &info.spec_replicas, json!(replicas));
+        if ctx.res.generation && new != obj {
+            let g = object::meta(&obj)
+                .get("generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        if ctx.params.dry_run {
+            return Ok(json_response(StatusCode::OK, &scale_of(&ctx, &new), &[]));
+        }
+        match ctx
+            .api
+            .store
+            .update(&ctx.key(), object::to_store(&mut new), expected)
+            .await
+        {
+            Ok(kv) => {
+                object::meta_mut(&mut new)
+                    .insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+                return Ok(json_response(StatusCode::OK, &scale_of(&ctx, &new), &[]));
+            }
+            Err(minik8s_storage::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()))
+}
+
+/// POST pods/{name}/binding: assigns the pod to a node, once.
+async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let b: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let node = b
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "",
+                "Binding",
+                ctx.name(),
+                vec![crate::error::Cause::required("target.name", "")],
+            )
+        })?
+        .to_owned();
+    for _ in 0..16 {
+        let kv = ctx
+            .api
+            .store
+            .get(&ctx.key())
+            .await?
+            .ok_or_else(|| ApiError::not_found("", "pods", ctx.name()))?;
+        let mut pod = object::from_store(&kv)?;
+        if let Some(existing) = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict(
+                "",
+                "pods/binding",
+                ctx.name(),
+                &format!(
+                    "pod {} is already assigned to node \"{existing}\"",
+                    ctx.name()
+                ),
+            ));
+        }
+        if object::meta(&pod).get("deletionTimestamp").is_some() {
+            return Err(ApiError::conflict(
+                "",
+                "pods/binding",
+                ctx.name(),
+                "pod is being deleted",
+            ));
+        }
+        pod["spec"]["nodeName"] = json!(node);
+        let now = object::now();
+        let conditions = pod["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let mut conditions: Vec<Value> = conditions
+            .into_iter()
+            .filter(|c| c["type"] != "PodScheduled")
+            .collect();
+        conditions.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}));
+        pod["status"]["conditions"] = json!(conditions);
+        match ctx
+            .api
+            .store
+            .update(&ctx.key(), object::to_store(&mut pod), kv.mod_revision)
+            .await
+        {
+            Ok(_) => {
+                return Ok(json_response(
+                    StatusCode::CREATED,
+                    &success(json!({"name": ctx.name(), "kind": "pods"})),
+                    &[],
+                ));
+            }
+            Err(minik8s_storage::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::stale("", "pods", ctx.name()))
+}
+
+/// POST pods/{name}/eviction: deletes the pod (PodDisruptionBudgets are checked once the
+/// disruption controller exists).
+async fn eviction(ctx: Ctx) -> ApiResult<Response> {
+    let mut req = ctx.req.clone();
+    req.subresource = None;
+    req.verb = Verb::Delete;
+    let del = Ctx { req, ..ctx };
+    write::delete(del, Bytes::new()).await?;
+    Ok(json_response(StatusCode::CREATED, &success(json!({})), &[]))
+}

@@ -1,0 +1,964 @@
+//! CREATE, UPDATE, PATCH, DELETE and DELETECOLLECTION for every resource, and the steps they
+//! share: decoding with field validation, metadata bookkeeping, defaulting, validation and
+//! the compare-and-swap write.
+
+use super::{Ctx, FieldValidation, json_response};
+use crate::error::{ApiError, ApiResult, Cause};
+use crate::object::{self, meta, meta_str};
+use crate::patch::{self, PatchType};
+use crate::registry::ResourceInfo;
+use crate::validation;
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use minik8s_storage::{KeyValue, Store};
+use rand::Rng;
+use serde_json::{Value, json};
+
+fn content_type(ctx: &Ctx) -> String {
+    ctx.headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned()
+}
+
+/// Fields present in `input` but gone after the typed round trip: unknown fields.
+fn unknown_fields(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    match (input, typed) {
+        (Value::Object(i), Value::Object(t)) => {
+            for (k, v) in i {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match t.get(k) {
+                    Some(tv) => unknown_fields(v, tv, &p, out),
+                    None if v.is_null() => {}
+                    None => out.push(p),
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(t)) => {
+            for (n, (iv, tv)) in i.iter().zip(t).enumerate() {
+                unknown_fields(iv, tv, &format!("{path}[{n}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Checks an object against its kind's type; returns it with unknown fields dropped, and
+/// warnings (or a 400, under `fieldValidation=Strict`).
+pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
+    let res = &ctx.res;
+    let Some(decode) = res.decode else {
+        return Ok((obj, vec![]));
+    };
+    let normal = decode(&obj).map_err(|e| {
+        ApiError::bad_request(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            res.kind, res.version, res.kind
+        ))
+    })?;
+    let mut unknown = Vec::new();
+    unknown_fields(&obj, &normal, "", &mut unknown);
+    let messages: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match ctx.params.field_validation {
+        FieldValidation::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            messages.join(", ")
+        ))),
+        FieldValidation::Ignore => Ok((normal, vec![])),
+        _ => Ok((normal, messages)),
+    }
+}
+
+/// Decodes a create or update body and checks its kind and apiVersion.
+fn decode(ctx: &Ctx, body: &Bytes) -> ApiResult<(Value, Vec<String>)> {
+    let obj = object::decode_body(&content_type(ctx), body)?;
+    check_kind(&ctx.res, &obj, body)?;
+    typed(ctx, obj)
+}
+
+fn check_kind(res: &ResourceInfo, obj: &Value, body: &[u8]) -> ApiResult<()> {
+    if !obj.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON or YAML object",
+        ));
+    }
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if kind.is_empty() {
+        let shown = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        return Err(ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{shown}'"
+        )));
+    }
+    if kind != res.kind {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            res.kind
+        )));
+    }
+    if api_version != res.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            res.api_version()
+        )));
+    }
+    Ok(())
+}
+
+/// The field manager of a request: `fieldManager`, else the user agent's program name.
+fn manager(ctx: &Ctx) -> String {
+    if let Some(m) = &ctx.params.field_manager {
+        return m.clone();
+    }
+    let ua = ctx
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("unknown");
+    ua.split('/').next().unwrap_or("unknown").to_owned()
+}
+
+/// The set of fields an object sets, in upstream's FieldsV1 form (lists as leaves).
+fn field_set(v: &Value, top: bool) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, v) in m {
+                if top && matches!(k.as_str(), "apiVersion" | "kind") {
+                    continue;
+                }
+                if top && k == "metadata" {
+                    let mut mm = serde_json::Map::new();
+                    for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+                        if let Some(x) = v.get(key) {
+                            mm.insert(format!("f:{key}"), field_set(x, false));
+                        }
+                    }
+                    if !mm.is_empty() {
+                        out.insert("f:metadata".into(), Value::Object(mm));
+                    }
+                    continue;
+                }
+                out.insert(format!("f:{k}"), field_set(v, false));
+            }
+            Value::Object(out)
+        }
+        _ => json!({}),
+    }
+}
+
+/// Records the manager's field set in `metadata.managedFields`.
+fn record_manager(ctx: &Ctx, obj: &mut Value, operation: &str, subresource: Option<&str>) {
+    let manager = manager(ctx);
+    let mut fields = field_set(obj, true);
+    if subresource == Some("status") {
+        fields = json!({"f:status": fields.get("f:status").cloned().unwrap_or(json!({}))});
+    }
+    let entry = {
+        let mut e = json!({
+            "manager": manager,
+            "operation": operation,
+            "apiVersion": ctx.res.api_version(),
+            "time": object::now(),
+            "fieldsType": "FieldsV1",
+            "fieldsV1": fields,
+        });
+        if let Some(sub) = subresource {
+            e["subresource"] = json!(sub);
+        }
+        e
+    };
+    let m = object::meta_mut(obj);
+    let mut list: Vec<Value> = m
+        .get("managedFields")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    list.retain(|e| {
+        !(e.get("manager").and_then(Value::as_str) == Some(manager.as_str())
+            && e.get("operation").and_then(Value::as_str) == Some(operation)
+            && e.get("subresource").and_then(Value::as_str) == subresource)
+    });
+    list.push(entry);
+    m.insert("managedFields".into(), Value::Array(list));
+}
+
+/// Whether anything but metadata and status differs (a spec change bumps `generation`).
+fn spec_changed(a: &Value, b: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(a) != strip(b)
+}
+
+fn random_suffix() -> String {
+    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// Fills in server-owned metadata and defaults of a new object.
+fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
+    let res = &ctx.res;
+    let ns = ctx.namespace().map(str::to_owned);
+    {
+        let m = object::meta_mut(obj);
+        match (&ns, m.get("namespace").and_then(Value::as_str)) {
+            (Some(path), Some(body)) if !body.is_empty() && body != path => {
+                return Err(ApiError::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => {}
+        }
+        match &ns {
+            Some(ns) => {
+                m.insert("namespace".into(), json!(ns));
+            }
+            None => {
+                m.remove("namespace");
+            }
+        }
+        let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
+        if name.is_empty()
+            && let Some(prefix) = m.get("generateName").and_then(Value::as_str)
+            && !prefix.is_empty()
+        {
+            let name = format!("{prefix}{}", random_suffix());
+            m.insert("name".into(), json!(name));
+        }
+        m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+        m.insert("creationTimestamp".into(), json!(object::now()));
+        for f in [
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            m.remove(f);
+        }
+        if res.generation {
+            m.insert("generation".into(), json!(1));
+        } else {
+            m.remove("generation");
+        }
+    }
+    if res.status
+        && !res.keep_status_on_create
+        && let Some(m) = obj.as_object_mut()
+    {
+        m.remove("status");
+    }
+    crate::defaults::apply(&res.group, &res.kind, obj);
+    initial_status(res, obj);
+    record_manager(ctx, obj, "Update", None);
+    Ok(())
+}
+
+/// The status a new object starts with, where upstream sets one.
+fn initial_status(res: &ResourceInfo, obj: &mut Value) {
+    match (res.group.as_str(), res.kind.as_str()) {
+        ("", "Pod") => {
+            obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(obj)});
+        }
+        ("", "Namespace") => obj["status"] = json!({"phase": "Active"}),
+        ("", "PersistentVolumeClaim" | "PersistentVolume") => {
+            obj["status"] = json!({"phase": "Pending"})
+        }
+        ("", "Service") => obj["status"] = json!({"loadBalancer": {}}),
+        _ => {}
+    }
+}
+
+/// A pod's QoS class from its containers' requests and limits.
+fn qos_class(pod: &Value) -> &'static str {
+    let containers: Vec<&Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default();
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in &containers {
+        let limits = c.pointer("/resources/limits").and_then(Value::as_object);
+        let requests = c.pointer("/resources/requests").and_then(Value::as_object);
+        if limits.is_some_and(|l| !l.is_empty()) || requests.is_some_and(|r| !r.is_empty()) {
+            any = true;
+        }
+        for r in ["cpu", "memory"] {
+            let l = limits.and_then(|l| l.get(r));
+            let q = requests.and_then(|q| q.get(r)).or(l);
+            if l.is_none() || q != l {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
+/// Metadata and kind validation → 422.
+fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
+    let res = &ctx.res;
+    let mut causes = validation::validate_meta(res, obj);
+    causes.extend(validation::validate_kind(res, obj));
+    if let Some(old) = old {
+        causes.extend(immutable_changes(res, obj, old));
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    let name = meta_str(obj, "name").unwrap_or_default();
+    Err(ApiError::invalid(&res.group, &res.kind, name, causes))
+}
+
+/// Fields that may not change on update.
+fn immutable_changes(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let fields: &[(&str, &str)] = match (res.group.as_str(), res.kind.as_str()) {
+        ("apps", _) | ("batch", "Job") => &[("/spec/selector", "spec.selector")],
+        _ => &[],
+    };
+    for (ptr, field) in fields {
+        if new.pointer(ptr) != old.pointer(ptr) {
+            causes.push(Cause::immutable(field));
+        }
+    }
+    if matches!(res.kind.as_str(), "ConfigMap" | "Secret")
+        && old.get("immutable") == Some(&json!(true))
+    {
+        for f in ["data", "binaryData", "stringData"] {
+            if new.get(f) != old.get(f) {
+                causes.push(Cause {
+                    reason: "FieldValueForbidden".into(),
+                    message: "Forbidden: field is immutable when `immutable` is set".into(),
+                    field: f.into(),
+                });
+            }
+        }
+    }
+    causes
+}
+
+/// Namespaced objects may only be created in an existing namespace that is not terminating.
+async fn check_namespace(ctx: &Ctx) -> ApiResult<()> {
+    let Some(ns) = ctx.namespace() else {
+        return Ok(());
+    };
+    let kv = ctx
+        .api
+        .store
+        .get(&format!("/registry/core/namespaces/{ns}"))
+        .await?
+        .ok_or_else(|| ApiError::not_found("", "namespaces", ns))?;
+    let nsobj: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+    if meta(&nsobj).get("deletionTimestamp").is_some()
+        || nsobj.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
+    {
+        return Err(ApiError::forbidden(format!(
+            "unable to create new content in namespace {ns} because it is being terminated"
+        )));
+    }
+    Ok(())
+}
+
+fn is_service(res: &ResourceInfo) -> bool {
+    res.group.is_empty() && res.kind == "Service"
+}
+
+/// POST: create an object.
+pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let (mut obj, warnings) = decode(&ctx, &body)?;
+    prepare_create(&ctx, &mut obj)?;
+    validate(&ctx, &obj, None)?;
+    check_namespace(&ctx).await?;
+    let generated = meta_str(&obj, "generateName").is_some_and(|g| !g.is_empty())
+        && ctx.params.dry_run.then_some(()).is_none();
+    let _guard = match is_service(&ctx.res) {
+        true => Some(ctx.api.alloc.lock().await),
+        false => None,
+    };
+    for attempt in 0..8 {
+        let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
+        let key = ctx.res.key(ctx.namespace(), &name);
+        if is_service(&ctx.res) && !ctx.params.dry_run {
+            ctx.api
+                .alloc
+                .assign(&ctx.api.store, &key, &mut obj, None)
+                .await?;
+        }
+        if ctx.params.dry_run {
+            if ctx.api.store.get(&key).await?.is_some() {
+                return Err(ApiError::already_exists(
+                    &ctx.res.group,
+                    &ctx.res.plural,
+                    &name,
+                ));
+            }
+            return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
+        }
+        match ctx.api.store.create(&key, object::to_store(&mut obj)).await {
+            Ok(kv) => {
+                set_rv(&mut obj, &kv);
+                return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
+            }
+            Err(minik8s_storage::Error::AlreadyExists { .. }) if generated && attempt < 7 => {
+                let prefix = meta_str(&obj, "generateName")
+                    .unwrap_or_default()
+                    .to_owned();
+                object::meta_mut(&mut obj)
+                    .insert("name".into(), json!(format!("{prefix}{}", random_suffix())));
+            }
+            Err(minik8s_storage::Error::AlreadyExists { .. }) => {
+                return Err(ApiError::already_exists(
+                    &ctx.res.group,
+                    &ctx.res.plural,
+                    &name,
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::internal("could not generate a unique name"))
+}
+
+fn set_rv(obj: &mut Value, kv: &KeyValue) {
+    object::meta_mut(obj).insert("resourceVersion".into(), json!(kv.mod_revision.to_string()));
+}
+
+/// Reads the object the request names, with its revision; 404 if absent.
+async fn current(ctx: &Ctx) -> ApiResult<(Value, i64)> {
+    let kv = ctx
+        .api
+        .store
+        .get(&ctx.key())
+        .await?
+        .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
+    Ok((object::from_store(&kv)?, kv.mod_revision))
+}
+
+/// Carries server-owned state from the stored object into an updated one.
+pub fn prepare_update(
+    ctx: &Ctx,
+    new: &mut Value,
+    old: &Value,
+    subresource: Option<&str>,
+) -> ApiResult<()> {
+    let res = ctx.res.clone();
+    let name = ctx.name().to_owned();
+    {
+        let body_name = meta_str(new, "name").unwrap_or_default();
+        if !body_name.is_empty() && body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(ns) = ctx.namespace()
+            && meta_str(new, "namespace").is_some_and(|b| !b.is_empty() && b != ns)
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        if let (Some(a), Some(b)) = (meta_str(new, "uid"), meta_str(old, "uid"))
+            && !a.is_empty()
+            && a != b
+        {
+            return Err(ApiError::conflict(
+                &res.group,
+                &res.plural,
+                &name,
+                &format!("Precondition failed: UID in precondition: {a}, UID in object meta: {b}"),
+            ));
+        }
+    }
+    if subresource == Some("status") {
+        // A status update changes only status.
+        let status = new.get("status").cloned();
+        let rv = meta(new).get("resourceVersion").cloned();
+        let mut merged = old.clone();
+        match status {
+            Some(s) => merged["status"] = s,
+            None => {
+                if let Some(m) = merged.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        match rv {
+            Some(rv) => {
+                object::meta_mut(&mut merged).insert("resourceVersion".into(), rv);
+            }
+            None => {
+                object::meta_mut(&mut merged).remove("resourceVersion");
+            }
+        }
+        *new = merged;
+        record_manager(ctx, new, "Update", Some("status"));
+        return Ok(());
+    }
+    let old_meta = meta(old).clone();
+    {
+        let m = object::meta_mut(new);
+        m.insert("name".into(), json!(name));
+        if let Some(ns) = ctx.namespace() {
+            m.insert("namespace".into(), json!(ns));
+        }
+        for f in [
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ] {
+            match old_meta.get(f) {
+                Some(v) => m.insert(f.into(), v.clone()),
+                None => m.remove(f),
+            };
+        }
+        if old_meta.get("managedFields").is_some() && m.get("managedFields").is_none() {
+            m.insert("managedFields".into(), old_meta["managedFields"].clone());
+        }
+    }
+    if res.status {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                if let Some(m) = new.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+    }
+    crate::defaults::apply(&res.group, &res.kind, new);
+    if res.generation && spec_changed(new, old) {
+        let g = old_meta
+            .get("generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        object::meta_mut(new).insert("generation".into(), json!(g + 1));
+    }
+    record_manager(ctx, new, "Update", None);
+    Ok(())
+}
+
+/// Writes an updated object if the stored one is still at `expected`; completes a pending
+/// deletion once the last finalizer is gone.
+async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResult<Value> {
+    validate(ctx, &new, Some(old))?;
+    let key = ctx.key();
+    let _guard = match is_service(&ctx.res) && ctx.req.subresource.is_none() {
+        true => Some(ctx.api.alloc.lock().await),
+        false => None,
+    };
+    if is_service(&ctx.res) && ctx.req.subresource.is_none() {
+        ctx.api
+            .alloc
+            .assign(&ctx.api.store, &key, &mut new, Some(old))
+            .await?;
+    }
+    let finished = meta(&new).get("deletionTimestamp").is_some()
+        && meta(&new)
+            .get("finalizers")
+            .and_then(Value::as_array)
+            .is_none_or(|f| f.is_empty());
+    if ctx.params.dry_run {
+        object::meta_mut(&mut new).insert("resourceVersion".into(), json!(expected.to_string()));
+        return Ok(new);
+    }
+    let stale = || ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name());
+    if finished {
+        let d = ctx
+            .api
+            .store
+            .delete(&key, Some(expected))
+            .await
+            .map_err(|e| match e {
+                minik8s_storage::Error::Conflict { .. } => stale(),
+                minik8s_storage::Error::NotFound { .. } => {
+                    ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name())
+                }
+                other => other.into(),
+            })?;
+        object::meta_mut(&mut new).insert("resourceVersion".into(), json!(d.revision.to_string()));
+        return Ok(new);
+    }
+    let kv = ctx
+        .api
+        .store
+        .update(&key, object::to_store(&mut new), expected)
+        .await
+        .map_err(|e| match e {
+            minik8s_storage::Error::Conflict { .. } => stale(),
+            minik8s_storage::Error::NotFound { .. } => {
+                ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name())
+            }
+            other => other.into(),
+        })?;
+    set_rv(&mut new, &kv);
+    Ok(new)
+}
+
+/// The revision an update expects: the body's resourceVersion, else the stored one.
+fn expected_revision(ctx: &Ctx, new: &Value, stored: i64) -> ApiResult<i64> {
+    match meta_str(new, "resourceVersion") {
+        None | Some("") => Ok(stored),
+        Some(rv) => {
+            let rv: i64 = rv
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
+            if rv != stored {
+                return Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()));
+            }
+            Ok(rv)
+        }
+    }
+}
+
+/// PUT: replace an object (or its status).
+pub async fn update(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let (mut new, warnings) = decode(&ctx, &body)?;
+    let (old, stored) = current(&ctx).await?;
+    let expected = expected_revision(&ctx, &new, stored)?;
+    prepare_update(&ctx, &mut new, &old, ctx.req.subresource.as_deref())?;
+    let saved = save(&ctx, new, &old, expected).await?;
+    Ok(json_response(StatusCode::OK, &saved, &warnings))
+}
+
+/// Applies a patch body to an object.
+fn apply_patch(ctx: &Ctx, ty: PatchType, target: &mut Value, patch: &Value) -> ApiResult<()> {
+    match ty {
+        PatchType::Json => patch::json_patch(target, patch),
+        PatchType::Merge => {
+            patch::merge_patch(target, patch);
+            Ok(())
+        }
+        PatchType::Strategic | PatchType::Apply => {
+            if !ctx.res.strategic_merge {
+                return Err(ApiError::unsupported_media_type(
+                    "application/strategic-merge-patch+json",
+                ));
+            }
+            patch::strategic_merge(&ctx.res.kind, target, patch)
+        }
+    }
+}
+
+/// PATCH: change an object (or its status) by a patch, retrying on concurrent writes.
+pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let ct = content_type(&ctx);
+    let ty =
+        PatchType::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
+    let patch_body = object::decode_body(&ct, &body)?;
+    for _ in 0..16 {
+        let found = ctx.api.store.get(&ctx.key()).await?;
+        let (old, stored) = match found {
+            Some(kv) => (object::from_store(&kv)?, kv.mod_revision),
+            None if ty == PatchType::Apply && ctx.req.subresource.is_none() => {
+                // Server-side apply of an absent object creates it.
+                return create(
+                    ctx,
+                    Bytes::from(serde_json::to_vec(&patch_body).unwrap_or_default()),
+                )
+                .await;
+            }
+            None => {
+                return Err(ApiError::not_found(
+                    &ctx.res.group,
+                    &ctx.res.plural,
+                    ctx.name(),
+                ));
+            }
+        };
+        let mut new = old.clone();
+        apply_patch(&ctx, ty, &mut new, &patch_body)?;
+        check_kind(&ctx.res, &new, &body)?;
+        let (mut new, warnings) = typed(&ctx, new)?;
+        let expected = expected_revision(&ctx, &new, stored)?;
+        prepare_update(&ctx, &mut new, &old, ctx.req.subresource.as_deref())?;
+        if ty == PatchType::Apply {
+            record_manager(&ctx, &mut new, "Apply", None);
+        }
+        match save(&ctx, new, &old, expected).await {
+            Ok(saved) => return Ok(json_response(StatusCode::OK, &saved, &warnings)),
+            // Someone wrote in between: read again and reapply, unless the patch pinned a version.
+            Err(e)
+                if e.code == 409
+                    && e.reason == "Conflict"
+                    && meta_str(&patch_body, "resourceVersion").is_none() =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()))
+}
+
+/// `DeleteOptions` from the body and the query.
+struct DeleteOptions {
+    propagation: Option<String>,
+    grace: Option<i64>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    dry_run: bool,
+}
+
+fn delete_options(ctx: &Ctx, body: &Bytes) -> ApiResult<DeleteOptions> {
+    let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        object::decode_body(&content_type(ctx), body)?
+    };
+    let pre = b.get("preconditions");
+    let dry = b
+        .get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|d| d.iter().any(|x| x == "All"));
+    Ok(DeleteOptions {
+        propagation: ctx
+            .params
+            .propagation_policy
+            .clone()
+            .or_else(|| {
+                b.get("propagationPolicy")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .or_else(
+                || match b.get("orphanDependents").and_then(Value::as_bool) {
+                    Some(true) => Some("Orphan".into()),
+                    Some(false) => Some("Background".into()),
+                    None => None,
+                },
+            ),
+        grace: ctx
+            .params
+            .grace_period_seconds
+            .or_else(|| b.get("gracePeriodSeconds").and_then(Value::as_i64)),
+        uid: pre
+            .and_then(|p| p.get("uid"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        resource_version: pre
+            .and_then(|p| p.get("resourceVersion"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        dry_run: ctx.params.dry_run || dry,
+    })
+}
+
+/// Deletes one object: immediately, or by marking it (finalizers, graceful pod deletion).
+async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, Value)> {
+    let (mut obj, stored) = current(ctx).await?;
+    let conflict =
+        |why: String| ApiError::conflict(&ctx.res.group, &ctx.res.plural, ctx.name(), &why);
+    if let Some(uid) = &opts.uid
+        && meta_str(&obj, "uid") != Some(uid.as_str())
+    {
+        return Err(conflict(format!(
+            "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+            meta_str(&obj, "uid").unwrap_or_default()
+        )));
+    }
+    if let Some(rv) = &opts.resource_version
+        && *rv != stored.to_string()
+    {
+        return Err(conflict(format!(
+            "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {stored}"
+        )));
+    }
+    let mut finalizers: Vec<Value> = meta(&obj)
+        .get("finalizers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let add = match opts.propagation.as_deref() {
+        Some("Foreground") => Some("foregroundDeletion"),
+        Some("Orphan") => Some("orphan"),
+        Some("Background") | None => None,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "unsupported propagationPolicy {other:?}"
+            )));
+        }
+    };
+    if let Some(f) = add
+        && !finalizers.iter().any(|x| x == f)
+    {
+        finalizers.push(json!(f));
+    }
+    let is_pod = ctx.res.group.is_empty() && ctx.res.kind == "Pod";
+    let grace = if is_pod {
+        let node = obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let phase = obj
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let default = obj
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        let g = opts.grace.unwrap_or(default);
+        // Pods that never ran on a node, or already ended, go at once.
+        if node && !matches!(phase, "Succeeded" | "Failed") {
+            g
+        } else {
+            0
+        }
+    } else {
+        0
+    };
+    let already = meta(&obj).get("deletionTimestamp").is_some();
+    if finalizers.is_empty() && (grace == 0 || already && grace == 0) {
+        if opts.dry_run {
+            return Ok((StatusCode::OK, obj));
+        }
+        let d = ctx
+            .api
+            .store
+            .delete(&ctx.key(), Some(stored))
+            .await
+            .map_err(|e| match e {
+                minik8s_storage::Error::Conflict { .. } => {
+                    ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name())
+                }
+                minik8s_storage::Error::NotFound { .. } => {
+                    ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name())
+                }
+                other => other.into(),
+            })?;
+        let mut gone = object::from_store(&d.prev)?;
+        object::meta_mut(&mut gone).insert("resourceVersion".into(), json!(d.revision.to_string()));
+        return Ok((StatusCode::OK, gone));
+    }
+    // Mark for deletion: finalizers or the kubelet finish it.
+    {
+        let m = object::meta_mut(&mut obj);
+        if !already {
+            let when = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace);
+            m.insert(
+                "deletionTimestamp".into(),
+                json!(
+                    when.round(jiff::Unit::Second)
+                        .unwrap_or(when)
+                        .strftime("%Y-%m-%dT%H:%M:%SZ")
+                        .to_string()
+                ),
+            );
+        }
+        m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+        m.insert("finalizers".into(), Value::Array(finalizers));
+    }
+    if ctx.res.group.is_empty() && ctx.res.kind == "Namespace" {
+        obj["status"]["phase"] = json!("Terminating");
+    }
+    if opts.dry_run {
+        return Ok((StatusCode::OK, obj));
+    }
+    let kv = ctx
+        .api
+        .store
+        .update(&ctx.key(), object::to_store(&mut obj), stored)
+        .await
+        .map_err(|e| match e {
+            minik8s_storage::Error::Conflict { .. } => {
+                ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name())
+            }
+            other => other.into(),
+        })?;
+    set_rv(&mut obj, &kv);
+    Ok((StatusCode::OK, obj))
+}
+
+/// DELETE one object.
+pub async fn delete(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let opts = delete_options(&ctx, &body)?;
+    let (code, obj) = delete_one(&ctx, &opts).await?;
+    Ok(json_response(code, &obj, &[]))
+}
+
+/// DELETE a collection (with selectors).
+pub async fn delete_collection(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let opts = delete_options(&ctx, &body)?;
+    let selectors = super::read::Selectors::from(&ctx)?;
+    let page = super::read::list_page(&ctx, &selectors).await?;
+    let mut deleted = Vec::new();
+    for item in page.items {
+        let name = meta_str(&item, "name").unwrap_or_default().to_owned();
+        let mut req = ctx.req.clone();
+        req.name = Some(name);
+        if ctx.namespace().is_none() && ctx.res.namespaced {
+            req.namespace = meta_str(&item, "namespace").map(str::to_owned);
+        }
+        let one = Ctx {
+            api: ctx.api.clone(),
+            res: ctx.res.clone(),
+            req,
+            params: ctx.params.clone(),
+            headers: ctx.headers.clone(),
+            user: ctx.user.clone(),
+        };
+        match delete_one(&one, &opts).await {
+            Ok((_, obj)) => deleted.push(obj),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = json!({
+        "kind": ctx.res.list_kind,
+        "apiVersion": ctx.res.api_version(),
+        "metadata": {"resourceVersion": ctx.api.store.current_revision().await?.to_string()},
+        "items": deleted,
+    });
+    Ok(json_response(StatusCode::OK, &list, &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_found_by_the_typed_round_trip() {
+        let input = json!({"spec": {"replicas": 1, "x": 2, "template": {"y": null}}, "z": [ {"a": 1, "b": 2} ]});
+        let typed = json!({"spec": {"replicas": 1, "template": {}}, "z": [ {"a": 1} ]});
+        let mut out = Vec::new();
+        unknown_fields(&input, &typed, "", &mut out);
+        assert_eq!(out, ["spec.x", "z[0].b"]);
+    }
+
+    #[test]
+    fn qos_classes_follow_requests_and_limits() {
+        let be = json!({"spec": {"containers": [{"name": "a"}]}});
+        let g = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}});
+        let b = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}});
+        assert_eq!(qos_class(&be), "BestEffort");
+        assert_eq!(qos_class(&g), "Guaranteed");
+        assert_eq!(qos_class(&b), "Burstable");
+    }
+}

@@ -1,0 +1,161 @@
+//! The one place that knows how an object is read from and written to storage, and small
+//! helpers on JSON objects (metadata access, timestamps, field paths).
+
+use crate::error::{ApiError, ApiResult};
+use bytes::Bytes;
+use minik8s_storage::KeyValue;
+use serde_json::{Map, Value};
+
+/// The current time as upstream writes timestamps (RFC 3339, seconds, UTC).
+pub fn now() -> String {
+    jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// The current time with microseconds (`MicroTime`, used by managedFields-free kinds like Leases).
+pub fn now_micro() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
+}
+
+/// `metadata` of an object, or `Null`.
+pub fn meta(obj: &Value) -> &Value {
+    obj.get("metadata").unwrap_or(&Value::Null)
+}
+
+/// A string field of `metadata`.
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    meta(obj).get(field).and_then(Value::as_str)
+}
+
+/// `metadata`, created if missing, as a mutable map.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = Value::Object(Map::new());
+    }
+    obj["metadata"]
+        .as_object_mut()
+        .expect("metadata is an object")
+}
+
+/// Decodes a stored object and sets its `resourceVersion` from the key's revision.
+pub fn from_store(kv: &KeyValue) -> ApiResult<Value> {
+    let mut obj: Value = serde_json::from_slice(&kv.value)
+        .map_err(|e| ApiError::internal(format!("decoding stored {}: {e}", kv.key)))?;
+    meta_mut(&mut obj).insert(
+        "resourceVersion".into(),
+        Value::String(kv.mod_revision.to_string()),
+    );
+    Ok(obj)
+}
+
+/// Encodes an object for storage (without `resourceVersion`, which the store's revision gives).
+pub fn to_store(obj: &mut Value) -> Bytes {
+    let rv = meta_mut(obj).remove("resourceVersion");
+    let bytes = serde_json::to_vec(obj).expect("a JSON value serializes");
+    if let Some(rv) = rv {
+        meta_mut(obj).insert("resourceVersion".into(), rv);
+    }
+    Bytes::from(bytes)
+}
+
+/// The text of a field for field selectors (`spec.nodeName`); missing fields are "".
+pub fn field_text(obj: &Value, path: &str) -> String {
+    let mut cur = obj;
+    for part in path.split('.') {
+        match cur.get(part) {
+            Some(v) => cur = v,
+            None => return String::new(),
+        }
+    }
+    match cur {
+        Value::String(s) => s.clone(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Reads a value at a JSON pointer, or `Null`.
+pub fn at<'a>(obj: &'a Value, pointer: &str) -> &'a Value {
+    obj.pointer(pointer).unwrap_or(&Value::Null)
+}
+
+/// Sets a value at a JSON pointer, creating objects on the way.
+pub fn set_at(obj: &mut Value, pointer: &str, value: Value) {
+    let mut cur = obj;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for (i, part) in parts.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        let map = cur.as_object_mut().expect("object");
+        if i == parts.len() - 1 {
+            map.insert(part.to_string(), value);
+            return;
+        }
+        cur = map
+            .entry(part.to_string())
+            .or_insert(Value::Object(Map::new()));
+    }
+}
+
+/// Decodes a request body as JSON or YAML by its content type.
+pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
+    let ct = content_type.split(';').next().unwrap_or("").trim();
+    let value: Value = match ct {
+        "application/yaml" | "application/apply-patch+yaml" | "text/yaml" => {
+            serde_yaml::from_slice(body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+        }
+        "application/vnd.kubernetes.protobuf" => {
+            return Err(ApiError::unsupported_media_type(content_type));
+        }
+        _ => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })?,
+    };
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn store_round_trip_sets_the_resource_version_from_the_revision() {
+        let mut obj =
+            json!({"kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "3"}});
+        let bytes = to_store(&mut obj);
+        assert!(!String::from_utf8_lossy(&bytes).contains("resourceVersion"));
+        assert_eq!(obj["metadata"]["resourceVersion"], "3");
+        let kv = KeyValue {
+            key: "/k".into(),
+            value: bytes,
+            create_revision: 7,
+            mod_revision: 9,
+        };
+        assert_eq!(from_store(&kv).unwrap()["metadata"]["resourceVersion"], "9");
+    }
+
+    #[test]
+    fn field_text_reads_nested_values() {
+        let obj = json!({"spec": {"nodeName": "n1", "hostNetwork": true}});
+        assert_eq!(field_text(&obj, "spec.nodeName"), "n1");
+        assert_eq!(field_text(&obj, "spec.hostNetwork"), "true");
+        assert_eq!(field_text(&obj, "status.phase"), "");
+    }
+
+    #[test]
+    fn set_at_creates_the_path() {
+        let mut obj = json!({});
+        set_at(&mut obj, "/spec/replicas", json!(3));
+        assert_eq!(obj, json!({"spec": {"replicas": 3}}));
+    }
+}

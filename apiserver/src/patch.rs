@@ -1,0 +1,327 @@
+//! Patch application: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge
+//! patch with the upstream merge keys of built-in kinds and its `$patch`,
+//! `$setElementOrder`, `$retainKeys` and `$deleteFromPrimitiveList` directives.
+
+use crate::error::{ApiError, ApiResult};
+use serde_json::{Map, Value};
+
+/// The kinds of patch a PATCH request may carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchType {
+    /// `application/json-patch+json`.
+    Json,
+    /// `application/merge-patch+json`.
+    Merge,
+    /// `application/strategic-merge-patch+json`.
+    Strategic,
+    /// `application/apply-patch+yaml` (server-side apply).
+    Apply,
+}
+
+impl PatchType {
+    /// The patch type of a content type, if it is one.
+    pub fn from_content_type(ct: &str) -> Option<Self> {
+        match ct.split(';').next().unwrap_or("").trim() {
+            "application/json-patch+json" => Some(PatchType::Json),
+            "application/merge-patch+json" => Some(PatchType::Merge),
+            "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
+            "application/apply-patch+yaml" | "application/apply-patch+json" => {
+                Some(PatchType::Apply)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Applies a JSON patch.
+pub fn json_patch(target: &mut Value, patch: &Value) -> ApiResult<()> {
+    let p: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+    json_patch::patch(target, &p).map_err(|e| {
+        ApiError::new_unprocessable(format!(
+            "the server rejected our request due to an error in our request: {e}"
+        ))
+    })
+}
+
+/// Applies a JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    json_patch::merge(target, patch);
+}
+
+/// The merge key of a list field, by the field path's last names (upstream `patchMergeKey`).
+fn merge_key(kind: &str, path: &[String]) -> Option<&'static str> {
+    let last = path.last().map(String::as_str)?;
+    let parent = path.len().checked_sub(2).map(|i| path[i].as_str());
+    Some(match (parent, last) {
+        (_, "containers" | "initContainers" | "ephemeralContainers") => "name",
+        (Some("containers" | "initContainers" | "ephemeralContainers"), "ports") => "containerPort",
+        (Some("containers" | "initContainers" | "ephemeralContainers"), "env") => "name",
+        (Some("containers" | "initContainers" | "ephemeralContainers"), "volumeMounts") => {
+            "mountPath"
+        }
+        (Some("containers" | "initContainers" | "ephemeralContainers"), "volumeDevices") => {
+            "devicePath"
+        }
+        (Some("spec"), "volumes") => "name",
+        (Some("spec"), "ports") if kind == "Service" => "port",
+        (_, "conditions") => "type",
+        (_, "imagePullSecrets") => "name",
+        (Some("metadata"), "ownerReferences") => "uid",
+        (_, "hostAliases") => "ip",
+        (_, "topologySpreadConstraints") => "topologyKey",
+        (_, "resourceClaims") => "name",
+        (Some("status"), "addresses") if kind == "Node" => "type",
+        (_, "podIPs" | "hostIPs") => "ip",
+        _ => return None,
+    })
+}
+
+/// Lists of primitives that merge as sets rather than being replaced.
+fn primitive_merge(path: &[String]) -> bool {
+    matches!(path.last().map(String::as_str), Some("finalizers")) && path.len() == 2
+}
+
+/// Removes directive keys from a value that is inserted as a whole.
+fn strip(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !k.starts_with('$'))
+                .map(|(k, v)| (k.clone(), strip(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Applies a strategic merge patch to an object of `kind`.
+pub fn strategic_merge(kind: &str, target: &mut Value, patch: &Value) -> ApiResult<()> {
+    let Value::Object(p) = patch else {
+        return Err(ApiError::bad_request(
+            "a strategic merge patch must be a JSON object",
+        ));
+    };
+    if !target.is_object() {
+        *target = Value::Object(Map::new());
+    }
+    merge_map(
+        kind,
+        target.as_object_mut().expect("object"),
+        p,
+        &mut Vec::new(),
+    );
+    Ok(())
+}
+
+fn merge_map(
+    kind: &str,
+    target: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    path: &mut Vec<String>,
+) {
+    if patch.get("$patch").and_then(Value::as_str) == Some("replace") {
+        *target = strip(&Value::Object(patch.clone()))
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        return;
+    }
+    for (k, pv) in patch {
+        if k.starts_with('$') {
+            continue;
+        }
+        path.push(k.clone());
+        match pv {
+            Value::Null => {
+                target.remove(k);
+            }
+            Value::Object(pm) if pm.get("$patch").and_then(Value::as_str) == Some("delete") => {
+                target.remove(k);
+            }
+            Value::Object(pm) => match target.get_mut(k) {
+                Some(Value::Object(tm)) => merge_map(kind, tm, pm, path),
+                _ => {
+                    let mut fresh = Map::new();
+                    merge_map(kind, &mut fresh, pm, path);
+                    target.insert(k.clone(), Value::Object(fresh));
+                }
+            },
+            Value::Array(items) => {
+                let merged = match (merge_key(kind, path), target.get(k)) {
+                    (Some(key), Some(Value::Array(existing))) => {
+                        merge_list(kind, existing.clone(), items, key, path)
+                    }
+                    (Some(key), _) => merge_list(kind, Vec::new(), items, key, path),
+                    (None, Some(Value::Array(existing))) if primitive_merge(path) => {
+                        let mut out = existing.clone();
+                        for i in items {
+                            if !out.contains(i) {
+                                out.push(i.clone());
+                            }
+                        }
+                        out
+                    }
+                    _ => items.iter().map(strip).collect(),
+                };
+                target.insert(k.clone(), Value::Array(merged));
+            }
+            other => {
+                target.insert(k.clone(), other.clone());
+            }
+        }
+        path.pop();
+    }
+    // Directives that refer to sibling fields.
+    for (k, pv) in patch {
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
+            if let (Some(Value::Array(list)), Some(remove)) = (target.get_mut(field), pv.as_array())
+            {
+                list.retain(|v| !remove.contains(v));
+            }
+        } else if let Some(field) = k.strip_prefix("$setElementOrder/") {
+            path.push(field.to_owned());
+            let key = merge_key(kind, path);
+            path.pop();
+            if let (Some(Value::Array(list)), Some(order)) = (target.get_mut(field), pv.as_array())
+            {
+                let ident = |v: &Value| match key {
+                    Some(key) => v.get(key).cloned().unwrap_or(Value::Null),
+                    None => v.clone(),
+                };
+                let wanted: Vec<Value> = order.iter().map(ident).collect();
+                let mut ordered: Vec<Value> = Vec::with_capacity(list.len());
+                for w in &wanted {
+                    if let Some(pos) = list.iter().position(|v| ident(v) == *w) {
+                        ordered.push(list.remove(pos));
+                    }
+                }
+                ordered.append(list);
+                *list = ordered;
+            }
+        } else if k == "$retainKeys"
+            && let Some(keep) = pv.as_array()
+        {
+            let keep: Vec<&str> = keep.iter().filter_map(Value::as_str).collect();
+            target.retain(|k, _| keep.contains(&k.as_str()));
+        }
+    }
+}
+
+fn merge_list(
+    kind: &str,
+    mut existing: Vec<Value>,
+    patch: &[Value],
+    key: &str,
+    path: &mut Vec<String>,
+) -> Vec<Value> {
+    if patch
+        .iter()
+        .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
+        return patch
+            .iter()
+            .filter(|i| i.get("$patch").is_none())
+            .map(strip)
+            .collect();
+    }
+    for item in patch {
+        let Some(id) = item.get(key) else {
+            existing.push(strip(item));
+            continue;
+        };
+        let pos = existing.iter().position(|e| e.get(key) == Some(id));
+        if item.get("$patch").and_then(Value::as_str) == Some("delete") {
+            if let Some(pos) = pos {
+                existing.remove(pos);
+            }
+            continue;
+        }
+        match (pos, item.as_object()) {
+            (Some(pos), Some(pm)) => {
+                if let Some(tm) = existing[pos].as_object_mut() {
+                    merge_map(kind, tm, pm, path);
+                }
+            }
+            _ => existing.push(strip(item)),
+        }
+    }
+    existing
+}
+
+impl ApiError {
+    /// 422 for a patch that cannot be applied.
+    pub fn new_unprocessable(message: String) -> Self {
+        ApiError {
+            code: 422,
+            reason: "Invalid",
+            message,
+            details: None,
+            retry_after: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn containers_merge_by_name_and_env_by_name() {
+        let mut pod = json!({"spec": {"containers": [
+            {"name": "a", "image": "x:1", "env": [{"name": "A", "value": "1"}]},
+            {"name": "b", "image": "y:1"}
+        ]}});
+        let patch = json!({"spec": {"containers": [
+            {"name": "a", "image": "x:2", "env": [{"name": "B", "value": "2"}]}
+        ]}});
+        strategic_merge("Pod", &mut pod, &patch).unwrap();
+        assert_eq!(pod["spec"]["containers"][0]["image"], "x:2");
+        assert_eq!(
+            pod["spec"]["containers"][0]["env"]
+                .as_array()
+                .unwrap()
+                .len(),
+            2
+        );
+        assert_eq!(pod["spec"]["containers"][1]["name"], "b");
+    }
+
+    #[test]
+    fn directives_delete_replace_and_order() {
+        let mut pod = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
+            "spec": {"containers": [{"name": "a"}, {"name": "b"}], "tolerations": [{"key": "k"}]}});
+        let patch = json!({
+            "metadata": {"labels": {"a": null}, "finalizers": ["y"]},
+            "spec": {
+                "containers": [{"name": "a", "$patch": "delete"}, {"name": "c"}],
+                "$setElementOrder/containers": [{"name": "c"}, {"name": "b"}],
+                "tolerations": [{"key": "z"}]
+            }
+        });
+        strategic_merge("Pod", &mut pod, &patch).unwrap();
+        assert_eq!(pod["metadata"]["labels"], json!({"b": "2"}));
+        assert_eq!(pod["metadata"]["finalizers"], json!(["x", "y"]));
+        assert_eq!(
+            pod["spec"]["containers"],
+            json!([{"name": "c"}, {"name": "b"}])
+        );
+        assert_eq!(pod["spec"]["tolerations"], json!([{"key": "z"}]));
+    }
+
+    #[test]
+    fn service_ports_merge_by_port_and_json_patch_fails_cleanly() {
+        let mut svc = json!({"spec": {"ports": [{"port": 80, "name": "http"}]}});
+        strategic_merge(
+            "Service",
+            &mut svc,
+            &json!({"spec": {"ports": [{"port": 443}]}}),
+        )
+        .unwrap();
+        assert_eq!(svc["spec"]["ports"].as_array().unwrap().len(), 2);
+        let err = json_patch(&mut svc, &json!([{"op": "remove", "path": "/nope"}])).unwrap_err();
+        assert_eq!(err.code, 422);
+    }
+}

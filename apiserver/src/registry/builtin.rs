@@ -1,0 +1,272 @@
+//! The built-in resources: one row per k8s-openapi type, named by the type's own constants
+//! (group, version, kind, plural, scope), plus the per-resource facts k8s-openapi does not
+//! carry (short names, categories, subresources, field selectors) as data.
+
+use super::{NameRule, ResourceInfo, ScaleInfo};
+use k8s_openapi::api::{
+    apps::v1 as apps, autoscaling::v1 as autoscaling1, autoscaling::v2 as autoscaling2,
+    batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
+    discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
+    policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+use k8s_openapi::{ClusterResourceScope, ListableResource, NamespaceResourceScope, Resource};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Whether a k8s-openapi scope type is namespaced.
+trait Scope {
+    const NAMESPACED: bool;
+}
+impl Scope for NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+impl Scope for ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+fn decode_as<K: DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, String> {
+    let typed = K::deserialize(v).map_err(|e| e.to_string())?;
+    serde_json::to_value(typed).map_err(|e| e.to_string())
+}
+
+/// The facts about a resource that its type does not carry.
+#[derive(Default)]
+struct Extra {
+    short: &'static [&'static str],
+    all: bool,
+    status: bool,
+    scale: bool,
+    subresources: &'static [&'static str],
+    name_rule: Option<NameRule>,
+    generation: bool,
+    keep_status: bool,
+    fields: &'static [&'static str],
+}
+
+fn row<K>(extra: Extra) -> ResourceInfo
+where
+    K: Resource + ListableResource + DeserializeOwned + serde::Serialize,
+    K::Scope: Scope,
+{
+    ResourceInfo {
+        group: K::GROUP.into(),
+        version: K::VERSION.into(),
+        kind: K::KIND.into(),
+        list_kind: K::LIST_KIND.into(),
+        plural: K::URL_PATH_SEGMENT.into(),
+        singular: K::KIND.to_ascii_lowercase(),
+        short_names: extra.short.iter().map(|s| s.to_string()).collect(),
+        categories: if extra.all {
+            vec!["all".into()]
+        } else {
+            vec![]
+        },
+        namespaced: <K::Scope as Scope>::NAMESPACED,
+        status: extra.status,
+        scale: extra.scale.then(|| ScaleInfo {
+            spec_replicas: "/spec/replicas".into(),
+            status_replicas: "/status/replicas".into(),
+            selector: Some("/spec/selector".into()),
+        }),
+        extra_subresources: extra.subresources.iter().map(|s| s.to_string()).collect(),
+        name_rule: extra.name_rule.unwrap_or(NameRule::Subdomain),
+        generation: extra.generation,
+        keep_status_on_create: extra.keep_status,
+        decode: Some(decode_as::<K>),
+        strategic_merge: true,
+        field_selectors: extra.fields.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+/// Every built-in resource minik8s serves.
+pub fn builtin_resources() -> Vec<ResourceInfo> {
+    let status = || Extra {
+        status: true,
+        ..Default::default()
+    };
+    let workload = |short: &'static [&'static str], scale: bool| Extra {
+        short,
+        all: true,
+        status: true,
+        scale,
+        generation: true,
+        ..Default::default()
+    };
+    let rbac_names = || Extra {
+        name_rule: Some(NameRule::Path),
+        ..Default::default()
+    };
+    vec![
+        // core/v1
+        row::<core::Namespace>(Extra {
+            short: &["ns"],
+            status: true,
+            subresources: &["finalize"],
+            name_rule: Some(NameRule::Label),
+            fields: &["status.phase"],
+            ..Default::default()
+        }),
+        row::<core::Pod>(Extra {
+            short: &["po"],
+            all: true,
+            status: true,
+            subresources: &[
+                "attach",
+                "binding",
+                "ephemeralcontainers",
+                "eviction",
+                "exec",
+                "log",
+                "portforward",
+                "proxy",
+            ],
+            fields: &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            ..Default::default()
+        }),
+        row::<core::Service>(Extra {
+            short: &["svc"],
+            all: true,
+            status: true,
+            subresources: &["proxy"],
+            name_rule: Some(NameRule::Label),
+            ..Default::default()
+        }),
+        row::<core::Endpoints>(Extra {
+            short: &["ep"],
+            ..Default::default()
+        }),
+        row::<core::ConfigMap>(Extra {
+            short: &["cm"],
+            ..Default::default()
+        }),
+        row::<core::Secret>(Extra {
+            fields: &["type"],
+            ..Default::default()
+        }),
+        row::<core::ServiceAccount>(Extra {
+            short: &["sa"],
+            subresources: &["token"],
+            ..Default::default()
+        }),
+        row::<core::Node>(Extra {
+            short: &["no"],
+            status: true,
+            subresources: &["proxy"],
+            keep_status: true,
+            fields: &["spec.unschedulable"],
+            ..Default::default()
+        }),
+        row::<core::Event>(Extra {
+            short: &["ev"],
+            fields: &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            ..Default::default()
+        }),
+        row::<core::LimitRange>(Extra {
+            short: &["limits"],
+            ..Default::default()
+        }),
+        row::<core::ResourceQuota>(Extra {
+            short: &["quota"],
+            status: true,
+            ..Default::default()
+        }),
+        row::<core::PersistentVolume>(Extra {
+            short: &["pv"],
+            status: true,
+            ..Default::default()
+        }),
+        row::<core::PersistentVolumeClaim>(Extra {
+            short: &["pvc"],
+            status: true,
+            ..Default::default()
+        }),
+        row::<core::PodTemplate>(Extra::default()),
+        row::<core::ReplicationController>(Extra {
+            fields: &["status.replicas"],
+            ..workload(&["rc"], true)
+        }),
+        // apps/v1
+        row::<apps::Deployment>(workload(&["deploy"], true)),
+        row::<apps::ReplicaSet>(Extra {
+            fields: &["status.replicas"],
+            ..workload(&["rs"], true)
+        }),
+        row::<apps::StatefulSet>(workload(&["sts"], true)),
+        row::<apps::DaemonSet>(workload(&["ds"], false)),
+        row::<apps::ControllerRevision>(Extra::default()),
+        // batch/v1
+        row::<batch::Job>(Extra {
+            fields: &["status.successful"],
+            ..workload(&[], false)
+        }),
+        row::<batch::CronJob>(workload(&["cj"], false)),
+        // autoscaling
+        row::<autoscaling1::HorizontalPodAutoscaler>(workload(&["hpa"], false)),
+        row::<autoscaling2::HorizontalPodAutoscaler>(workload(&["hpa"], false)),
+        // discovery, coordination, events, policy
+        row::<discovery::EndpointSlice>(Extra::default()),
+        row::<coordination::Lease>(Extra::default()),
+        row::<events::Event>(Extra {
+            short: &["ev"],
+            ..Default::default()
+        }),
+        row::<policy::PodDisruptionBudget>(Extra {
+            short: &["pdb"],
+            status: true,
+            generation: true,
+            ..Default::default()
+        }),
+        // rbac
+        row::<rbac::Role>(rbac_names()),
+        row::<rbac::RoleBinding>(rbac_names()),
+        row::<rbac::ClusterRole>(rbac_names()),
+        row::<rbac::ClusterRoleBinding>(rbac_names()),
+        // apiextensions
+        row::<apiextensions::CustomResourceDefinition>(Extra {
+            short: &["crd", "crds"],
+            generation: true,
+            ..status()
+        }),
+        // networking, storage, scheduling
+        row::<networking::Ingress>(Extra {
+            short: &["ing"],
+            generation: true,
+            ..status()
+        }),
+        row::<networking::NetworkPolicy>(Extra {
+            short: &["netpol"],
+            generation: true,
+            ..Default::default()
+        }),
+        row::<storage::StorageClass>(Extra {
+            short: &["sc"],
+            ..Default::default()
+        }),
+        row::<scheduling::PriorityClass>(Extra {
+            short: &["pc"],
+            ..Default::default()
+        }),
+    ]
+}

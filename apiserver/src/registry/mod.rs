@@ -1,0 +1,284 @@
+//! The resource registry: one [`ResourceInfo`] row per served resource. Built-in kinds are
+//! rows made from k8s-openapi's type constants (`builtin.rs`); custom resources will add rows
+//! at run time. Handlers look rows up here and never name a kind.
+
+mod builtin;
+
+use crate::error::{ApiError, ApiResult};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+pub use builtin::builtin_resources;
+
+/// How object names of a kind are validated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// A lowercase RFC 1123 subdomain (most kinds).
+    Subdomain,
+    /// A lowercase RFC 1123 label (namespaces, services).
+    Label,
+    /// Any name without `/` or `%` and not `.`/`..` (RBAC kinds).
+    Path,
+}
+
+/// Where a kind's `/scale` subresource reads and writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScaleInfo {
+    /// JSON pointer of the desired replicas (`/spec/replicas`).
+    pub spec_replicas: String,
+    /// JSON pointer of the observed replicas (`/status/replicas`).
+    pub status_replicas: String,
+    /// JSON pointer of the label selector (`/spec/selector`), if any.
+    pub selector: Option<String>,
+}
+
+/// Decodes an object as the kind's typed form and encodes it back (dropping fields the type
+/// does not have); the error says why it does not decode.
+pub type DecodeCheck = fn(&Value) -> Result<Value, String>;
+
+/// One served resource.
+#[derive(Clone)]
+pub struct ResourceInfo {
+    /// API group ("" for core).
+    pub group: String,
+    /// API version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Kind of its list.
+    pub list_kind: String,
+    /// Plural name (the URL segment).
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Short names (`po`, `deploy`).
+    pub short_names: Vec<String>,
+    /// Categories (`all`).
+    pub categories: Vec<String>,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Whether it has a `status` subresource.
+    pub status: bool,
+    /// Its `scale` subresource, if any.
+    pub scale: Option<ScaleInfo>,
+    /// Other subresources served elsewhere (`binding`, `eviction`, `log`, …).
+    pub extra_subresources: Vec<String>,
+    /// Name validation.
+    pub name_rule: NameRule,
+    /// Whether `generation` is tracked (kinds with a spec).
+    pub generation: bool,
+    /// Whether status given on create is kept (nodes); otherwise it is cleared.
+    pub keep_status_on_create: bool,
+    /// The typed decode check of a built-in kind.
+    pub decode: Option<DecodeCheck>,
+    /// Whether the kind supports strategic merge patch (built-ins do, custom resources do not).
+    pub strategic_merge: bool,
+    /// Fields other than `metadata.name`/`metadata.namespace` that field selectors may use.
+    pub field_selectors: Vec<String>,
+}
+
+impl std::fmt::Debug for ResourceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} {}", self.group, self.version, self.plural)
+    }
+}
+
+impl ResourceInfo {
+    /// `apiVersion` as objects carry it (`v1`, `apps/v1`).
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The storage key prefix of all objects of this resource, with a trailing `/`.
+    pub fn key_prefix(&self) -> String {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        format!("/registry/{group}/{}/", self.plural)
+    }
+
+    /// The storage key prefix of a namespace's objects (or of all, for `None`).
+    pub fn scope_prefix(&self, namespace: Option<&str>) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/", self.key_prefix()),
+            _ => self.key_prefix(),
+        }
+    }
+
+    /// The storage key of one object.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        format!("{}{name}", self.scope_prefix(namespace))
+    }
+
+    /// The subresources this resource serves.
+    pub fn subresources(&self) -> Vec<String> {
+        let mut subs = Vec::new();
+        if self.status {
+            subs.push("status".to_owned());
+        }
+        if self.scale.is_some() {
+            subs.push("scale".to_owned());
+        }
+        subs.extend(self.extra_subresources.iter().cloned());
+        subs
+    }
+}
+
+/// Every served resource, by group, version and plural; shared and updatable at run time.
+#[derive(Clone, Default)]
+pub struct Registry {
+    inner: Arc<RwLock<BTreeMap<(String, String, String), Arc<ResourceInfo>>>>,
+}
+
+impl Registry {
+    /// A registry holding the built-in resources.
+    pub fn with_builtins() -> Self {
+        let r = Registry::default();
+        for info in builtin_resources() {
+            r.add(info);
+        }
+        r
+    }
+
+    /// Adds or replaces a resource.
+    pub fn add(&self, info: ResourceInfo) {
+        let key = (
+            info.group.clone(),
+            info.version.clone(),
+            info.plural.clone(),
+        );
+        self.inner
+            .write()
+            .expect("registry lock")
+            .insert(key, Arc::new(info));
+    }
+
+    /// Looks up a resource by group, version and plural.
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.inner
+            .read()
+            .expect("registry lock")
+            .get(&(group.to_owned(), version.to_owned(), plural.to_owned()))
+            .cloned()
+    }
+
+    /// Looks up a resource, answering 404 as upstream does for an unknown one.
+    pub fn lookup(&self, group: &str, version: &str, plural: &str) -> ApiResult<Arc<ResourceInfo>> {
+        self.get(group, version, plural)
+            .ok_or_else(|| ApiError::no_route(plural))
+    }
+
+    /// Every resource, sorted by group, version and plural.
+    pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
+        self.inner
+            .read()
+            .expect("registry lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// The served groups, each with its versions, preferred version first.
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for info in self.all() {
+            match groups.iter_mut().find(|(g, _)| *g == info.group) {
+                Some((_, versions)) => {
+                    if !versions.contains(&info.version) {
+                        versions.push(info.version.clone());
+                    }
+                }
+                None => groups.push((info.group.clone(), vec![info.version.clone()])),
+            }
+        }
+        for (_, versions) in &mut groups {
+            versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        }
+        // Upstream orders groups by priority; core first, then the built-in groups.
+        groups.sort_by_key(|(g, _)| group_order(g));
+        groups
+    }
+}
+
+/// Upstream's version ordering: GA > beta > alpha, higher numbers first.
+pub fn version_priority(v: &str) -> (u8, u32, u32) {
+    let rest = v.trim_start_matches('v');
+    let (num, tail) = rest.split_at(
+        rest.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len()),
+    );
+    let major = num.parse().unwrap_or(0);
+    if tail.is_empty() {
+        return (3, major, 0);
+    }
+    let (stage, n) = if let Some(n) = tail.strip_prefix("beta") {
+        (2, n)
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (1, n)
+    } else {
+        (0, tail)
+    };
+    (stage, major, n.parse().unwrap_or(0))
+}
+
+fn group_order(group: &str) -> (usize, String) {
+    const ORDER: &[&str] = &[
+        "",
+        "apiregistration.k8s.io",
+        "apps",
+        "events.k8s.io",
+        "authentication.k8s.io",
+        "authorization.k8s.io",
+        "autoscaling",
+        "batch",
+        "certificates.k8s.io",
+        "networking.k8s.io",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "storage.k8s.io",
+        "admissionregistration.k8s.io",
+        "apiextensions.k8s.io",
+        "scheduling.k8s.io",
+        "coordination.k8s.io",
+        "node.k8s.io",
+        "discovery.k8s.io",
+        "flowcontrol.apiserver.k8s.io",
+    ];
+    match ORDER.iter().position(|g| *g == group) {
+        Some(i) => (i, String::new()),
+        None => (ORDER.len(), group.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_order_like_upstream() {
+        let mut v = vec!["v1beta1", "v2", "v1", "v1alpha1", "v2beta2", "v1beta2"];
+        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        assert_eq!(v, ["v2", "v1", "v2beta2", "v1beta2", "v1beta1", "v1alpha1"]);
+    }
+
+    #[test]
+    fn keys_follow_the_storage_layout() {
+        let r = Registry::with_builtins();
+        let cm = r.get("", "v1", "configmaps").unwrap();
+        assert_eq!(
+            cm.key(Some("default"), "x"),
+            "/registry/core/configmaps/default/x"
+        );
+        let deploy = r.get("apps", "v1", "deployments").unwrap();
+        assert_eq!(deploy.scope_prefix(None), "/registry/apps/deployments/");
+        let node = r.get("", "v1", "nodes").unwrap();
+        assert_eq!(node.key(Some("ignored"), "n1"), "/registry/core/nodes/n1");
+    }
+}

@@ -1,0 +1,111 @@
+//! The all-in-one minik8s: `up` runs a single-node cluster in one process (for now the
+//! apiserver on the embedded store) after writing its PKI and kubeconfigs.
+
+use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
+use minik8s_storage::Endpoint;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
+
+/// What `minik8s up` runs.
+#[derive(Clone, Debug)]
+pub struct UpConfig {
+    /// Data folder: `pki/`, `store/`, `admin.kubeconfig`.
+    pub data_dir: PathBuf,
+    /// Storage; `None` is the embedded store under `data_dir/store`.
+    pub storage: Option<Endpoint>,
+    /// Address to listen on.
+    pub bind: IpAddr,
+    /// Port to listen on.
+    pub port: u16,
+    /// Extra DNS names for the serving certificate.
+    pub hosts: Vec<String>,
+    /// Extra IPs for the serving certificate.
+    pub ips: Vec<IpAddr>,
+    /// This node's name.
+    pub node_name: String,
+}
+
+/// Why `up` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpError {
+    /// Certificates or kubeconfigs.
+    #[error(transparent)]
+    Pki(#[from] minik8s_kubeconfig::Error),
+    /// The apiserver.
+    #[error(transparent)]
+    Apiserver(#[from] minik8s_apiserver::Error),
+    /// Copying the admin kubeconfig.
+    #[error("writing {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Writes the PKI (CA kept across runs) and returns the admin kubeconfig's path.
+pub fn init_pki(cfg: &UpConfig) -> Result<(Pki, PathBuf), UpError> {
+    let host = if cfg.bind.is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        cfg.bind.to_string()
+    };
+    let mut ips = cfg.ips.clone();
+    if !cfg.bind.is_unspecified() {
+        ips.push(cfg.bind);
+    }
+    let pki = Pki::init(PkiOptions {
+        dir: cfg.data_dir.join("pki"),
+        cluster_name: "minik8s".into(),
+        server: format!("https://{host}:{}", cfg.port),
+        hostnames: cfg.hosts.clone(),
+        ips,
+    })?;
+    pki.issue_serving_cert()?;
+    for id in Identity::components(&cfg.node_name) {
+        pki.ensure_identity(&id)?;
+    }
+    let admin = pki.ensure_identity(&Identity::admin())?;
+    Ok((pki, admin))
+}
+
+/// Runs the cluster until `shutdown`; `ready` is called with the admin kubeconfig's path once
+/// the apiserver answers.
+pub async fn up(
+    cfg: UpConfig,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(&std::path::Path),
+) -> Result<(), UpError> {
+    let (pki, admin) = init_pki(&cfg)?;
+    let storage = cfg
+        .storage
+        .clone()
+        .unwrap_or_else(|| Endpoint::Embedded(cfg.data_dir.join("store")));
+    let dir = cfg.data_dir.join("pki");
+    let server = minik8s_apiserver::start(
+        minik8s_apiserver::Config {
+            storage,
+            listen: SocketAddr::new(cfg.bind, cfg.port),
+            advertise: None,
+            tls_cert: dir.join("apiserver.crt"),
+            tls_key: dir.join("apiserver.key"),
+            client_ca: pki.ca_path(),
+            token_file: None,
+            service_cidr: "10.96.0.0/12".into(),
+            node_ports: 30000..=32767,
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    let link = cfg.data_dir.join("admin.kubeconfig");
+    std::fs::copy(&admin, &link).map_err(|source| UpError::Io {
+        path: link.clone(),
+        source,
+    })?;
+    ready(&link);
+    server.wait().await;
+    Ok(())
+}
