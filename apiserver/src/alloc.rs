@@ -165,7 +165,12 @@ impl Allocator {
                     .and_then(|ps| ps.iter().find(|op| op.get("port") == port.as_ref()))
                     .and_then(|op| op.get("nodePort"))
                     .and_then(Value::as_u64);
-                let chosen = match p.get("nodePort").and_then(Value::as_u64) {
+                // 0 means "not set" (what typed clients send for an empty port).
+                let chosen = match p
+                    .get("nodePort")
+                    .and_then(Value::as_u64)
+                    .filter(|n| *n != 0)
+                {
                     Some(n) if Some(n) == previous => n as u16,
                     Some(n) => {
                         let field = format!("spec.ports[{i}].nodePort");

@@ -16,6 +16,7 @@ mod handlers;
 pub mod object;
 mod openapi;
 pub mod patch;
+pub mod proto;
 pub mod registry;
 pub mod request;
 mod server;

@@ -113,9 +113,8 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
             serde_yaml::from_slice(body)
                 .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
         }
-        "application/vnd.kubernetes.protobuf" => {
-            return Err(ApiError::unsupported_media_type(content_type));
-        }
+        "application/vnd.kubernetes.protobuf" => crate::proto::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding protobuf: {e}")))?,
         _ => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
         })?,

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Generates apiserver/src/proto/schema.json: for every Kubernetes protobuf message, its fields
+(tag, JSON name, wire type, label, message type). Field numbers and types come from the prost
+attributes of the k8s-pb crate; JSON names from k8s-openapi's deserializers (the same Go types).
+Run after `cargo fetch`:  python3 hack/gen-proto-schema.py
+"""
+import glob, json, os, re, sys
+
+registry = os.path.expanduser("~/.cargo/registry/src")
+def crate_dir(name):
+    hits = sorted(glob.glob(f"{registry}/*/{name}"))
+    if not hits:
+        sys.exit(f"{name} is not in {registry}: run cargo fetch first")
+    return hits[-1]
+
+pb = crate_dir("k8s-pb-0.9.0") + "/src"
+oa = crate_dir("k8s-openapi-0.29.0") + "/src/v1_33"
+
+# JSON names per (module, struct) from k8s-openapi: "podIP" => Field::Key_pod_ip
+json_names, global_names = {}, {}
+for path in glob.glob(f"{oa}/**/*.rs", recursive=True):
+    text = open(path).read()
+    module = os.path.relpath(os.path.dirname(path), oa).replace(os.sep, ".")
+    for m in re.finditer(r"impl<'de> crate::serde::Deserialize<'de> for (\w+)", text):
+        struct = m.group(1)
+        start = m.end()
+        end = text.find("impl<'de> crate::serde::Deserialize<'de> for", start)
+        body = text[start:end if end > 0 else len(text)]
+        names = dict((snake, js) for js, snake in re.findall(r'"([^"]+)" => Field::Key_(\w+)', body))
+        json_names[(module, struct)] = names
+        for snake, js in names.items():
+            global_names.setdefault(snake, js)
+
+def camel(snake):
+    snake = snake.removeprefix("r#")
+    parts = snake.split("_")
+    return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
+
+attr_re = re.compile(r'#\[prost\(([^)]*)\)\]\s*pub ([\w#]+):\s*(.+?),\n(?=\s*(?:///|#\[|\}|$))', re.S)
+messages = {}
+for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
+    module = os.path.relpath(os.path.dirname(path), pb).replace(os.sep, ".")
+    text = open(path).read()
+    for sm in re.finditer(r"pub struct (\w+) \{(\}|.*?\n\})", text, re.S):
+        struct, body = sm.group(1), sm.group(2)
+        fields = []
+        for am in attr_re.finditer(body + "\n"):
+            attr, name, rtype = am.group(1), am.group(2), am.group(3)
+            tag = int(re.search(r'tag = "(\d+)"', attr).group(1))
+            kind = attr.split(",")[0].strip().split(" ")[0]
+            rtype = " ".join(rtype.split())
+            label = "repeated" if "repeated" in attr else "optional"
+            ref = None
+            if kind.endswith("map"):
+                k, v = re.search(r'map = "(\w+), (\w+)', attr).groups()
+                kind = f"map:{k}:{v}"
+                if v == "message":
+                    inner = re.search(r"Map<[^,]+,\s*(.+)>$", rtype).group(1)
+                    ref = inner
+            elif kind == "message":
+                ref = re.sub(r"^(::core::option::Option|::prost::alloc::vec::Vec|::prost::alloc::boxed::Box)<", "", rtype)
+                ref = ref.rstrip(">")
+                ref = re.sub(r"^::prost::alloc::boxed::Box<", "", ref)
+            if ref is not None:
+                ref = re.sub(r"\s+", "", ref).rstrip(",")
+                parts = module.split(".")
+                segs = ref.split("::")
+                while segs and segs[0] == "super":
+                    parts = parts[:-1]
+                    segs = segs[1:]
+                ref = ".".join(parts + segs)
+            js = json_names.get((module, struct), {}).get(name.removeprefix("r#")) \
+                or global_names.get(name.removeprefix("r#")) or camel(name)
+            fields.append([tag, js, kind, label, ref])
+        messages[f"{module}.{struct}"] = fields
+
+out = os.path.join(os.path.dirname(__file__), "..", "apiserver", "src", "proto", "schema.json")
+with open(out, "w") as f:
+    json.dump(messages, f, separators=(",", ":"), sort_keys=True)
+print(f"{len(messages)} messages -> {os.path.normpath(out)}")
