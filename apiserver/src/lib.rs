@@ -14,7 +14,7 @@ mod discovery;
 pub mod error;
 mod handlers;
 pub mod object;
-mod openapi;
+pub mod openapi;
 pub mod patch;
 pub mod proto;
 pub mod registry;
@@ -100,6 +100,8 @@ pub struct Api {
     pub shutdown: CancellationToken,
     /// Long-lived request tasks (watches, connections).
     pub tasks: TaskTracker,
+    /// OpenAPI documents, generated on first request.
+    pub openapi: std::sync::OnceLock<openapi::Docs>,
 }
 
 /// The HTTP application: every request goes through the one dispatcher.
@@ -159,6 +161,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         advertise,
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
+        openapi: std::sync::OnceLock::new(),
     });
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
     let router = app(api.clone());

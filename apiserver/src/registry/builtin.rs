@@ -46,7 +46,7 @@ struct Extra {
 
 fn row<K>(extra: Extra) -> ResourceInfo
 where
-    K: Resource + ListableResource + DeserializeOwned + serde::Serialize,
+    K: Resource + ListableResource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
     K::Scope: Scope,
 {
     ResourceInfo {
@@ -74,6 +74,7 @@ where
         generation: extra.generation,
         keep_status_on_create: extra.keep_status,
         decode: Some(decode_as::<K>),
+        schema: Some(|g| g.subschema_for::<K>()),
         strategic_merge: true,
         field_selectors: extra.fields.iter().map(|s| s.to_string()).collect(),
     }

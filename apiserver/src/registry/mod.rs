@@ -37,6 +37,9 @@ pub struct ScaleInfo {
 /// does not have); the error says why it does not decode.
 pub type DecodeCheck = fn(&Value) -> Result<Value, String>;
 
+/// Adds a kind's schema to an OpenAPI generator.
+pub type SchemaFn = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
 /// One served resource.
 #[derive(Clone)]
 pub struct ResourceInfo {
@@ -72,6 +75,8 @@ pub struct ResourceInfo {
     pub keep_status_on_create: bool,
     /// The typed decode check of a built-in kind.
     pub decode: Option<DecodeCheck>,
+    /// Adds the kind's OpenAPI schema (and its subschemas) to a generator; returns its `$ref`.
+    pub schema: Option<SchemaFn>,
     /// Whether the kind supports strategic merge patch (built-ins do, custom resources do not).
     pub strategic_merge: bool,
     /// Fields other than `metadata.name`/`metadata.namespace` that field selectors may use.
