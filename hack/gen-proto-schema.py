@@ -21,13 +21,13 @@ json_names, global_names = {}, {}
 for path in glob.glob(f"{oa}/**/*.rs", recursive=True):
     text = open(path).read()
     module = os.path.relpath(os.path.dirname(path), oa).replace(os.sep, ".")
-    for m in re.finditer(r"impl<'de> crate::serde::Deserialize<'de> for (\w+)", text):
-        struct = m.group(1)
-        start = m.end()
-        end = text.find("impl<'de> crate::serde::Deserialize<'de> for", start)
-        body = text[start:end if end > 0 else len(text)]
+    impls = [m for m in re.finditer(r"impl<'de> crate::serde::Deserialize<'de> for (\w+)", text)
+             if m.group(1) != "Field"]
+    for i, m in enumerate(impls):
+        end = impls[i + 1].start() if i + 1 < len(impls) else len(text)
+        body = text[m.end():end]
         names = dict((snake, js) for js, snake in re.findall(r'"([^"]+)" => Field::Key_(\w+)', body))
-        json_names[(module, struct)] = names
+        json_names[(module, m.group(1))] = names
         for snake, js in names.items():
             global_names.setdefault(snake, js)
 
@@ -37,7 +37,7 @@ def camel(snake):
     return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
 
 attr_re = re.compile(r'#\[prost\(([^)]*)\)\]\s*pub ([\w#]+):\s*(.+?),\n(?=\s*(?:///|#\[|\}|$))', re.S)
-messages = {}
+messages, raw = {}, {}
 for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
     module = os.path.relpath(os.path.dirname(path), pb).replace(os.sep, ".")
     text = open(path).read()
@@ -69,10 +69,29 @@ for path in glob.glob(f"{pb}/**/mod.rs", recursive=True):
                     parts = parts[:-1]
                     segs = segs[1:]
                 ref = ".".join(parts + segs)
-            js = json_names.get((module, struct), {}).get(name.removeprefix("r#")) \
-                or global_names.get(name.removeprefix("r#")) or camel(name)
-            fields.append([tag, js, kind, label, ref])
-        messages[f"{module}.{struct}"] = fields
+            fields.append([tag, name.removeprefix("r#"), kind, label, ref])
+        raw[f"{module}.{struct}"] = (module, struct, fields)
+
+def norm(n):
+    return n.replace("_", "").lower()
+
+for full, (module, struct, fields) in raw.items():
+    known = json_names.get((module, struct))
+    if known is None:
+        # prost renames acronyms (HostIP -> HostIp): match the struct without case.
+        known = next((v for (m, st), v in json_names.items() if m == module and st.lower() == struct.lower()), None)
+    known_norm = {norm(k): v for k, v in (known or {}).items()}
+    out = []
+    for tag, bare, kind, label, ref in fields:
+        js = known_norm.get(norm(bare))
+        if js is None and known is not None and kind == "message" and ref in raw:
+            inner = [norm(f[1]) for f in raw[ref][2]]
+            if inner and all(n in known_norm for n in inner):
+                js = ""  # a Go struct embedded with `json:",inline"`: its fields belong to the parent
+        if js is None:
+            js = global_names.get(bare) or camel(bare)
+        out.append([tag, js, kind, label, ref])
+    messages[full] = out
 
 out = os.path.join(os.path.dirname(__file__), "..", "apiserver", "src", "proto", "schema.json")
 with open(out, "w") as f:

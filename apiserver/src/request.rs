@@ -162,11 +162,7 @@ mod tests {
         RequestInfo::Resource(ResourceRequest {
             verb,
             group: group.into(),
-            version: if group.is_empty() {
-                "v1".into()
-            } else {
-                "v1".into()
-            },
+            version: "v1".into(),
             namespace: ns.map(Into::into),
             resource: resource.into(),
             name: name.map(Into::into),

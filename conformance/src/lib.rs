@@ -1,1 +1,175 @@
-//! minik8s conformance: scenarios driven with the stock kubectl against a real cluster (filled by the apiserver issue).
+//! minik8s conformance: scenarios driven with the stock `kubectl` against a freshly started
+//! apiserver. [`Cluster`] starts one in-process on a free loopback port with its own PKI,
+//! store and kubectl cache, and runs kubectl against it.
+
+use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use tokio_util::sync::CancellationToken;
+
+/// A running apiserver with an admin kubeconfig, stopped on drop.
+pub struct Cluster {
+    rt: tokio::runtime::Runtime,
+    shutdown: CancellationToken,
+    server: Option<minik8s_apiserver::Server>,
+    dir: tempfile::TempDir,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// `https://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+/// The result of one kubectl run.
+#[derive(Debug)]
+pub struct Run {
+    /// Exit status success.
+    pub ok: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Self {
+        Run {
+            ok: o.status.success(),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts an apiserver on the embedded store (or the given storage endpoint).
+    pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts an apiserver on the given storage (`None`: embedded in a temp folder).
+    pub fn start_with(storage: Option<minik8s_storage::Endpoint>) -> Self {
+        assert!(
+            Command::new("kubectl")
+                .arg("version")
+                .arg("--client")
+                .output()
+                .is_ok(),
+            "the stock kubectl is required on the PATH"
+        );
+        let dir = tempfile::tempdir().expect("temp dir");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let pki_dir = dir.path().join("pki");
+        // The port is known only after binding; the serving cert names 127.0.0.1 whatever the port.
+        let pki = Pki::init(PkiOptions {
+            dir: pki_dir.clone(),
+            cluster_name: "minik8s".into(),
+            server: "https://127.0.0.1:0".into(),
+            hostnames: vec![],
+            ips: vec![],
+        })
+        .expect("PKI");
+        pki.issue_serving_cert().expect("serving cert");
+        let shutdown = CancellationToken::new();
+        let storage = storage
+            .unwrap_or_else(|| minik8s_storage::Endpoint::Embedded(dir.path().join("store")));
+        let config = minik8s_apiserver::Config {
+            storage,
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            advertise: None,
+            tls_cert: pki_dir.join("apiserver.crt"),
+            tls_key: pki_dir.join("apiserver.key"),
+            client_ca: pki.ca_path(),
+            token_file: None,
+            service_cidr: "10.96.0.0/12".into(),
+            node_ports: 30000..=32767,
+        };
+        let server = rt
+            .block_on(minik8s_apiserver::start(config, shutdown.clone()))
+            .expect("apiserver starts");
+        let url = format!("https://127.0.0.1:{}", server.addr.port());
+        let kc_path = pki
+            .ensure_identity(&Identity::admin())
+            .expect("admin identity");
+        let text = std::fs::read_to_string(&kc_path).expect("kubeconfig");
+        let kubeconfig = dir.path().join("admin.kubeconfig");
+        std::fs::write(&kubeconfig, text.replace("https://127.0.0.1:0", &url))
+            .expect("write kubeconfig");
+        Cluster {
+            rt,
+            shutdown,
+            server: Some(server),
+            dir,
+            kubeconfig,
+            url,
+        }
+    }
+
+    /// The cluster's private folder.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs kubectl with the admin kubeconfig and a private cache.
+    pub fn kubectl(&self, args: &[&str]) -> Run {
+        self.kubectl_stdin(args, None)
+    }
+
+    /// Runs kubectl with `stdin` as its standard input.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
+        use std::io::Write;
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .env_remove("KUBECTL_EXTERNAL_DIFF")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl runs");
+        {
+            let mut input = child.stdin.take().expect("stdin");
+            if let Some(s) = stdin {
+                input.write_all(s.as_bytes()).expect("stdin");
+            }
+        }
+        Run::from(child.wait_with_output().expect("kubectl finishes"))
+    }
+
+    /// Runs kubectl and panics with its output unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let r = self.kubectl(args);
+        assert!(r.ok, "kubectl {args:?} failed:\n{}\n{}", r.stdout, r.stderr);
+        r.stdout
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let r = self.kubectl(args);
+        assert!(
+            !r.ok,
+            "kubectl {args:?} should fail but printed:\n{}",
+            r.stdout
+        );
+        r.stderr
+    }
+
+    /// Applies a manifest from a string with `kubectl <verb> -f -`.
+    pub fn with_manifest(&self, verb: &[&str], manifest: &str) -> Run {
+        let mut args: Vec<&str> = verb.to_vec();
+        args.extend(["-f", "-"]);
+        self.kubectl_stdin(&args, Some(manifest))
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            self.rt.block_on(server.wait());
+        }
+    }
+}

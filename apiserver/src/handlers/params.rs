@@ -42,8 +42,6 @@ pub struct Params {
     pub field_manager: Option<String>,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
-    /// `force` (server-side apply).
-    pub force: bool,
     /// `propagationPolicy`.
     pub propagation_policy: Option<String>,
     /// `gracePeriodSeconds`.
@@ -113,7 +111,6 @@ impl Params {
             dry_run,
             field_manager: map.get("fieldManager").cloned().filter(|s| !s.is_empty()),
             field_validation,
-            force: map.get("force").is_some_and(|v| truthy(v)),
             propagation_policy: map
                 .get("propagationPolicy")
                 .cloned()

@@ -835,7 +835,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
         0
     };
     let already = meta(&obj).get("deletionTimestamp").is_some();
-    if finalizers.is_empty() && (grace == 0 || already && grace == 0) {
+    if finalizers.is_empty() && grace == 0 {
         if opts.dry_run {
             return Ok((StatusCode::OK, obj));
         }

@@ -22,14 +22,16 @@ struct Field {
     message: Option<String>,
 }
 
+/// One field as `schema.json` lists it: tag, JSON name, kind, label, message type.
+type RawField = (u32, String, String, String, Option<String>);
+
 struct Schema {
     messages: HashMap<String, HashMap<u32, Field>>,
 }
 
 static SCHEMA: LazyLock<Schema> = LazyLock::new(|| {
-    let raw: HashMap<String, Vec<(u32, String, String, String, Option<String>)>> =
-        serde_json::from_str(include_str!("schema.json"))
-            .expect("the generated proto schema parses");
+    let raw: HashMap<String, Vec<RawField>> = serde_json::from_str(include_str!("schema.json"))
+        .expect("the generated proto schema parses");
     let messages = raw
         .into_iter()
         .map(|(name, fields)| {
@@ -273,7 +275,7 @@ fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, ProtoEr
                             })
                     }
                     (2, Wire::Len(b)) if vk == "message" => {
-                        val = decode_message(b, f.message.as_deref().unwrap_or(""), depth + 1)?;
+                        val = special_or_message(b, f.message.as_deref().unwrap_or(""), depth + 1)?;
                     }
                     (2, _) => val = scalar(vk, &ew)?,
                     _ => {}
@@ -301,6 +303,13 @@ fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, ProtoEr
             (Wire::Len(b), k) if f.repeated && !matches!(k, "string" | "bytes") => packed(k, b)?,
             (_, k) => vec![scalar(k, &w)?],
         };
+        if f.name.is_empty() {
+            // An inlined struct: its fields are the parent's.
+            if let Some(Value::Object(inner)) = values.into_iter().next() {
+                out.extend(inner);
+            }
+            continue;
+        }
         if f.repeated {
             let list = out
                 .entry(f.name.clone())

@@ -136,10 +136,13 @@ impl ResourceInfo {
     }
 }
 
+/// Registry rows keyed by group, version and plural.
+type Rows = BTreeMap<(String, String, String), Arc<ResourceInfo>>;
+
 /// Every served resource, by group, version and plural; shared and updatable at run time.
 #[derive(Clone, Default)]
 pub struct Registry {
-    inner: Arc<RwLock<BTreeMap<(String, String, String), Arc<ResourceInfo>>>>,
+    inner: Arc<RwLock<Rows>>,
 }
 
 impl Registry {
@@ -204,7 +207,7 @@ impl Registry {
             }
         }
         for (_, versions) in &mut groups {
-            versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         // Upstream orders groups by priority; core first, then the built-in groups.
         groups.sort_by_key(|(g, _)| group_order(g));
@@ -269,7 +272,7 @@ mod tests {
     #[test]
     fn versions_order_like_upstream() {
         let mut v = vec!["v1beta1", "v2", "v1", "v1alpha1", "v2beta2", "v1beta2"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|x| std::cmp::Reverse(version_priority(x)));
         assert_eq!(v, ["v2", "v1", "v2beta2", "v1beta2", "v1beta1", "v1alpha1"]);
     }
 

@@ -1,0 +1,577 @@
+//! The stock kubectl against a freshly started minik8s apiserver: discovery, OpenAPI, the
+//! everyday verbs, output formats, Table columns, watches and the error cases.
+
+use minik8s_conformance::Cluster;
+use std::time::Duration;
+
+#[test]
+fn discovery_lists_resources_versions_and_explains_fields() {
+    let c = Cluster::start();
+    let v = c.ok(&["version", "-o", "json"]);
+    assert!(v.contains("\"minor\": \"33\""), "{v}");
+    let resources = c.ok(&["api-resources"]);
+    for line in [
+        "deployments",
+        "deploy",
+        "apps/v1",
+        "pods",
+        "po",
+        "customresourcedefinitions",
+        "crd,crds",
+        "leases",
+    ] {
+        assert!(resources.contains(line), "{line} missing:\n{resources}");
+    }
+    let versions = c.ok(&["api-versions"]);
+    for gv in [
+        "apps/v1",
+        "batch/v1",
+        "autoscaling/v2",
+        "rbac.authorization.k8s.io/v1",
+        "v1",
+    ] {
+        assert!(
+            versions.lines().any(|l| l == gv),
+            "{gv} missing:\n{versions}"
+        );
+    }
+    let explain = c.ok(&["explain", "pods.spec.containers"]);
+    assert!(
+        explain.contains("FIELD: containers <[]Container>"),
+        "{explain}"
+    );
+    assert!(c.ok(&["get", "all"]).contains("service/kubernetes"));
+    assert!(c.ok(&["get", "ns"]).contains("kube-system"));
+}
+
+#[test]
+fn every_kind_with_a_create_verb_can_be_created_read_described_and_deleted() {
+    let c = Cluster::start();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["create", "configmap", "cm1", "--from-literal=a=b"],
+            "configmap/cm1",
+        ),
+        (
+            &["create", "secret", "generic", "s1", "--from-literal=p=q"],
+            "secret/s1",
+        ),
+        (&["create", "namespace", "team"], "namespace/team"),
+        (&["create", "serviceaccount", "bot"], "serviceaccount/bot"),
+        (
+            &[
+                "create",
+                "deployment",
+                "web",
+                "--image=busybox",
+                "--replicas=3",
+            ],
+            "deployment.apps/web",
+        ),
+        (
+            &["create", "service", "clusterip", "svc1", "--tcp=80:8080"],
+            "service/svc1",
+        ),
+        (
+            &["create", "service", "nodeport", "svc2", "--tcp=80:8080"],
+            "service/svc2",
+        ),
+        (&["create", "job", "j1", "--image=busybox"], "job.batch/j1"),
+        (
+            &[
+                "create",
+                "cronjob",
+                "cj1",
+                "--image=busybox",
+                "--schedule=*/5 * * * *",
+            ],
+            "cronjob.batch/cj1",
+        ),
+        (
+            &["create", "role", "r1", "--verb=get", "--resource=pods"],
+            "role.rbac.authorization.k8s.io/r1",
+        ),
+        (
+            &["create", "rolebinding", "rb1", "--role=r1", "--user=alice"],
+            "rolebinding.rbac.authorization.k8s.io/rb1",
+        ),
+        (
+            &[
+                "create",
+                "clusterrole",
+                "cr1",
+                "--verb=list",
+                "--resource=nodes",
+            ],
+            "clusterrole.rbac.authorization.k8s.io/cr1",
+        ),
+        (
+            &[
+                "create",
+                "clusterrolebinding",
+                "crb1",
+                "--clusterrole=cr1",
+                "--group=devs",
+            ],
+            "clusterrolebinding.rbac.authorization.k8s.io/crb1",
+        ),
+        (
+            &["create", "quota", "q1", "--hard=pods=10"],
+            "resourcequota/q1",
+        ),
+        (
+            &["create", "priorityclass", "pc1", "--value=1000"],
+            "priorityclass.scheduling.k8s.io/pc1",
+        ),
+        (
+            &[
+                "create",
+                "poddisruptionbudget",
+                "pdb1",
+                "--selector=app=web",
+                "--min-available=1",
+            ],
+            "poddisruptionbudget.policy/pdb1",
+        ),
+        (
+            &["create", "ingress", "ing1", "--rule=example.com/=svc1:80"],
+            "ingress.networking.k8s.io/ing1",
+        ),
+        (
+            &["run", "p1", "--image=busybox", "--restart=Never"],
+            "pod/p1",
+        ),
+    ];
+    for (create, name) in cases {
+        let out = c.ok(create);
+        assert!(
+            out.contains(&format!("{name} created")),
+            "{create:?}: {out}"
+        );
+        let got = c.ok(&["get", name]);
+        let short = name.split('/').nth(1).unwrap();
+        assert!(
+            got.lines().nth(1).is_some_and(|l| l.starts_with(short)),
+            "{name}: {got}"
+        );
+        let described = c.ok(&["describe", name]);
+        assert!(described.contains(short), "{name}: {described}");
+    }
+    for (_, name) in cases.iter().rev() {
+        let out = c.ok(&["delete", name, "--wait=false"]);
+        assert!(out.contains("deleted"), "{name}: {out}");
+        let gone = c.fails(&["get", name]);
+        assert!(gone.contains("NotFound"), "{name}: {gone}");
+    }
+}
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+  labels: {tier: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: app}}
+  template:
+    metadata: {labels: {app: app}}
+    spec:
+      containers:
+      - name: c
+        image: busybox:1
+        env: [{name: A, value: "1"}]
+"#;
+
+#[test]
+fn apply_then_edit_and_apply_again_lands_the_change_and_updates_last_applied() {
+    let c = Cluster::start();
+    let r = c.with_manifest(&["apply"], DEPLOYMENT);
+    assert!(
+        r.ok && r.stdout.contains("deployment.apps/app created"),
+        "{r:?}"
+    );
+    let edited = DEPLOYMENT
+        .replace("replicas: 2", "replicas: 4")
+        .replace("busybox:1", "busybox:2");
+    let r = c.with_manifest(&["diff"], &edited);
+    assert!(
+        r.stdout.contains("busybox:2"),
+        "diff shows the change: {r:?}"
+    );
+    let r = c.with_manifest(&["apply"], &edited);
+    assert!(r.ok && r.stdout.contains("configured"), "{r:?}");
+    let got = c.ok(&[
+        "get",
+        "deploy",
+        "app",
+        "-o",
+        "jsonpath={.spec.replicas} {.spec.template.spec.containers[0].image}",
+    ]);
+    assert_eq!(got, "4 busybox:2");
+    let last = c.ok(&[
+        "get",
+        "deploy",
+        "app",
+        "-o",
+        "jsonpath={.metadata.annotations.kubectl\\.kubernetes\\.io/last-applied-configuration}",
+    ]);
+    assert!(
+        last.contains("busybox:2") && last.contains("\"replicas\":4"),
+        "{last}"
+    );
+    // Server-side dry run changes nothing.
+    let dry = edited.replace("replicas: 4", "replicas: 9");
+    let r = c.with_manifest(&["apply", "--dry-run=server"], &dry);
+    assert!(r.ok && r.stdout.contains("(server dry run)"), "{r:?}");
+    assert_eq!(
+        c.ok(&["get", "deploy", "app", "-o", "jsonpath={.spec.replicas}"]),
+        "4"
+    );
+    // create -f of an existing object is 409, replace -f works.
+    let r = c.with_manifest(&["create"], &edited);
+    assert!(!r.ok && r.stderr.contains("AlreadyExists"), "{r:?}");
+    let r = c.with_manifest(&["replace"], &edited);
+    assert!(r.ok && r.stdout.contains("replaced"), "{r:?}");
+}
+
+#[test]
+fn patch_label_annotate_scale_set_image_and_rollout_restart_work() {
+    let c = Cluster::start();
+    c.ok(&["create", "configmap", "cm", "--from-literal=a=1"]);
+    c.ok(&[
+        "patch",
+        "cm",
+        "cm",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"b":"2"}}"#,
+    ]);
+    c.ok(&[
+        "patch",
+        "cm",
+        "cm",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/data/c","value":"3"}]"#,
+    ]);
+    assert_eq!(
+        c.ok(&["get", "cm", "cm", "-o", "jsonpath={.data}"]),
+        r#"{"a":"1","b":"2","c":"3"}"#
+    );
+    c.with_manifest(&["apply"], DEPLOYMENT);
+    c.ok(&[
+        "patch",
+        "deploy",
+        "app",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"c","image":"busybox:3"}]}}}}"#,
+    ]);
+    // Strategic merge: the container merged by name, its env kept.
+    assert_eq!(
+        c.ok(&["get", "deploy", "app", "-o", "jsonpath={.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].env[0].name}"]),
+        "busybox:3 A"
+    );
+    c.ok(&["label", "cm", "cm", "team=x"]);
+    c.ok(&["annotate", "cm", "cm", "note=hello"]);
+    assert_eq!(
+        c.ok(&["get", "cm", "-l", "team=x", "-o", "name"]).trim(),
+        "configmap/cm"
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "cm",
+            "cm",
+            "-o",
+            "jsonpath={.metadata.annotations.note}"
+        ]),
+        "hello"
+    );
+    c.ok(&["scale", "deploy", "app", "--replicas=5"]);
+    assert_eq!(
+        c.ok(&["get", "deploy", "app", "-o", "jsonpath={.spec.replicas}"]),
+        "5"
+    );
+    c.ok(&["set", "image", "deploy/app", "c=busybox:4"]);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}"
+        ]),
+        "busybox:4"
+    );
+    let gen_before: u64 = c
+        .ok(&[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
+        .parse()
+        .unwrap();
+    c.ok(&["rollout", "restart", "deploy/app"]);
+    let restarted = c.ok(&[
+        "get",
+        "deploy",
+        "app",
+        "-o",
+        "jsonpath={.spec.template.metadata.annotations.kubectl\\.kubernetes\\.io/restartedAt}",
+    ]);
+    assert!(!restarted.is_empty(), "the template annotation is set");
+    let gen_after: u64 = c
+        .ok(&[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
+        .parse()
+        .unwrap();
+    assert_eq!(
+        gen_after,
+        gen_before + 1,
+        "a template change bumps generation"
+    );
+    // Labels do not bump generation.
+    c.ok(&["label", "deploy", "app", "x=y"]);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "deploy",
+            "app",
+            "-o",
+            "jsonpath={.metadata.generation}"
+        ]),
+        gen_after.to_string()
+    );
+}
+
+#[test]
+fn output_formats_and_default_table_columns_match_upstream() {
+    let c = Cluster::start();
+    c.ok(&[
+        "create",
+        "configmap",
+        "cm",
+        "--from-literal=a=1",
+        "--from-literal=b=2",
+    ]);
+    c.ok(&["create", "secret", "generic", "s", "--from-literal=p=q"]);
+    c.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--replicas=3",
+    ]);
+    c.ok(&["create", "service", "nodeport", "np", "--tcp=80:8080"]);
+    c.ok(&["run", "p", "--image=busybox", "--restart=Never"]);
+    let header = |args: &[&str]| {
+        c.ok(args)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(header(&["get", "pods"]), "NAME READY STATUS RESTARTS AGE");
+    assert_eq!(
+        header(&["get", "pods", "-o", "wide"]),
+        "NAME READY STATUS RESTARTS AGE IP NODE NOMINATED NODE READINESS GATES"
+    );
+    assert_eq!(
+        header(&["get", "deploy"]),
+        "NAME READY UP-TO-DATE AVAILABLE AGE"
+    );
+    assert_eq!(
+        header(&["get", "svc"]),
+        "NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE"
+    );
+    assert_eq!(header(&["get", "cm"]), "NAME DATA AGE");
+    assert_eq!(header(&["get", "secrets"]), "NAME TYPE DATA AGE");
+    assert_eq!(header(&["get", "ns"]), "NAME STATUS AGE");
+    let pods = c.ok(&["get", "pods"]);
+    assert!(pods.contains("0/1") && pods.contains("Pending"), "{pods}");
+    let svc = c.ok(&["get", "svc", "np"]);
+    assert!(svc.contains("NodePort") && svc.contains("80:3"), "{svc}");
+    assert!(
+        c.ok(&["get", "cm", "cm"])
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            == Some("2")
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&c.ok(&["get", "cm", "cm", "-o", "json"])).unwrap();
+    assert_eq!(json["data"]["b"], "2");
+    assert!(
+        c.ok(&["get", "cm", "cm", "-o", "yaml"])
+            .contains("kind: ConfigMap")
+    );
+    assert_eq!(
+        c.ok(&["get", "cm", "cm", "-o", "name"]).trim(),
+        "configmap/cm"
+    );
+    assert_eq!(
+        c.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]),
+        "3"
+    );
+    let cc = c.ok(&[
+        "get",
+        "cm",
+        "-o",
+        "custom-columns=N:.metadata.name,A:.data.a",
+    ]);
+    assert!(
+        cc.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["cm", "1"]),
+        "{cc}"
+    );
+    // Selectors, set-based and field.
+    c.ok(&["label", "cm", "cm", "env=prod"]);
+    assert!(
+        c.ok(&["get", "cm", "-l", "env in (prod,dev)", "-o", "name"])
+            .contains("configmap/cm")
+    );
+    assert!(
+        !c.ok(&["get", "cm", "-l", "env!=prod", "-o", "name"])
+            .contains("configmap/cm")
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "cm",
+            "--field-selector",
+            "metadata.name=cm",
+            "-o",
+            "name"
+        ])
+        .trim(),
+        "configmap/cm"
+    );
+    assert!(
+        c.ok(&[
+            "get",
+            "pods",
+            "--field-selector",
+            "status.phase=Pending",
+            "-o",
+            "name"
+        ])
+        .contains("pod/p")
+    );
+    assert!(
+        c.fails(&["get", "pods", "--field-selector", "spec.bogus=x"])
+            .contains("field label not supported")
+    );
+    // Pagination through kubectl's chunking.
+    for i in 0..7 {
+        c.ok(&["create", "configmap", &format!("page-{i}")]);
+    }
+    let paged = c.ok(&["get", "cm", "--chunk-size=2", "-o", "name"]);
+    assert_eq!(
+        paged.lines().filter(|l| l.contains("page-")).count(),
+        7,
+        "{paged}"
+    );
+}
+
+#[test]
+fn get_watch_prints_a_change() {
+    let c = Cluster::start();
+    c.ok(&["create", "configmap", "w", "--from-literal=a=1"]);
+    let mut child = std::process::Command::new("kubectl")
+        .args([
+            "get",
+            "cm",
+            "w",
+            "-w",
+            "-o",
+            "jsonpath={.data.a}{\"\\n\"}",
+            "--request-timeout=10s",
+        ])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    c.ok(&[
+        "patch",
+        "cm",
+        "w",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"a":"2"}}"#,
+    ]);
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().collect::<Vec<_>>(), ["1", "2"], "{text}");
+}
+
+#[test]
+fn error_cases_return_upstream_statuses() {
+    let c = Cluster::start();
+    assert!(
+        c.fails(&["get", "cm", "nope"])
+            .contains("Error from server (NotFound): configmaps \"nope\" not found")
+    );
+    c.ok(&["create", "configmap", "dup"]);
+    assert!(
+        c.fails(&["create", "configmap", "dup"])
+            .contains("configmaps \"dup\" already exists")
+    );
+    // A stale resourceVersion is a 409 Conflict.
+    let stale = c.ok(&["get", "cm", "dup", "-o", "json"]);
+    c.ok(&["label", "cm", "dup", "x=1"]);
+    let r = c.with_manifest(&["replace"], &stale);
+    assert!(
+        !r.ok && r.stderr.contains("Conflict") && r.stderr.contains("the object has been modified"),
+        "{r:?}"
+    );
+    let bad = c.fails(&["create", "configmap", "Bad_Name"]);
+    assert!(
+        bad.contains("is invalid") && bad.contains("metadata.name"),
+        "{bad}"
+    );
+    let r = c.with_manifest(
+        &["create"],
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\nspec: {x: 1}\n",
+    );
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains("strict decoding error: unknown field \"spec\""),
+        "{r:?}"
+    );
+    // Without credentials: 401.
+    let out = std::process::Command::new("kubectl")
+        .args([
+            "get",
+            "ns",
+            "--server",
+            &c.url,
+            "--insecure-skip-tls-verify",
+            "--token=wrong",
+        ])
+        .env("HOME", c.dir())
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("Unauthorized"),
+        "{err}"
+    );
+}
