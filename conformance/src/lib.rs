@@ -12,6 +12,9 @@ pub struct Cluster {
     rt: tokio::runtime::Runtime,
     shutdown: CancellationToken,
     server: Option<minik8s_apiserver::Server>,
+    config: minik8s_apiserver::Config,
+    admin: PathBuf,
+    _etcd: Option<minik8s_storage::testing::TestEtcd>,
     dir: tempfile::TempDir,
     /// The admin kubeconfig.
     pub kubeconfig: PathBuf,
@@ -44,6 +47,22 @@ impl Cluster {
     /// Starts an apiserver on the embedded store (or the given storage endpoint).
     pub fn start() -> Self {
         Self::start_with(None)
+    }
+
+    /// Starts an apiserver on a private etcd (Debian's etcd-server, started here).
+    pub fn start_etcd() -> Self {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let etcd = rt
+            .block_on(minik8s_storage::testing::TestEtcd::start())
+            .expect("a private etcd (install it with hack/install-deps.sh)");
+        let mut c = Self::start_with(Some(minik8s_storage::Endpoint::Etcd(vec![
+            etcd.url.clone(),
+        ])));
+        c._etcd = Some(etcd);
+        c
     }
 
     /// Starts an apiserver on the given storage (`None`: embedded in a temp folder).
@@ -87,25 +106,64 @@ impl Cluster {
             service_cidr: "10.96.0.0/12".into(),
             node_ports: 30000..=32767,
         };
-        let server = rt
-            .block_on(minik8s_apiserver::start(config, shutdown.clone()))
-            .expect("apiserver starts");
-        let url = format!("https://127.0.0.1:{}", server.addr.port());
-        let kc_path = pki
+        let admin = pki
             .ensure_identity(&Identity::admin())
             .expect("admin identity");
-        let text = std::fs::read_to_string(&kc_path).expect("kubeconfig");
         let kubeconfig = dir.path().join("admin.kubeconfig");
-        std::fs::write(&kubeconfig, text.replace("https://127.0.0.1:0", &url))
-            .expect("write kubeconfig");
-        Cluster {
+        let mut c = Cluster {
             rt,
             shutdown,
-            server: Some(server),
+            server: None,
+            config,
+            admin,
+            _etcd: None,
             dir,
             kubeconfig,
-            url,
+            url: String::new(),
+        };
+        c.serve();
+        c
+    }
+
+    fn serve(&mut self) {
+        let server = self
+            .rt
+            .block_on(minik8s_apiserver::start(
+                self.config.clone(),
+                self.shutdown.clone(),
+            ))
+            .expect("apiserver starts");
+        self.url = format!("https://127.0.0.1:{}", server.addr.port());
+        let text = std::fs::read_to_string(&self.admin).expect("kubeconfig");
+        std::fs::write(
+            &self.kubeconfig,
+            text.replace("https://127.0.0.1:0", &self.url),
+        )
+        .expect("write kubeconfig");
+        self.server = Some(server);
+    }
+
+    /// Stops the apiserver (closing its store) and starts it again on the same store; the
+    /// new server listens on another port, and the kubeconfig is rewritten.
+    pub fn restart(&mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            self.rt.block_on(server.wait());
         }
+        self.shutdown = CancellationToken::new();
+        self.serve();
+    }
+
+    /// Runs a future on the cluster's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// A kube-rs client with the admin identity.
+    pub fn client(&self) -> kube::Client {
+        self.rt
+            .block_on(minik8s_kubeconfig::client(&self.kubeconfig))
+            .expect("kube client")
     }
 
     /// The cluster's private folder.

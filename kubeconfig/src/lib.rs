@@ -9,3 +9,26 @@ mod pki;
 pub use error::{Error, Result};
 pub use kubeconfig::Kubeconfig;
 pub use pki::{Identity, Pki, PkiOptions, ServingCert};
+
+/// Builds a kube `Client` from a kubeconfig file: the one way every minik8s component and
+/// test connects to the apiserver.
+pub async fn client(path: &std::path::Path) -> Result<kube::Client, ClientError> {
+    // kube's rustls needs a process-wide crypto provider; installing twice is harmless.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::read_from(path)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// Why a client could not be built from a kubeconfig.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The file could not be read or parsed.
+    #[error("reading kubeconfig")]
+    Read(#[from] kube::config::KubeconfigError),
+    /// The client could not be set up (TLS, URL).
+    #[error("building the client")]
+    Build(#[from] kube::Error),
+}
