@@ -158,3 +158,129 @@ mod tests {
         assert_eq!(obj, json!({"spec": {"replicas": 3}}));
     }
 }
+
+/// The stored JSON of an object with `metadata.resourceVersion` set, without parsing it: the
+/// top-level `metadata` object is found by a byte scan and the field is inserted at its start.
+/// `None` if the bytes are not an object with a `metadata` object (callers then parse).
+pub fn raw_with_rv(stored: &[u8], revision: i64) -> Option<Vec<u8>> {
+    let at = top_level_value(stored, b"metadata")?;
+    if stored.get(at) != Some(&b'{') {
+        return None;
+    }
+    let rv = format!("\"resourceVersion\":\"{revision}\"");
+    let mut out = Vec::with_capacity(stored.len() + rv.len() + 1);
+    out.extend_from_slice(&stored[..=at]);
+    out.extend_from_slice(rv.as_bytes());
+    let rest = &stored[at + 1..];
+    if rest.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'}') {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+/// The offset of the value of a top-level key in a JSON object (skipping nested values).
+fn top_level_value(json: &[u8], key: &[u8]) -> Option<usize> {
+    let mut i = json.iter().position(|b| !b.is_ascii_whitespace())?;
+    if json[i] != b'{' {
+        return None;
+    }
+    i += 1;
+    loop {
+        i += json[i..].iter().position(|b| !b.is_ascii_whitespace())?;
+        if json[i] == b'}' {
+            return None;
+        }
+        if json[i] != b'"' {
+            return None;
+        }
+        let key_start = i + 1;
+        let key_end = skip_string(json, i)?;
+        let this = &json[key_start..key_end - 1];
+        i = key_end;
+        i += json[i..].iter().position(|b| !b.is_ascii_whitespace())?;
+        if json[i] != b':' {
+            return None;
+        }
+        i += 1;
+        i += json[i..].iter().position(|b| !b.is_ascii_whitespace())?;
+        if this == key {
+            return Some(i);
+        }
+        i = skip_value(json, i)?;
+        i += json[i..].iter().position(|b| !b.is_ascii_whitespace())?;
+        match json[i] {
+            b',' => i += 1,
+            _ => return None,
+        }
+    }
+}
+
+/// Returns the index just past the string starting at `i` (a `"`).
+fn skip_string(json: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    while i < json.len() {
+        match json[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Returns the index just past the value starting at `i`.
+fn skip_value(json: &[u8], mut i: usize) -> Option<usize> {
+    match json.get(i)? {
+        b'"' => skip_string(json, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            while i < json.len() {
+                match json[i] {
+                    b'"' => {
+                        i = skip_string(json, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let end = json[i..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())?;
+            Some(i + end)
+        }
+    }
+}
+
+#[cfg(test)]
+mod raw_tests {
+    use super::*;
+
+    #[test]
+    fn the_resource_version_is_spliced_into_top_level_metadata_only() {
+        let stored = br#"{"aaa":{"metadata":{"x":"}"}},"data":{"k":"\"metadata\":{"},"metadata":{"name":"a"}}"#;
+        let out = raw_with_rv(stored, 42).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["metadata"]["resourceVersion"], "42");
+        assert_eq!(v["metadata"]["name"], "a");
+        assert!(v["aaa"]["metadata"].get("resourceVersion").is_none());
+        let empty = raw_with_rv(br#"{"metadata": {} }"#, 7).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&empty).unwrap()["metadata"]["resourceVersion"],
+            "7"
+        );
+        assert!(raw_with_rv(b"[1]", 1).is_none());
+        assert!(raw_with_rv(br#"{"kind":"X"}"#, 1).is_none());
+    }
+}

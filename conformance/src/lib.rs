@@ -2,6 +2,8 @@
 //! apiserver. [`Cluster`] starts one in-process on a free loopback port with its own PKI,
 //! store and kubectl cache, and runs kubectl against it.
 
+pub mod bench;
+
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

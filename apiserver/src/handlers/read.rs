@@ -100,8 +100,10 @@ fn decode_continue(token: &str) -> ApiResult<(i64, String)> {
 
 /// The objects of one list page and what the list response's metadata needs.
 pub struct Page {
-    /// Matching objects.
+    /// Matching objects (parsed).
     pub items: Vec<Value>,
+    /// Matching objects as JSON bytes, when the caller asked for raw items.
+    pub raw: Vec<Vec<u8>>,
     /// The revision the list was read at.
     pub revision: i64,
     /// A continue token when more may follow.
@@ -110,6 +112,12 @@ pub struct Page {
 
 /// Reads a (page of a) list with selectors, limit and continue, at a consistent revision.
 pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
+    list_page_as(ctx, selectors, false).await
+}
+
+/// Like [`list_page`]; with `raw` and no selectors the items stay JSON bytes (no parsing).
+pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiResult<Page> {
+    let raw = raw && selectors.is_empty();
     let prefix = ctx.res.scope_prefix(ctx.namespace());
     let store = &ctx.api.store;
     let (mut revision, mut start_after) = match &ctx.params.continue_token {
@@ -142,6 +150,7 @@ pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
     };
     let limit = ctx.params.limit;
     let mut items = Vec::new();
+    let mut raw_items = Vec::new();
     let mut read_at = None;
     let mut continue_key = None;
     'pages: loop {
@@ -163,11 +172,19 @@ pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
         revision = page.revision;
         let n = page.kvs.len();
         for (i, kv) in page.kvs.iter().enumerate() {
-            let obj = object::from_store(kv)?;
-            if selectors.is_empty() || selectors.matches(&obj) {
-                items.push(obj);
+            if raw {
+                let bytes = match object::raw_with_rv(&kv.value, kv.mod_revision) {
+                    Some(bytes) => bytes,
+                    None => serde_json::to_vec(&object::from_store(kv)?).expect("json"),
+                };
+                raw_items.push(bytes);
+            } else {
+                let obj = object::from_store(kv)?;
+                if selectors.is_empty() || selectors.matches(&obj) {
+                    items.push(obj);
+                }
             }
-            if limit > 0 && items.len() >= limit {
+            if limit > 0 && items.len() + raw_items.len() >= limit {
                 if i + 1 < n || page.more {
                     continue_key = Some(kv.key.clone());
                 }
@@ -183,6 +200,7 @@ pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
     let continue_token = continue_key.map(|k| encode_continue(revision, &k[prefix.len()..]));
     Ok(Page {
         items,
+        raw: raw_items,
         revision,
         continue_token,
     })
@@ -191,7 +209,8 @@ pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
 /// LIST a collection.
 pub async fn list(ctx: Ctx) -> ApiResult<Response> {
     let selectors = Selectors::from(&ctx)?;
-    let page = list_page(&ctx, &selectors).await?;
+    let table = ctx.wants_table();
+    let page = list_page_as(&ctx, &selectors, !table).await?;
     let mut meta = json!({"resourceVersion": page.revision.to_string()});
     if let Some(c) = &page.continue_token {
         meta["continue"] = json!(c);
@@ -215,8 +234,15 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
     out.extend_from_slice(b",\"metadata\":");
     serde_json::to_writer(&mut out, &meta).expect("json");
     out.extend_from_slice(b",\"items\":[");
-    for (i, item) in page.items.iter().enumerate() {
-        if i > 0 {
+    let mut first = true;
+    for item in &page.raw {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        out.extend_from_slice(item);
+    }
+    for item in &page.items {
+        if !std::mem::take(&mut first) {
             out.push(b',');
         }
         serde_json::to_writer(&mut out, item).expect("json");

@@ -1,0 +1,258 @@
+//! The API benchmark behind `api-bench`: starts `minik8s up` as its own process, drives it
+//! with kube-rs clients over keep-alive connections and reads the server's CPU time and RSS
+//! from `/proc`.
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchEvent, WatchParams};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Milliseconds at p50/p99 of a set of durations.
+pub fn percentiles(samples: &mut [Duration]) -> Value {
+    samples.sort_unstable();
+    let at = |q: f64| {
+        let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+        (samples[i].as_secs_f64() * 1e6).round() / 1e3
+    };
+    json!({"p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)})
+}
+
+/// CPU seconds (user + system) a process has used so far.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // After the command name: state is field 0, utime 11, stime 12 (clock ticks of 1/100 s).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Resident set size of a process in MiB.
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    (kb / 1024.0 * 10.0).round() / 10.0
+}
+
+/// A `minik8s up` child process, killed on drop.
+pub struct Server {
+    child: Child,
+    /// Its admin kubeconfig.
+    pub kubeconfig: std::path::PathBuf,
+    /// Seconds from spawn until it answered.
+    pub ready_after: Duration,
+}
+
+impl Server {
+    /// Starts `minik8s up` on a free port with a fresh data folder and waits until it answers.
+    pub async fn start(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let started = Instant::now();
+        let child = Command::new(binary)
+            .args(["up", "--data-dir"])
+            .arg(dir)
+            .args(["--port", &port.to_string()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let kubeconfig = dir.join("admin.kubeconfig");
+        loop {
+            if kubeconfig.exists()
+                && let Ok(client) = minik8s_kubeconfig::client(&kubeconfig).await
+                && client.apiserver_version().await.is_ok()
+            {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "minik8s up did not answer in 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        Ok(Server {
+            ready_after: started.elapsed(),
+            child,
+            kubeconfig,
+        })
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"bench": "api"}},
+        "data": {"key": "x".repeat(200)},
+    }))
+    .expect("configmap")
+}
+
+/// Runs every measurement and returns the report.
+pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start(binary, dir.path()).await?;
+    let pid = server.pid();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rss = rss_mib(pid);
+    let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    for name in ["seq", "conc", "watch"] {
+        ns.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": name}}))?,
+        )
+        .await?;
+    }
+
+    // Sequential creates.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "seq");
+    let cpu0 = cpu_seconds(pid);
+    let t0 = Instant::now();
+    let mut lat = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        api.create(&PostParams::default(), &cm(&format!("cm-{i:06}")))
+            .await?;
+        lat.push(t.elapsed());
+    }
+    let seq_rate = n as f64 / t0.elapsed().as_secs_f64();
+    let seq_cpu = (cpu_seconds(pid) - cpu0) / n as f64 * 1000.0;
+    let seq = percentiles(&mut lat);
+
+    // Concurrent creates from independent clients (each with its own connection).
+    let per = n.max(clients) / clients * 4;
+    let mut handles = Vec::new();
+    let cpu0 = cpu_seconds(pid);
+    let t0 = Instant::now();
+    for c in 0..clients {
+        let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
+        handles.push(tokio::spawn(async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, "conc");
+            let mut lat = Vec::with_capacity(per);
+            for i in 0..per {
+                let t = Instant::now();
+                api.create(&PostParams::default(), &cm(&format!("c{c:02}-{i:06}")))
+                    .await?;
+                lat.push(t.elapsed());
+            }
+            Ok::<_, kube::Error>(lat)
+        }));
+    }
+    let mut conc = Vec::new();
+    for h in handles {
+        conc.extend(h.await??);
+    }
+    let conc_rate = (per * clients) as f64 / t0.elapsed().as_secs_f64();
+    let conc_cpu = (cpu_seconds(pid) - cpu0) / (per * clients) as f64 * 1000.0;
+
+    // GET, update, LIST.
+    let mut get = Vec::new();
+    for i in 0..n {
+        let t = Instant::now();
+        api.get(&format!("cm-{i:06}")).await?;
+        get.push(t.elapsed());
+    }
+    let mut update = Vec::new();
+    let cpu0 = cpu_seconds(pid);
+    for i in 0..n.min(1000) {
+        let mut o = api.get(&format!("cm-{i:06}")).await?;
+        o.data
+            .as_mut()
+            .expect("data")
+            .insert("key".into(), format!("v{i}"));
+        let t = Instant::now();
+        api.replace(&format!("cm-{i:06}"), &PostParams::default(), &o)
+            .await?;
+        update.push(t.elapsed());
+    }
+    let update_cpu = (cpu_seconds(pid) - cpu0) / n.min(1000) as f64 * 1000.0;
+    // The same LIST without client-side decoding (the server's share).
+    let mut list_raw = Vec::new();
+    for _ in 0..10 {
+        let req = http::Request::get("/api/v1/namespaces/seq/configmaps").body(Vec::new())?;
+        let t = Instant::now();
+        let body = client.request_text(req).await?;
+        list_raw.push(t.elapsed());
+        anyhow::ensure!(body.len() > n * 200, "short list body");
+    }
+    let mut list = Vec::new();
+    let mut listed = 0;
+    for _ in 0..10 {
+        let t = Instant::now();
+        listed = api.list(&ListParams::default()).await?.items.len();
+        list.push(t.elapsed());
+    }
+
+    // Watch delivery: from the start of a create to the event arriving.
+    let wapi: Api<ConfigMap> = Api::namespaced(client.clone(), "watch");
+    let mut stream = wapi.watch(&WatchParams::default(), "0").await?.boxed();
+    let mut watch = Vec::new();
+    for i in 0..n.min(1000) {
+        let t = Instant::now();
+        wapi.create(&PostParams::default(), &cm(&format!("w-{i:06}")))
+            .await?;
+        loop {
+            match stream.next().await {
+                Some(Ok(WatchEvent::Added(o)))
+                    if o.metadata.name.as_deref() == Some(&format!("w-{i:06}")) =>
+                {
+                    break;
+                }
+                Some(Ok(_)) => continue,
+                other => anyhow::bail!("watch ended: {other:?}"),
+            }
+        }
+        watch.push(t.elapsed());
+    }
+
+    let mut delete = Vec::new();
+    for i in 0..n {
+        let t = Instant::now();
+        api.delete(&format!("cm-{i:06}"), &DeleteParams::default())
+            .await?;
+        delete.push(t.elapsed());
+    }
+    Ok(json!({
+        "server_ready_ms": (server.ready_after.as_secs_f64() * 1e4).round() / 10.0,
+        "idle_rss_mib": idle_rss,
+        "sequential_create": {"ops_per_s": seq_rate.round(), "latency": seq, "server_cpu_ms_per_op": (seq_cpu * 1000.0).round() / 1000.0},
+        "concurrent_create": {"clients": clients, "ops_per_s": conc_rate.round(), "latency": percentiles(&mut conc), "server_cpu_ms_per_op": (conc_cpu * 1000.0).round() / 1000.0},
+        "get": percentiles(&mut get),
+        "update": {"latency": percentiles(&mut update), "server_cpu_ms_per_op": (update_cpu * 1000.0).round() / 1000.0},
+        "list": {"items": listed, "latency_typed_client": percentiles(&mut list), "latency_raw_body": percentiles(&mut list_raw)},
+        "watch_delivery_from_request_start": percentiles(&mut watch),
+        "delete": percentiles(&mut delete),
+        "rss_after_mib": rss_mib(pid),
+    }))
+}
