@@ -5,6 +5,7 @@ source "$(dirname "$0")/lib.sh"
 need_root
 "$ROOT/hack/install-deps.sh"
 cd "$ROOT"
+command -v kubectl >/dev/null || die "the conformance suite drives the stock kubectl, which is not on the PATH"
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

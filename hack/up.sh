@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Brings up a single-node minik8s cluster on this machine (as root). Idempotent.
-#   DATA_DIR (default /var/lib/minik8s) holds the PKI, the store and the admin kubeconfig.
+# Brings up a single-node minik8s cluster on this machine (as root) in the foreground.
+# Idempotent: installs only missing packages, reuses the build, keeps the CA and the store.
+#   DATA_DIR (default /var/lib/minik8s) holds the PKI, the store and admin.kubeconfig.
+#   PORT (default 6443), STORAGE (default embedded, or etcd://HOST:PORT).
+# Stop it with Ctrl-C (SIGINT) or SIGTERM.
 source "$(dirname "$0")/lib.sh"
 need_root
 "$ROOT/hack/install-deps.sh"
@@ -8,7 +11,5 @@ cd "$ROOT"
 DATA_DIR="${DATA_DIR:-/var/lib/minik8s}"
 log "building minik8s (release)"
 cargo build --release -p minik8s --quiet
-log "writing certificates and kubeconfigs under $DATA_DIR"
-"$ROOT/target/release/minik8s" pki init --data-dir "$DATA_DIR"
-log "the apiserver is not built yet (issue 3); until then the kubeconfig can be checked with:"
-echo "  KUBECONFIG=$DATA_DIR/admin.kubeconfig kubectl config view"
+log "starting minik8s (data in $DATA_DIR)"
+exec "$ROOT/target/release/minik8s" up --data-dir "$DATA_DIR" --port "${PORT:-6443}" --storage "${STORAGE:-embedded}"
