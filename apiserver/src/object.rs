@@ -115,9 +115,16 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
         }
         "application/vnd.kubernetes.protobuf" => crate::proto::decode(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding protobuf: {e}")))?,
-        _ => serde_json::from_slice(body).map_err(|e| {
+        ""
+        | "*/*"
+        | "application/json"
+        | "application/json-patch+json"
+        | "application/merge-patch+json"
+        | "application/strategic-merge-patch+json"
+        | "application/apply-patch+json" => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
         })?,
+        _ => return Err(ApiError::unsupported_media_type(content_type)),
     };
     Ok(value)
 }
@@ -126,6 +133,23 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn bodies_decode_by_content_type_and_unknown_types_are_415() {
+        assert_eq!(
+            decode_body("application/json", br#"{"a":1}"#).unwrap(),
+            json!({"a": 1})
+        );
+        assert_eq!(
+            decode_body("application/yaml", b"a: 1\n").unwrap(),
+            json!({"a": 1})
+        );
+        assert_eq!(decode_body("text/plain", b"x").unwrap_err().code, 415);
+        assert_eq!(
+            decode_body("application/json", b"{nope").unwrap_err().code,
+            400
+        );
+    }
 
     #[test]
     fn store_round_trip_sets_the_resource_version_from_the_revision() {
