@@ -9,6 +9,7 @@
 pub mod alloc;
 pub mod auth;
 mod bootstrap;
+mod convert;
 pub mod defaults;
 mod discovery;
 pub mod error;

@@ -575,3 +575,60 @@ fn error_cases_return_upstream_statuses() {
         "{err}"
     );
 }
+
+#[test]
+fn versions_of_one_resource_share_their_objects() {
+    let c = Cluster::start();
+    c.ok(&["create", "deployment", "web", "--image=busybox"]);
+    c.ok(&["autoscale", "deploy", "web", "--max=5", "--cpu-percent=60"]);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "horizontalpodautoscalers.v1.autoscaling",
+            "web",
+            "-o",
+            "jsonpath={.spec.targetCPUUtilizationPercentage}"
+        ]),
+        "60"
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "horizontalpodautoscalers.v2.autoscaling",
+            "web",
+            "-o",
+            "jsonpath={.spec.metrics[0].resource.target.averageUtilization}"
+        ]),
+        "60"
+    );
+    let event = r#"
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: e1}
+eventTime: "2026-01-01T00:00:00.000000Z"
+reportingController: test/controller
+reportingInstance: test-1
+action: Testing
+reason: Checked
+type: Normal
+note: hello from events.k8s.io
+regarding: {kind: Deployment, name: web, namespace: default}
+"#;
+    let r = c.with_manifest(&["create"], event);
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "events.v1.",
+            "e1",
+            "-o",
+            "jsonpath={.message} {.involvedObject.name}"
+        ]),
+        "hello from events.k8s.io web"
+    );
+    let listed = c.ok(&["get", "events"]);
+    assert!(
+        listed.contains("Checked") && listed.contains("deployment/web"),
+        "{listed}"
+    );
+}

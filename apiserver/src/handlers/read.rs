@@ -23,7 +23,7 @@ pub async fn get(ctx: Ctx) -> ApiResult<Response> {
         .get(&ctx.key())
         .await?
         .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
-    let obj = object::from_store(&kv)?;
+    let obj = ctx.res.read(&kv)?;
     if ctx.wants_table() {
         let table = crate::table::table(
             &ctx.res,
@@ -117,7 +117,7 @@ pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
 
 /// Like [`list_page`]; with `raw` and no selectors the items stay JSON bytes (no parsing).
 pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiResult<Page> {
-    let raw = raw && selectors.is_empty();
+    let raw = raw && selectors.is_empty() && ctx.res.stored_as_served();
     let prefix = ctx.res.scope_prefix(ctx.namespace());
     let store = &ctx.api.store;
     let (mut revision, mut start_after) = match &ctx.params.continue_token {
@@ -175,11 +175,11 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
             if raw {
                 let bytes = match object::raw_with_rv(&kv.value, kv.mod_revision) {
                     Some(bytes) => bytes,
-                    None => serde_json::to_vec(&object::from_store(kv)?).expect("json"),
+                    None => serde_json::to_vec(&ctx.res.read(kv)?).expect("json"),
                 };
                 raw_items.push(bytes);
             } else {
-                let obj = object::from_store(kv)?;
+                let obj = ctx.res.read(kv)?;
                 if selectors.is_empty() || selectors.matches(&obj) {
                     items.push(obj);
                 }
@@ -257,10 +257,9 @@ fn transform(
     selectors: &Selectors,
     event: &minik8s_storage::Event,
 ) -> ApiResult<Option<(&'static str, Value)>> {
-    let _ = res;
     match event.kind {
         EventKind::Put => {
-            let new = object::from_store(&event.kv)?;
+            let new = res.read(&event.kv)?;
             let new_ok = selectors.is_empty() || selectors.matches(&new);
             let Some(prev) = &event.prev else {
                 return Ok(new_ok.then_some(("ADDED", new)));
@@ -268,7 +267,7 @@ fn transform(
             if selectors.is_empty() {
                 return Ok(Some(("MODIFIED", new)));
             }
-            let old_ok = selectors.matches(&object::from_store(prev)?);
+            let old_ok = selectors.matches(&res.read(prev)?);
             Ok(match (old_ok, new_ok) {
                 (true, true) => Some(("MODIFIED", new)),
                 (false, true) => Some(("ADDED", new)),
@@ -280,7 +279,7 @@ fn transform(
             let Some(prev) = &event.prev else {
                 return Ok(None);
             };
-            let mut old = object::from_store(prev)?;
+            let mut old = res.read(prev)?;
             object::meta_mut(&mut old).insert(
                 "resourceVersion".into(),
                 json!(event.kv.mod_revision.to_string()),

@@ -66,7 +66,7 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             .get(&ctx.key())
             .await?
             .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
-        let obj = object::from_store(&kv)?;
+        let obj = ctx.res.read(&kv)?;
         let current = scale_of(&ctx, &obj);
         if ctx.req.verb == Verb::Get {
             return Ok(json_response(StatusCode::OK, &current, &[]));
@@ -131,7 +131,7 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         match ctx
             .api
             .store
-            .update(&ctx.key(), object::to_store(&mut new), expected)
+            .update(&ctx.key(), ctx.res.encode(&mut new), expected)
             .await
         {
             Ok(kv) => {
@@ -170,7 +170,7 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             .get(&ctx.key())
             .await?
             .ok_or_else(|| ApiError::not_found("", "pods", ctx.name()))?;
-        let mut pod = object::from_store(&kv)?;
+        let mut pod = ctx.res.read(&kv)?;
         if let Some(existing) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -209,7 +209,7 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         match ctx
             .api
             .store
-            .update(&ctx.key(), object::to_store(&mut pod), kv.mod_revision)
+            .update(&ctx.key(), ctx.res.encode(&mut pod), kv.mod_revision)
             .await
         {
             Ok(_) => {

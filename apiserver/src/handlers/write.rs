@@ -419,7 +419,7 @@ pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             }
             return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
         }
-        match ctx.api.store.create(&key, object::to_store(&mut obj)).await {
+        match ctx.api.store.create(&key, ctx.res.encode(&mut obj)).await {
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
                 return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
@@ -456,7 +456,7 @@ async fn current(ctx: &Ctx) -> ApiResult<(Value, i64)> {
         .get(&ctx.key())
         .await?
         .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
-    Ok((object::from_store(&kv)?, kv.mod_revision))
+    Ok((ctx.res.read(&kv)?, kv.mod_revision))
 }
 
 /// Carries server-owned state from the stored object into an updated one.
@@ -608,7 +608,7 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
     let kv = ctx
         .api
         .store
-        .update(&key, object::to_store(&mut new), expected)
+        .update(&key, ctx.res.encode(&mut new), expected)
         .await
         .map_err(|e| match e {
             minik8s_storage::Error::Conflict { .. } => stale(),
@@ -675,7 +675,7 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     for _ in 0..16 {
         let found = ctx.api.store.get(&ctx.key()).await?;
         let (old, stored) = match found {
-            Some(kv) => (object::from_store(&kv)?, kv.mod_revision),
+            Some(kv) => (ctx.res.read(&kv)?, kv.mod_revision),
             None if ty == PatchType::Apply && ctx.req.subresource.is_none() => {
                 // Server-side apply of an absent object creates it.
                 return create(
@@ -853,7 +853,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
                 }
                 other => other.into(),
             })?;
-        let mut gone = object::from_store(&d.prev)?;
+        let mut gone = ctx.res.read(&d.prev)?;
         object::meta_mut(&mut gone).insert("resourceVersion".into(), json!(d.revision.to_string()));
         return Ok((StatusCode::OK, gone));
     }
@@ -884,7 +884,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
     let kv = ctx
         .api
         .store
-        .update(&ctx.key(), object::to_store(&mut obj), stored)
+        .update(&ctx.key(), ctx.res.encode(&mut obj), stored)
         .await
         .map_err(|e| match e {
             minik8s_storage::Error::Conflict { .. } => {

@@ -77,6 +77,7 @@ where
         schema: Some(|g| g.subschema_for::<K>()),
         strategic_merge: true,
         field_selectors: extra.fields.iter().map(|s| s.to_string()).collect(),
+        storage: None,
     }
 }
 

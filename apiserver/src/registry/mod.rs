@@ -81,6 +81,8 @@ pub struct ResourceInfo {
     pub strategic_merge: bool,
     /// Fields other than `metadata.name`/`metadata.namespace` that field selectors may use.
     pub field_selectors: Vec<String>,
+    /// When another version holds the objects: its apiVersion and storage key prefix.
+    pub storage: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for ResourceInfo {
@@ -101,6 +103,9 @@ impl ResourceInfo {
 
     /// The storage key prefix of all objects of this resource, with a trailing `/`.
     pub fn key_prefix(&self) -> String {
+        if let Some((_, prefix)) = &self.storage {
+            return prefix.clone();
+        }
         let group = if self.group.is_empty() {
             "core"
         } else {
@@ -120,6 +125,30 @@ impl ResourceInfo {
     /// The storage key of one object.
     pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
         format!("{}{name}", self.scope_prefix(namespace))
+    }
+
+    /// Decodes a stored object into this resource's version (with its resourceVersion).
+    pub fn read(&self, kv: &minik8s_storage::KeyValue) -> ApiResult<Value> {
+        let obj = crate::object::from_store(kv)?;
+        Ok(match &self.storage {
+            Some(_) => crate::convert::convert(obj, &self.api_version()),
+            None => obj,
+        })
+    }
+
+    /// Encodes an object of this resource's version for storage (in the storage version).
+    pub fn encode(&self, obj: &mut Value) -> bytes::Bytes {
+        match &self.storage {
+            Some((version, _)) => {
+                crate::object::to_store(&mut crate::convert::convert(obj.clone(), version))
+            }
+            None => crate::object::to_store(obj),
+        }
+    }
+
+    /// Whether stored bytes are already in this resource's version (no conversion on read).
+    pub fn stored_as_served(&self) -> bool {
+        self.storage.is_none()
     }
 
     /// The subresources this resource serves.
@@ -149,7 +178,24 @@ impl Registry {
     /// A registry holding the built-in resources.
     pub fn with_builtins() -> Self {
         let r = Registry::default();
-        for info in builtin_resources() {
+        let mut rows = builtin_resources();
+        // Upstream keeps one storage version per resource; other versions are views of it.
+        for row in &mut rows {
+            let storage = match (
+                row.group.as_str(),
+                row.version.as_str(),
+                row.plural.as_str(),
+            ) {
+                ("autoscaling", "v1", "horizontalpodautoscalers") => Some((
+                    "autoscaling/v2",
+                    "/registry/autoscaling/horizontalpodautoscalers/",
+                )),
+                ("events.k8s.io", "v1", "events") => Some(("v1", "/registry/core/events/")),
+                _ => None,
+            };
+            row.storage = storage.map(|(v, p)| (v.to_owned(), p.to_owned()));
+        }
+        for info in rows {
             r.add(info);
         }
         r
