@@ -156,6 +156,11 @@ impl Cluster {
         self.serve();
     }
 
+    /// The store the apiserver runs on (for tests that compact or inspect it).
+    pub fn store(&self) -> minik8s_storage::Storage {
+        self.server.as_ref().expect("running").api.store.clone()
+    }
+
     /// Runs a future on the cluster's runtime.
     pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)

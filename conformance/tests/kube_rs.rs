@@ -27,6 +27,7 @@ both_backends!(
     watcher_sees_changes_with_list_watch_and_streaming_lists,
     a_reflector_stays_consistent_through_a_thousand_writes,
     a_watch_resumed_after_an_apiserver_restart_sees_each_event_once,
+    watches_and_continue_tokens_older_than_compaction_get_410,
 );
 
 fn cm(name: &str, value: &str) -> ConfigMap {
@@ -286,5 +287,59 @@ fn a_watch_resumed_after_an_apiserver_restart_sees_each_event_once(mut c: Cluste
         );
         let extra = tokio::time::timeout(Duration::from_millis(300), stream.try_next()).await;
         assert!(extra.is_err(), "no duplicate events: {extra:?}");
+    });
+}
+
+fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
+    use minik8s_storage::Store;
+    let client = c.client();
+    let store = c.store();
+    c.block_on(async {
+        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let first = api
+            .create(&PostParams::default(), &cm("g0", "0"))
+            .await
+            .unwrap();
+        for i in 1..5 {
+            api.create(&PostParams::default(), &cm(&format!("g{i}"), "0"))
+                .await
+                .unwrap();
+        }
+        let page = api.list(&ListParams::default().limit(2)).await.unwrap();
+        let token = page.metadata.continue_.clone().expect("a continue token");
+        api.create(&PostParams::default(), &cm("g5", "0"))
+            .await
+            .unwrap();
+        store
+            .compact(store.current_revision().await.unwrap())
+            .await
+            .unwrap();
+
+        let mut stream = api
+            .watch(
+                &WatchParams::default(),
+                first.metadata.resource_version.as_deref().unwrap(),
+            )
+            .await
+            .unwrap()
+            .boxed();
+        let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+            .await
+            .unwrap();
+        match ev {
+            Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
+            Err(kube::Error::Api(s)) => assert_eq!(s.code, 410),
+            other => panic!("expected 410 Gone, got {other:?}"),
+        }
+        match api
+            .list(&ListParams::default().limit(2).continue_token(&token))
+            .await
+        {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 410);
+                assert_eq!(s.reason, "Expired");
+            }
+            other => panic!("expected 410 Expired, got {other:?}"),
+        }
     });
 }
