@@ -10,6 +10,7 @@ pub mod alloc;
 pub mod auth;
 mod bootstrap;
 mod convert;
+pub mod crd;
 pub mod defaults;
 mod discovery;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod proto;
 pub mod registry;
 pub mod request;
 mod server;
+pub mod structural;
 pub mod table;
 pub mod validation;
 
@@ -101,8 +103,8 @@ pub struct Api {
     pub shutdown: CancellationToken,
     /// Long-lived request tasks (watches, connections).
     pub tasks: TaskTracker,
-    /// OpenAPI documents, generated on first request.
-    pub openapi: std::sync::OnceLock<openapi::Docs>,
+    /// OpenAPI documents with the registry generation they were built at.
+    pub openapi: std::sync::Mutex<Option<(u64, Arc<openapi::Docs>)>>,
 }
 
 /// The HTTP application: every request goes through the one dispatcher.
@@ -162,9 +164,10 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         advertise,
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
-        openapi: std::sync::OnceLock::new(),
+        openapi: std::sync::Mutex::new(None),
     });
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
+    api.tasks.spawn(crd::sync(api.clone()));
     let router = app(api.clone());
     let tasks = api.tasks.clone();
     let done = tokio::spawn(server::serve(listener, tls, router, shutdown, tasks));

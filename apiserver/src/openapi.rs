@@ -285,10 +285,26 @@ pub fn build(api: &Api) -> Docs {
     let registry = api.registry.all();
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     let mut refs: Vec<(Arc<ResourceInfo>, Value)> = Vec::new();
+    let mut custom: Vec<(String, Value)> = Vec::new();
     for res in &registry {
         if let Some(f) = res.schema {
             let r = f(&mut generator);
             refs.push((res.clone(), serde_json::to_value(r).unwrap_or(Value::Null)));
+        } else if let Some(schema) = &res.crd_schema {
+            // Upstream names a custom resource's schema by its reversed group, version and kind.
+            let reversed: Vec<&str> = res.group.split('.').rev().collect();
+            let name = format!("{}.{}.{}", reversed.join("."), res.version, res.kind);
+            let mut schema = schema.clone();
+            schema["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
+            schema["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
+            schema["properties"]["metadata"] = json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"});
+            schema["x-kubernetes-group-version-kind"] =
+                json!([{"group": res.group, "version": res.version, "kind": res.kind}]);
+            refs.push((
+                res.clone(),
+                json!({"$ref": format!("#/components/schemas/{name}")}),
+            ));
+            custom.push((name, schema));
         }
     }
     // Types every document refers to.
@@ -297,6 +313,9 @@ pub fn build(api: &Api) -> Docs {
     generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions>();
     let mut defs = generator.take_definitions(true);
     annotate(&mut defs, &registry);
+    for (name, schema) in custom {
+        defs.insert(name, schema);
+    }
     let components = json!({"schemas": defs});
 
     let mut by_gv: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
@@ -355,7 +374,18 @@ fn bytes_response(body: Vec<u8>, etag: Option<&str>) -> Response {
 
 /// Serves `/openapi/...` (`parts` is the path after `openapi`).
 pub fn serve(api: &Arc<Api>, parts: &[&str], headers: &HeaderMap) -> ApiResult<Response> {
-    let docs = api.openapi.get_or_init(|| build(api));
+    let docs = {
+        let generation = api.registry.generation();
+        let mut cached = api.openapi.lock().expect("openapi lock");
+        match cached.as_ref() {
+            Some((g, docs)) if *g == generation => docs.clone(),
+            _ => {
+                let docs = Arc::new(build(api));
+                *cached = Some((generation, docs.clone()));
+                docs
+            }
+        }
+    };
     match parts {
         ["v3"] => Ok(bytes_response(docs.index.clone(), None)),
         ["v3", rest @ ..] => {

@@ -233,6 +233,40 @@ fn service_ports(svc: &Value) -> String {
     or_none(parts.join(","))
 }
 
+/// Evaluates a simple JSONPath (`.spec.replicas`, `.status.conditions[0].type`).
+pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for part in path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|p| !p.is_empty())
+    {
+        let (name, index) = match part.split_once('[') {
+            Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        if !name.is_empty() {
+            cur = cur.get(name)?;
+        }
+        if let Some(i) = index {
+            cur = cur.get(i)?;
+        }
+    }
+    Some(cur)
+}
+
+fn crd_cell(col: &crate::registry::PrinterColumn, obj: &Value) -> Value {
+    let v = json_path(obj, &col.json_path)
+        .cloned()
+        .unwrap_or(Value::Null);
+    match (col.type_.as_str(), &v) {
+        ("date", Value::String(ts)) => json!(age(ts)),
+        (_, Value::Null) => json!("<none>"),
+        (_, Value::String(_) | Value::Number(_) | Value::Bool(_)) => v,
+        _ => json!(v.to_string()),
+    }
+}
+
 /// Columns and cells of one kind.
 fn columns(res: &ResourceInfo) -> Vec<Col> {
     let k = (res.group.as_str(), res.kind.as_str());
@@ -1001,6 +1035,9 @@ pub fn table(
     list_meta: Option<Value>,
     with_columns: bool,
 ) -> Value {
+    if !res.printer_columns.is_empty() {
+        return crd_table(res, objects, include_object, list_meta, with_columns);
+    }
     let cols = columns(res);
     let defs: Vec<Value> = if with_columns {
         cols.iter()
@@ -1019,12 +1056,8 @@ pub fn table(
         .iter()
         .map(|o| {
             let mut row = json!({"cells": cells(res, o)});
-            match include_object.unwrap_or("Metadata") {
-                "None" => {}
-                "Object" => row["object"] = o.clone(),
-                _ => {
-                    row["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(o)});
-                }
+            if let Some(obj) = partial_object(o, include_object) {
+                row["object"] = obj;
             }
             row
         })
@@ -1034,6 +1067,52 @@ pub fn table(
         "apiVersion": "meta.k8s.io/v1",
         "metadata": list_meta.unwrap_or_else(|| json!({})),
         "columnDefinitions": defs,
+        "rows": rows,
+    })
+}
+
+fn partial_object(o: &Value, include_object: Option<&str>) -> Option<Value> {
+    match include_object.unwrap_or("Metadata") {
+        "None" => None,
+        "Object" => Some(o.clone()),
+        _ => Some(
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(o)}),
+        ),
+    }
+}
+
+/// A Table from a CRD's printer columns (Name first, as upstream).
+fn crd_table(
+    res: &ResourceInfo,
+    objects: &[Value],
+    include_object: Option<&str>,
+    list_meta: Option<Value>,
+    with_columns: bool,
+) -> Value {
+    let mut defs = vec![
+        json!({"name": "Name", "type": "string", "format": "name", "description": "Name must be unique within a namespace.", "priority": 0}),
+    ];
+    defs.extend(res.printer_columns.iter().map(|c| {
+        json!({"name": c.name, "type": c.type_, "format": "", "description": c.description, "priority": c.priority})
+    }));
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut cells = vec![json!(
+                meta(o).get("name").and_then(Value::as_str).unwrap_or("")
+            )];
+            cells.extend(res.printer_columns.iter().map(|c| crd_cell(c, o)));
+            let mut row = json!({"cells": cells});
+            if let Some(obj) = partial_object(o, include_object) {
+                row["object"] = obj;
+            }
+            row
+        })
+        .collect();
+    json!({
+        "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta.unwrap_or_else(|| json!({})),
+        "columnDefinitions": if with_columns { defs } else { vec![] },
         "rows": rows,
     })
 }

@@ -632,3 +632,116 @@ regarding: {kind: Deployment, name: web, namespace: default}
         "{listed}"
     );
 }
+
+#[test]
+fn a_crd_serves_its_resource_with_schema_columns_subresources_and_cleanup() {
+    let c = Cluster::start();
+    let r = c.with_manifest(&["apply"], include_str!("crontab-crd.yaml"));
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "crd",
+            "crontabs.stable.example.com",
+            "-o",
+            "jsonpath={.status.conditions[*].type}"
+        ]),
+        "NamesAccepted Established"
+    );
+    // Served within a second of the CRD's creation.
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    while !c.kubectl(&["get", "crontabs"]).ok {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "crontabs not served within 1 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cr = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: c1}\nspec: {cronSpec: \"* * * * */5\", image: my-cron}\n";
+    assert!(c.with_manifest(&["apply"], cr).ok);
+    let header = c.ok(&["get", "crontabs"]);
+    assert!(
+        header
+            .lines()
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            == ["NAME", "SPEC", "REPLICAS", "AGE"],
+        "{header}"
+    );
+    assert!(header.contains("* * * * */5"), "{header}");
+    assert_eq!(
+        c.ok(&["get", "ct", "c1", "-o", "jsonpath={.spec.replicas}"]),
+        "1",
+        "the schema default is filled"
+    );
+    assert!(c.ok(&["explain", "crontab.spec"]).contains("the schedule"));
+    // A wrong type is 422; an unknown field is pruned when validation is off, rejected when strict.
+    let wrong = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: c2}\nspec: {cronSpec: 5}\n";
+    let r = c.with_manifest(&["apply"], wrong);
+    assert!(
+        !r.ok && r.stderr.contains("is invalid") && r.stderr.contains("must be of type string"),
+        "{r:?}"
+    );
+    let unknown = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: c3}\nspec: {cronSpec: x, bogus: 1}\n";
+    let r = c.with_manifest(&["apply"], unknown);
+    assert!(
+        !r.ok && r.stderr.contains("unknown field \"spec.bogus\""),
+        "{r:?}"
+    );
+    assert!(c.with_manifest(&["apply", "--validate=false"], unknown).ok);
+    assert_eq!(
+        c.ok(&["get", "ct", "c3", "-o", "jsonpath={.spec}"]),
+        r#"{"cronSpec":"x","replicas":1}"#
+    );
+    // scale and status subresources.
+    c.ok(&["scale", "ct", "c1", "--replicas=3"]);
+    assert_eq!(
+        c.ok(&["get", "ct", "c1", "-o", "jsonpath={.spec.replicas}"]),
+        "3"
+    );
+    c.ok(&[
+        "patch",
+        "ct",
+        "c1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":3}}"#,
+    ]);
+    assert_eq!(
+        c.ok(&["get", "ct", "c1", "-o", "jsonpath={.status.replicas}"]),
+        "3"
+    );
+    // The main resource ignores status changes.
+    c.ok(&[
+        "patch",
+        "ct",
+        "c1",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"replicas":9}}"#,
+    ]);
+    assert_eq!(
+        c.ok(&["get", "ct", "c1", "-o", "jsonpath={.status.replicas}"]),
+        "3"
+    );
+    assert!(
+        c.ok(&["get", "all"])
+            .contains("crontab.stable.example.com/c1")
+    );
+    // Deleting the CRD removes the resource and its objects.
+    c.ok(&["delete", "crd", "crontabs.stable.example.com"]);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!c.kubectl(&["get", "crontabs"]).ok);
+    assert!(
+        c.with_manifest(&["apply"], include_str!("crontab-crd.yaml"))
+            .ok
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        c.ok(&["get", "crontabs", "-o", "name"]).trim().is_empty(),
+        "no objects survive the CRD"
+    );
+}

@@ -53,6 +53,27 @@ fn unknown_fields(input: &Value, typed: &Value, path: &str, out: &mut Vec<String
 /// warnings (or a 400, under `fieldValidation=Strict`).
 pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
     let res = &ctx.res;
+    if let Some(schema) = &res.crd_schema {
+        let mut obj = obj;
+        let out = crate::structural::apply(schema, &mut obj);
+        if !out.causes.is_empty() {
+            let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
+            return Err(ApiError::invalid(&res.group, &res.kind, &name, out.causes));
+        }
+        let messages: Vec<String> = out
+            .pruned
+            .iter()
+            .map(|f| format!("unknown field \"{f}\""))
+            .collect();
+        return match ctx.params.field_validation {
+            FieldValidation::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                messages.join(", ")
+            ))),
+            FieldValidation::Ignore => Ok((obj, vec![])),
+            _ => Ok((obj, messages)),
+        };
+    }
     let Some(decode) = res.decode else {
         return Ok((obj, vec![]));
     };
@@ -270,6 +291,9 @@ fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     }
     crate::defaults::apply(&res.group, &res.kind, obj);
     initial_status(res, obj);
+    if is_crd(res) {
+        crate::crd::set_status(obj);
+    }
     record_manager(ctx, obj, "Update", None);
     Ok(())
 }
@@ -324,6 +348,9 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
     let res = &ctx.res;
     let mut causes = validation::validate_meta(res, obj);
     causes.extend(validation::validate_kind(res, obj));
+    if is_crd(res) {
+        causes.extend(crate::crd::validate(obj));
+    }
     if let Some(old) = old {
         causes.extend(immutable_changes(res, obj, old));
     }
@@ -382,6 +409,10 @@ async fn check_namespace(ctx: &Ctx) -> ApiResult<()> {
         )));
     }
     Ok(())
+}
+
+fn is_crd(res: &ResourceInfo) -> bool {
+    res.group == "apiextensions.k8s.io" && res.kind == "CustomResourceDefinition"
 }
 
 fn is_service(res: &ResourceInfo) -> bool {
@@ -553,6 +584,9 @@ pub fn prepare_update(
         }
     }
     crate::defaults::apply(&res.group, &res.kind, new);
+    if is_crd(&res) {
+        crate::crd::set_status(new);
+    }
     if res.generation && spec_changed(new, old) {
         let g = old_meta
             .get("generation")

@@ -78,6 +78,8 @@ where
         strategic_merge: true,
         field_selectors: extra.fields.iter().map(|s| s.to_string()).collect(),
         storage: None,
+        printer_columns: vec![],
+        crd_schema: None,
     }
 }
 

@@ -83,6 +83,25 @@ pub struct ResourceInfo {
     pub field_selectors: Vec<String>,
     /// When another version holds the objects: its apiVersion and storage key prefix.
     pub storage: Option<(String, String)>,
+    /// Table columns declared by a CRD (`additionalPrinterColumns`); empty for built-ins.
+    pub printer_columns: Vec<PrinterColumn>,
+    /// The structural OpenAPI v3 schema of a custom resource version.
+    pub crd_schema: Option<Value>,
+}
+
+/// One `additionalPrinterColumns` entry of a CRD.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrinterColumn {
+    /// Column header.
+    pub name: String,
+    /// OpenAPI type (`string`, `integer`, `date`, …).
+    pub type_: String,
+    /// Simple JSONPath (`.spec.replicas`).
+    pub json_path: String,
+    /// 0: always; >0: only with `-o wide`.
+    pub priority: i64,
+    /// Description.
+    pub description: String,
 }
 
 impl std::fmt::Debug for ResourceInfo {
@@ -172,6 +191,7 @@ type Rows = BTreeMap<(String, String, String), Arc<ResourceInfo>>;
 #[derive(Clone, Default)]
 pub struct Registry {
     inner: Arc<RwLock<Rows>>,
+    generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Registry {
@@ -212,6 +232,26 @@ impl Registry {
             .write()
             .expect("registry lock")
             .insert(key, Arc::new(info));
+        self.bump();
+    }
+
+    /// Removes every version of a resource (a deleted CRD).
+    pub fn remove(&self, group: &str, plural: &str) {
+        self.inner
+            .write()
+            .expect("registry lock")
+            .retain(|(g, _, p), _| !(g == group && p == plural));
+        self.bump();
+    }
+
+    fn bump(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A counter that changes whenever rows are added or removed.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Looks up a resource by group, version and plural.

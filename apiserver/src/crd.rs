@@ -1,0 +1,301 @@
+//! CustomResourceDefinitions: each served version of a stored CRD becomes a registry row at
+//! run time (same pipeline as built-ins), its status says the names are accepted and it is
+//! established, and deleting it removes its objects. A task follows the stored CRDs.
+
+use crate::Api;
+use crate::error::Cause;
+use crate::registry::{NameRule, PrinterColumn, ResourceInfo, ScaleInfo};
+use futures::StreamExt;
+use minik8s_storage::{EventKind, RangeRequest, Store};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Where CRDs are stored.
+pub const PREFIX: &str = "/registry/apiextensions.k8s.io/customresourcedefinitions/";
+
+fn s<'a>(v: &'a Value, p: &str) -> &'a str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+}
+
+fn strings(v: &Value, p: &str) -> Vec<String> {
+    v.pointer(p)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `.spec.replicas` → `/spec/replicas`.
+fn pointer(path: &str) -> String {
+    path.trim_start_matches('.')
+        .split('.')
+        .fold(String::new(), |acc, p| format!("{acc}/{p}"))
+}
+
+/// The registry rows of a CRD: one per served version.
+pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
+    let group = s(crd, "/spec/group").to_owned();
+    let plural = s(crd, "/spec/names/plural").to_owned();
+    let kind = s(crd, "/spec/names/kind").to_owned();
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let storage = versions
+        .iter()
+        .find(|v| v.get("storage") == Some(&json!(true)))
+        .map(|v| s(v, "/name").to_owned())
+        .unwrap_or_default();
+    let prefix = format!("/registry/{group}/{plural}/");
+    versions
+        .iter()
+        .filter(|v| v.get("served") != Some(&json!(false)))
+        .map(|v| {
+            let version = s(v, "/name").to_owned();
+            let scale = v.pointer("/subresources/scale").map(|sc| ScaleInfo {
+                spec_replicas: pointer(s(sc, "/specReplicasPath")),
+                status_replicas: pointer(s(sc, "/statusReplicasPath")),
+                selector: sc
+                    .get("labelSelectorPath")
+                    .and_then(Value::as_str)
+                    .map(pointer),
+            });
+            let printer_columns = v
+                .get("additionalPrinterColumns")
+                .and_then(Value::as_array)
+                .map(|cols| {
+                    cols.iter()
+                        .map(|c| PrinterColumn {
+                            name: s(c, "/name").to_owned(),
+                            type_: s(c, "/type").to_owned(),
+                            json_path: s(c, "/jsonPath").to_owned(),
+                            priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                            description: s(c, "/description").to_owned(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_else(|| {
+                    vec![PrinterColumn {
+                        name: "Age".into(),
+                        type_: "date".into(),
+                        json_path: ".metadata.creationTimestamp".into(),
+                        priority: 0,
+                        description: "".into(),
+                    }]
+                });
+            ResourceInfo {
+                group: group.clone(),
+                version: version.clone(),
+                kind: kind.clone(),
+                list_kind: match s(crd, "/spec/names/listKind") {
+                    "" => format!("{kind}List"),
+                    lk => lk.to_owned(),
+                },
+                plural: plural.clone(),
+                singular: match s(crd, "/spec/names/singular") {
+                    "" => kind.to_ascii_lowercase(),
+                    sg => sg.to_owned(),
+                },
+                short_names: strings(crd, "/spec/names/shortNames"),
+                categories: strings(crd, "/spec/names/categories"),
+                namespaced: s(crd, "/spec/scope") != "Cluster",
+                status: v.pointer("/subresources/status").is_some(),
+                scale,
+                extra_subresources: vec![],
+                name_rule: NameRule::Subdomain,
+                generation: true,
+                keep_status_on_create: false,
+                decode: None,
+                schema: None,
+                strategic_merge: false,
+                field_selectors: vec![],
+                storage: (version != storage)
+                    .then(|| (format!("{group}/{storage}"), prefix.clone())),
+                printer_columns,
+                crd_schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+            }
+        })
+        .collect()
+}
+
+/// Upstream's checks of a CRD that users meet: names, versions, and structural schemas.
+pub fn validate(crd: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let group = s(crd, "/spec/group");
+    let plural = s(crd, "/spec/names/plural");
+    if group.is_empty() {
+        causes.push(Cause::required("spec.group", ""));
+    } else if !group.contains('.') {
+        causes.push(Cause::invalid(
+            "spec.group",
+            group,
+            "should be a domain with at least one dot",
+        ));
+    }
+    if plural.is_empty() {
+        causes.push(Cause::required("spec.names.plural", ""));
+    }
+    if s(crd, "/spec/names/kind").is_empty() {
+        causes.push(Cause::required("spec.names.kind", ""));
+    }
+    let name = s(crd, "/metadata/name");
+    if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
+        causes.push(Cause::invalid(
+            "metadata.name",
+            name,
+            "must be spec.names.plural+\".\"+spec.group",
+        ));
+    }
+    if !matches!(s(crd, "/spec/scope"), "Namespaced" | "Cluster") {
+        causes.push(Cause::not_supported(
+            "spec.scope",
+            s(crd, "/spec/scope"),
+            &["Cluster", "Namespaced"],
+        ));
+    }
+    let versions = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if versions.is_empty() {
+        causes.push(Cause::required(
+            "spec.versions",
+            "must have at least one version",
+        ));
+    }
+    let storage = versions
+        .iter()
+        .filter(|v| v.get("storage") == Some(&json!(true)))
+        .count();
+    if !versions.is_empty() && storage != 1 {
+        causes.push(Cause::invalid(
+            "spec.versions",
+            &storage.to_string(),
+            "must have exactly one version marked as storage version",
+        ));
+    }
+    for (i, v) in versions.iter().enumerate() {
+        match v.pointer("/schema/openAPIV3Schema") {
+            Some(schema) => causes.extend(crate::structural::structural_errors(
+                schema,
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+            )),
+            None => causes.push(Cause::required(
+                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
+                "schemas are required",
+            )),
+        }
+    }
+    causes
+}
+
+/// Sets the status a CRD has once accepted: names, `NamesAccepted` and `Established`.
+pub fn set_status(crd: &mut Value) {
+    let now = crate::object::now();
+    let storage: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage") == Some(&json!(true)))
+        .filter_map(|v| v.get("name").cloned())
+        .collect();
+    let mut stored = crd
+        .pointer("/status/storedVersions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for v in storage {
+        if !stored.contains(&v) {
+            stored.push(v);
+        }
+    }
+    crd["status"] = json!({
+        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+        "storedVersions": stored,
+    });
+}
+
+fn register(api: &Api, crd: &Value) {
+    api.registry
+        .remove(s(crd, "/spec/group"), s(crd, "/spec/names/plural"));
+    for row in rows(crd) {
+        api.registry.add(row);
+    }
+}
+
+/// Deletes every stored object of a removed CRD.
+async fn remove(api: &Api, crd: &Value) {
+    let (group, plural) = (s(crd, "/spec/group"), s(crd, "/spec/names/plural"));
+    api.registry.remove(group, plural);
+    let prefix = format!("/registry/{group}/{plural}/");
+    match api.store.range(RangeRequest::prefix(prefix)).await {
+        Ok(all) => {
+            for kv in all.kvs {
+                let _ = api.store.delete(&kv.key, None).await;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "removing the objects of a deleted CRD"),
+    }
+}
+
+/// Registers every stored CRD, then follows changes until shutdown.
+pub async fn sync(api: Arc<Api>) {
+    loop {
+        let listed = match api.store.range(RangeRequest::prefix(PREFIX)).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing CRDs");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        for kv in &listed.kvs {
+            if let Ok(crd) = serde_json::from_slice::<Value>(&kv.value) {
+                register(&api, &crd);
+            }
+        }
+        let mut events = match api.store.watch(PREFIX, listed.revision + 1).await {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::warn!(error = %e, "watching CRDs");
+                continue;
+            }
+        };
+        loop {
+            let ev = tokio::select! {
+                _ = api.shutdown.cancelled() => return,
+                ev = events.next() => ev,
+            };
+            match ev {
+                Some(Ok(ev)) => match ev.kind {
+                    EventKind::Put => {
+                        if let Ok(crd) = serde_json::from_slice::<Value>(&ev.kv.value) {
+                            register(&api, &crd);
+                        }
+                    }
+                    EventKind::Delete => {
+                        if let Some(prev) = ev
+                            .prev
+                            .and_then(|p| serde_json::from_slice::<Value>(&p.value).ok())
+                        {
+                            remove(&api, &prev).await;
+                        }
+                    }
+                },
+                // The watch ended (compaction, store restart): list again.
+                _ => break,
+            }
+        }
+    }
+}
