@@ -1,8 +1,7 @@
 //! Authentication (client certificates signed by the cluster CA, bearer tokens from a static
-//! token file; anonymous requests are refused) and the one authorization call site.
+//! token file; anonymous requests are refused). Authorization is `rbac`.
 
 use crate::error::{ApiError, ApiResult};
-use crate::request::ResourceRequest;
 use axum::http::header;
 use axum::http::request::Parts;
 use std::collections::HashMap;
@@ -130,13 +129,6 @@ fn split_csv(line: &str) -> Vec<String> {
     }
     out.push(cur.trim().to_owned());
     out
-}
-
-/// Decides whether `user` may make the request. For now every authenticated user may do
-/// everything; RBAC plugs in here.
-pub fn authorize(user: &User, req: &ResourceRequest) -> ApiResult<()> {
-    let _ = (user, req);
-    Ok(())
 }
 
 #[cfg(test)]

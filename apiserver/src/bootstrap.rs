@@ -20,8 +20,26 @@ async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
     }
 }
 
-/// Creates the built-in namespaces and the `kubernetes` Service if they are missing.
+/// Creates the built-in namespaces, default RBAC roles and the `kubernetes` Service if they
+/// are missing.
 pub async fn run(api: &Api) -> ApiResult<()> {
+    for obj in crate::rbac::defaults() {
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let plural = match obj.get("kind").and_then(Value::as_str) {
+            Some("ClusterRole") => "clusterroles",
+            _ => "clusterrolebindings",
+        };
+        ensure(
+            api,
+            &format!("/registry/rbac.authorization.k8s.io/{plural}/{name}"),
+            obj,
+        )
+        .await?;
+    }
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         let obj = json!({
             "kind": "Namespace", "apiVersion": "v1",

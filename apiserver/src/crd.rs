@@ -118,6 +118,7 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                     .then(|| (format!("{group}/{storage}"), prefix.clone())),
                 printer_columns,
                 crd_schema: v.pointer("/schema/openAPIV3Schema").cloned(),
+                create_only: false,
             }
         })
         .collect()

@@ -23,6 +23,14 @@ const VERBS: [&str; 8] = [
     "watch",
 ];
 
+fn verbs_of(res: &ResourceInfo) -> Vec<&'static str> {
+    if res.create_only {
+        vec!["create"]
+    } else {
+        VERBS.to_vec()
+    }
+}
+
 fn json_ok(v: &Value) -> Response {
     super::handlers::json_response(StatusCode::OK, v, &[])
 }
@@ -196,7 +204,7 @@ fn resource_list(api: &Arc<Api>, group: &str, version: &str, path: &str) -> ApiR
     {
         resources.push(json!({
             "name": res.plural, "singularName": res.singular, "namespaced": res.namespaced,
-            "kind": res.kind, "verbs": VERBS, "shortNames": res.short_names, "categories": res.categories,
+            "kind": res.kind, "verbs": verbs_of(res), "shortNames": res.short_names, "categories": res.categories,
             "storageVersionHash": "",
         }));
         for sub in res.subresources() {
@@ -250,7 +258,7 @@ fn aggregated_list(api: &Arc<Api>, core: bool, v: &str) -> Value {
                             "responseKind": {"group": res.group, "version": res.version, "kind": res.kind},
                             "scope": if res.namespaced { "Namespaced" } else { "Cluster" },
                             "singularResource": res.singular,
-                            "verbs": VERBS,
+                            "verbs": verbs_of(res),
                             "shortNames": res.short_names,
                             "categories": res.categories,
                             "subresources": subs,

@@ -19,6 +19,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod proto;
+pub mod rbac;
 pub mod registry;
 pub mod request;
 mod server;
@@ -97,6 +98,8 @@ pub struct Api {
     pub authn: auth::Authenticator,
     /// ClusterIP and NodePort allocation.
     pub alloc: alloc::Allocator,
+    /// RBAC authorization.
+    pub rbac: rbac::Rbac,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -162,11 +165,14 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         authn: auth::Authenticator::new(config.token_file.as_deref())?,
         alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
         advertise,
+        rbac: rbac::Rbac::default(),
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
         openapi: std::sync::Mutex::new(None),
     });
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
+    rbac::load(&api).await.map_err(Error::Bootstrap)?;
+    api.tasks.spawn(rbac::sync(api.clone()));
     api.tasks.spawn(crd::sync(api.clone()));
     let router = app(api.clone());
     let tasks = api.tasks.clone();

@@ -178,6 +178,37 @@ impl Cluster {
         self.dir.path()
     }
 
+    /// A kubeconfig for another user (client certificate: CN = `user`, O = `groups`).
+    pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> PathBuf {
+        let pki = Pki::init(PkiOptions {
+            dir: self.dir.path().join("pki"),
+            cluster_name: "minik8s".into(),
+            server: "https://127.0.0.1:0".into(),
+            hostnames: vec![],
+            ips: vec![],
+        })
+        .expect("PKI");
+        let path = pki
+            .ensure_identity(&Identity::new(user, user, groups))
+            .expect("identity");
+        let text = std::fs::read_to_string(path).expect("kubeconfig");
+        let out = self.dir.path().join(format!("{user}.kubeconfig"));
+        std::fs::write(&out, text.replace("https://127.0.0.1:0", &self.url))
+            .expect("write kubeconfig");
+        out
+    }
+
+    /// Runs kubectl as the user of another kubeconfig.
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Run {
+        let out = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", self.dir.path())
+            .output()
+            .expect("kubectl runs");
+        Run::from(out)
+    }
+
     /// Runs kubectl with the admin kubeconfig and a private cache.
     pub fn kubectl(&self, args: &[&str]) -> Run {
         self.kubectl_stdin(args, None)

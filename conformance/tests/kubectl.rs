@@ -745,3 +745,59 @@ fn a_crd_serves_its_resource_with_schema_columns_subresources_and_cleanup() {
         "no objects survive the CRD"
     );
 }
+
+#[test]
+fn rbac_forbids_unbound_users_and_a_rolebinding_grants_view_in_one_namespace() {
+    let c = Cluster::start();
+    c.ok(&["create", "namespace", "team"]);
+    let alice = c.user_kubeconfig("alice", &["dev"]);
+    let r = c.kubectl_as(&alice, &["get", "pods", "-n", "team"]);
+    assert!(!r.ok && r.stderr.contains("Error from server (Forbidden): pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"team\""), "{r:?}");
+    let whoami = c.kubectl_as(&alice, &["auth", "whoami"]);
+    assert!(
+        whoami.ok && whoami.stdout.contains("alice") && whoami.stdout.contains("dev"),
+        "{whoami:?}"
+    );
+    c.ok(&[
+        "create",
+        "rolebinding",
+        "alice-view",
+        "--clusterrole=view",
+        "--user=alice",
+        "-n",
+        "team",
+    ]);
+    std::thread::sleep(Duration::from_millis(300));
+    let yes = c.kubectl_as(&alice, &["auth", "can-i", "list", "pods", "-n", "team"]);
+    assert_eq!(yes.stdout.trim(), "yes", "{yes:?}");
+    let no = c.kubectl_as(&alice, &["auth", "can-i", "create", "pods", "-n", "team"]);
+    assert_eq!(no.stdout.trim(), "no", "{no:?}");
+    let other = c.kubectl_as(&alice, &["auth", "can-i", "list", "pods", "-n", "default"]);
+    assert_eq!(other.stdout.trim(), "no", "{other:?}");
+    assert!(c.kubectl_as(&alice, &["get", "pods", "-n", "team"]).ok);
+    assert!(!c.kubectl_as(&alice, &["get", "secrets", "-n", "team"]).ok);
+    // The admin (system:masters) can do anything, including impersonating alice; alice cannot impersonate.
+    assert_eq!(c.ok(&["auth", "can-i", "delete", "nodes"]).trim(), "yes");
+    assert_eq!(
+        c.ok(&[
+            "auth",
+            "can-i",
+            "create",
+            "pods",
+            "-n",
+            "team",
+            "--as=alice"
+        ])
+        .trim(),
+        "no"
+    );
+    assert!(
+        c.ok(&["auth", "whoami", "--as=bob", "--as-group=devs"])
+            .contains("bob")
+    );
+    let r = c.kubectl_as(&alice, &["get", "pods", "-n", "team", "--as=bob"]);
+    assert!(
+        !r.ok && r.stderr.contains("cannot impersonate resource \"users\""),
+        "{r:?}"
+    );
+}

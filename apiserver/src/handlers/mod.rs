@@ -3,6 +3,7 @@
 
 mod params;
 mod read;
+mod review;
 mod subresource;
 mod write;
 
@@ -88,7 +89,7 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
 
 async fn handle(api: Arc<Api>, req: Request) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
-    let user = api.authn.authenticate(&parts)?;
+    let user = impersonate(&api, api.authn.authenticate(&parts)?, &parts.headers)?;
     match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
         RequestInfo::NonResource { path, .. } => {
             crate::discovery::serve(&api, &path, &parts.headers)
@@ -109,7 +110,8 @@ async fn handle(api: Arc<Api>, req: Request) -> ApiResult<Response> {
             {
                 return Err(ApiError::no_route(parts.uri.path()));
             }
-            crate::auth::authorize(&user, &req)?;
+            api.rbac
+                .authorize(&user, &crate::rbac::Attributes::of(&req))?;
             let params = Params::parse(parts.uri.query())?;
             let ctx = Ctx {
                 api,
@@ -124,7 +126,54 @@ async fn handle(api: Arc<Api>, req: Request) -> ApiResult<Response> {
     }
 }
 
+/// Applies `Impersonate-User` / `Impersonate-Group` headers if the user may impersonate.
+fn impersonate(api: &Api, user: User, headers: &HeaderMap) -> ApiResult<User> {
+    let Some(target) = headers
+        .get("impersonate-user")
+        .and_then(|v| v.to_str().ok())
+    else {
+        if headers.contains_key("impersonate-group") {
+            return Err(ApiError::bad_request(
+                "requested impersonation of groups without a user",
+            ));
+        }
+        return Ok(user);
+    };
+    let check = |resource: &str, name: &str| {
+        let attrs = crate::rbac::Attributes {
+            verb: "impersonate".into(),
+            group: String::new(),
+            resource: resource.into(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: name.into(),
+            path: None,
+        };
+        api.rbac.authorize(&user, &attrs)
+    };
+    check("users", target)?;
+    let mut groups = Vec::new();
+    for g in headers.get_all("impersonate-group") {
+        let g = g
+            .to_str()
+            .map_err(|_| ApiError::bad_request("invalid Impersonate-Group header"))?;
+        check("groups", g)?;
+        groups.push(g.to_owned());
+    }
+    Ok(User::new(target, groups))
+}
+
 async fn route(ctx: Ctx, body: Body) -> ApiResult<Response> {
+    if ctx.res.create_only {
+        if ctx.req.verb != Verb::Create {
+            return Err(ApiError::method_not_supported(
+                &ctx.res.group,
+                &ctx.res.plural,
+                ctx.req.verb.as_str(),
+            ));
+        }
+        return review::handle(ctx, read_body(body).await?).await;
+    }
     let sub = ctx.req.subresource.clone();
     match (ctx.req.verb, sub.as_deref()) {
         (Verb::Get, None) => read::get(ctx).await,

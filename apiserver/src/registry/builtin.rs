@@ -80,6 +80,39 @@ where
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
+        create_only: false,
+    }
+}
+
+/// A review resource: created and answered at once, never stored.
+fn review<K>(namespaced: bool) -> ResourceInfo
+where
+    K: Resource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
+{
+    ResourceInfo {
+        group: K::GROUP.into(),
+        version: K::VERSION.into(),
+        kind: K::KIND.into(),
+        list_kind: format!("{}List", K::KIND),
+        plural: K::URL_PATH_SEGMENT.into(),
+        singular: K::KIND.to_ascii_lowercase(),
+        short_names: vec![],
+        categories: vec![],
+        namespaced,
+        status: false,
+        scale: None,
+        extra_subresources: vec![],
+        name_rule: NameRule::Subdomain,
+        generation: false,
+        keep_status_on_create: true,
+        decode: Some(decode_as::<K>),
+        schema: Some(|g| g.subschema_for::<K>()),
+        strategic_merge: false,
+        field_selectors: vec![],
+        storage: None,
+        printer_columns: vec![],
+        crd_schema: None,
+        create_only: true,
     }
 }
 
@@ -272,5 +305,10 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             short: &["pc"],
             ..Default::default()
         }),
+        // reviews
+        review::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(false),
+        review::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(false),
+        review::<k8s_openapi::api::authorization::v1::LocalSubjectAccessReview>(true),
+        review::<k8s_openapi::api::authentication::v1::SelfSubjectReview>(false),
     ]
 }

@@ -87,6 +87,8 @@ pub struct ResourceInfo {
     pub printer_columns: Vec<PrinterColumn>,
     /// The structural OpenAPI v3 schema of a custom resource version.
     pub crd_schema: Option<Value>,
+    /// A review resource (access reviews, whoami): only `create`, answered, never stored.
+    pub create_only: bool,
 }
 
 /// One `additionalPrinterColumns` entry of a CRD.

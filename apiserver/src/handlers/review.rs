@@ -1,0 +1,103 @@
+//! Review resources, answered at once and never stored: SelfSubjectAccessReview,
+//! SubjectAccessReview, LocalSubjectAccessReview (`kubectl auth can-i`) and SelfSubjectReview
+//! (`kubectl auth whoami`).
+
+use super::{Ctx, json_response};
+use crate::auth::User;
+use crate::error::{ApiError, ApiResult};
+use crate::rbac::Attributes;
+use axum::http::StatusCode;
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Value, json};
+
+fn s(v: &Value, p: &str) -> String {
+    v.pointer(p)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn attributes(spec: &Value, namespace: Option<&str>) -> ApiResult<Attributes> {
+    if let Some(r) = spec.get("resourceAttributes") {
+        return Ok(Attributes {
+            verb: s(r, "/verb"),
+            group: s(r, "/group"),
+            resource: s(r, "/resource"),
+            subresource: s(r, "/subresource"),
+            namespace: namespace
+                .map(str::to_owned)
+                .unwrap_or_else(|| s(r, "/namespace")),
+            name: s(r, "/name"),
+            path: None,
+        });
+    }
+    if let Some(n) = spec.get("nonResourceAttributes") {
+        return Ok(Attributes {
+            verb: s(n, "/verb"),
+            group: String::new(),
+            resource: String::new(),
+            subresource: String::new(),
+            namespace: String::new(),
+            name: String::new(),
+            path: Some(s(n, "/path")),
+        });
+    }
+    Err(ApiError::invalid(
+        "authorization.k8s.io",
+        "SubjectAccessReview",
+        "",
+        vec![crate::error::Cause::required(
+            "spec.resourceAttributes",
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        )],
+    ))
+}
+
+/// Answers a review.
+pub async fn handle(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let ct = ctx
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let mut obj = crate::object::decode_body(&ct, &body)?;
+    let (obj, _) = super::write::typed(&ctx, std::mem::take(&mut obj))?;
+    let mut obj = obj;
+    let spec = obj.get("spec").cloned().unwrap_or(json!({}));
+    let status = match ctx.res.kind.as_str() {
+        "SelfSubjectReview" => {
+            json!({"userInfo": {"username": ctx.user.name, "groups": ctx.user.groups}})
+        }
+        kind => {
+            let user = if kind == "SelfSubjectAccessReview" {
+                ctx.user.clone()
+            } else {
+                let groups = spec
+                    .get("groups")
+                    .and_then(Value::as_array)
+                    .map(|g| {
+                        g.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                User::new(s(&spec, "/user"), groups)
+            };
+            let attrs = attributes(&spec, ctx.namespace())?;
+            let allowed = ctx.api.rbac.allows(&user, &attrs);
+            let mut st = json!({"allowed": allowed});
+            if allowed {
+                st["reason"] = json!("allowed by RBAC");
+            }
+            st
+        }
+    };
+    obj["status"] = status;
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("creationTimestamp".into(), Value::Null);
+    }
+    Ok(json_response(StatusCode::CREATED, &obj, &[]))
+}
