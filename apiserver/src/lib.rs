@@ -7,6 +7,7 @@
 //! same registry rows.
 
 pub mod alloc;
+pub mod audit;
 pub mod auth;
 mod bootstrap;
 mod convert;
@@ -57,6 +58,8 @@ pub struct Config {
     pub service_cidr: String,
     /// NodePort range.
     pub node_ports: RangeInclusive<u16>,
+    /// The audit log file, if any, and how much it records.
+    pub audit: Option<(PathBuf, audit::Level)>,
 }
 
 /// Why the apiserver could not start.
@@ -83,6 +86,9 @@ pub enum Error {
     /// The service ranges are invalid.
     #[error(transparent)]
     Range(#[from] alloc::RangeError),
+    /// The audit log could not be opened.
+    #[error(transparent)]
+    Audit(#[from] audit::AuditError),
     /// Writing the built-in objects failed.
     #[error("creating built-in objects: {0}")]
     Bootstrap(error::ApiError),
@@ -100,6 +106,8 @@ pub struct Api {
     pub alloc: alloc::Allocator,
     /// RBAC authorization.
     pub rbac: rbac::Rbac,
+    /// The audit log.
+    pub audit: audit::Auditor,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -166,6 +174,10 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
         advertise,
         rbac: rbac::Rbac::default(),
+        audit: match &config.audit {
+            Some((path, level)) => audit::Auditor::open(path, *level)?,
+            None => audit::Auditor::disabled(),
+        },
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
         openapi: std::sync::Mutex::new(None),

@@ -70,7 +70,7 @@ impl Server {
         let child = Command::new(binary)
             .args(["up", "--data-dir"])
             .arg(dir)
-            .args(["--port", &port.to_string()])
+            .args(["--port", &port.to_string(), "--audit-level", "None"])
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

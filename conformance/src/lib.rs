@@ -107,6 +107,10 @@ impl Cluster {
             token_file: None,
             service_cidr: "10.96.0.0/12".into(),
             node_ports: 30000..=32767,
+            audit: Some((
+                dir.path().join("audit.log"),
+                minik8s_apiserver::audit::Level::Metadata,
+            )),
         };
         let admin = pki
             .ensure_identity(&Identity::admin())
@@ -171,6 +175,15 @@ impl Cluster {
         self.rt
             .block_on(minik8s_kubeconfig::client(&self.kubeconfig))
             .expect("kube client")
+    }
+
+    /// The audit log's events so far.
+    pub fn audit_events(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// The cluster's private folder.

@@ -798,3 +798,37 @@ fn rbac_forbids_unbound_users_and_a_rolebinding_grants_view_in_one_namespace() {
         "{r:?}"
     );
 }
+
+#[test]
+fn the_audit_log_records_every_request() {
+    let c = Cluster::start();
+    c.ok(&["create", "configmap", "audited", "--from-literal=a=1"]);
+    c.ok(&["get", "configmap", "audited"]);
+    let _ = c.kubectl(&["get", "configmap", "missing"]);
+    c.ok(&["delete", "configmap", "audited"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let events = c.audit_events();
+    let find = |verb: &str, name: &str, code: u64| {
+        events.iter().any(|e| {
+            e["verb"] == verb
+                && e["objectRef"]["name"] == name
+                && e["responseStatus"]["code"] == code
+                && e["user"]["username"] == "minik8s-admin"
+        })
+    };
+    assert!(
+        events.iter().any(|e| e["verb"] == "create"
+            && e["objectRef"]["resource"] == "configmaps"
+            && e["responseStatus"]["code"] == 201),
+        "create missing"
+    );
+    assert!(find("get", "audited", 200), "get missing");
+    assert!(find("get", "missing", 404), "404 missing");
+    assert!(find("delete", "audited", 200), "delete missing");
+    // Discovery requests are audited too.
+    assert!(events.iter().any(|e| {
+        e["requestURI"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("/api"))
+    }));
+}

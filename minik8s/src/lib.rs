@@ -24,6 +24,8 @@ pub struct UpConfig {
     pub ips: Vec<IpAddr>,
     /// This node's name.
     pub node_name: String,
+    /// Audit log level (`None`, `Metadata`, `Request`); the log is `data_dir/audit.log`.
+    pub audit_level: minik8s_apiserver::audit::Level,
 }
 
 /// Why `up` failed.
@@ -96,6 +98,7 @@ pub async fn up(
             token_file: None,
             service_cidr: "10.96.0.0/12".into(),
             node_ports: 30000..=32767,
+            audit: Some((cfg.data_dir.join("audit.log"), cfg.audit_level)),
         },
         shutdown.clone(),
     )

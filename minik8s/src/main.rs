@@ -57,6 +57,9 @@ struct UpArgs {
     /// This machine's node name.
     #[arg(long, env = "MINIK8S_NODE_NAME", default_value = "minik8s-node")]
     node_name: String,
+    /// Audit log level (None, Metadata, Request); the log is DATA_DIR/audit.log.
+    #[arg(long, env = "MINIK8S_AUDIT_LEVEL", default_value = "Metadata")]
+    audit_level: minik8s_apiserver::audit::Level,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -75,6 +78,7 @@ impl TryFrom<UpArgs> for UpConfig {
             hosts: a.hosts,
             ips: a.ips,
             node_name: a.node_name,
+            audit_level: a.audit_level,
         })
     }
 }

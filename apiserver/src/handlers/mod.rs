@@ -77,24 +77,41 @@ impl Ctx {
 /// The axum fallback that serves every request.
 pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
     let started = std::time::Instant::now();
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let resp = match handle(api, req).await {
+    let uri = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let mut record = crate::audit::Record::default();
+    let resp = match handle(api.clone(), req, &mut record).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_us = started.elapsed().as_micros() as u64, "request");
+    let code = resp.status().as_u16();
+    tracing::debug!(%uri, status = code, elapsed_us = started.elapsed().as_micros() as u64, "request");
+    api.audit.record(record, &uri, code, started);
     resp
 }
 
-async fn handle(api: Arc<Api>, req: Request) -> ApiResult<Response> {
+async fn handle(
+    api: Arc<Api>,
+    req: Request,
+    record: &mut crate::audit::Record,
+) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
+    record.verb = parts.method.as_str().to_ascii_lowercase();
     let user = impersonate(&api, api.authn.authenticate(&parts)?, &parts.headers)?;
+    record.user = Some((user.name.clone(), user.groups.clone()));
     match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
         RequestInfo::NonResource { path, .. } => {
             crate::discovery::serve(&api, &path, &parts.headers)
         }
         RequestInfo::Resource(req) => {
+            record.verb = req.verb.as_str().to_owned();
+            record.object = Some(serde_json::json!({
+                "resource": req.resource, "namespace": req.namespace, "name": req.name,
+                "apiGroup": req.group, "apiVersion": req.version, "subresource": req.subresource,
+            }));
             let res = api
                 .registry
                 .lookup(&req.group, &req.version, &req.resource)?;
@@ -121,6 +138,19 @@ async fn handle(api: Arc<Api>, req: Request) -> ApiResult<Response> {
                 headers: parts.headers,
                 user,
             };
+            // Read the body once here (bounded), so the audit log can record it.
+            let body = match ctx.req.verb {
+                Verb::Get | Verb::List | Verb::Watch => Bytes::new(),
+                _ => read_body(body).await?,
+            };
+            if ctx.api.audit.wants_body() && !body.is_empty() {
+                let ct = ctx
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("application/json");
+                record.body = crate::object::decode_body(ct, &body).ok();
+            }
             route(ctx, body).await
         }
     }
@@ -163,7 +193,7 @@ fn impersonate(api: &Api, user: User, headers: &HeaderMap) -> ApiResult<User> {
     Ok(User::new(target, groups))
 }
 
-async fn route(ctx: Ctx, body: Body) -> ApiResult<Response> {
+async fn route(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     if ctx.res.create_only {
         if ctx.req.verb != Verb::Create {
             return Err(ApiError::method_not_supported(
@@ -172,23 +202,21 @@ async fn route(ctx: Ctx, body: Body) -> ApiResult<Response> {
                 ctx.req.verb.as_str(),
             ));
         }
-        return review::handle(ctx, read_body(body).await?).await;
+        return review::handle(ctx, body).await;
     }
     let sub = ctx.req.subresource.clone();
     match (ctx.req.verb, sub.as_deref()) {
         (Verb::Get, None) => read::get(ctx).await,
         (Verb::List, None) => read::list(ctx).await,
         (Verb::Watch, None) => read::watch(ctx).await,
-        (Verb::Create, None) => write::create(ctx, read_body(body).await?).await,
-        (Verb::Update, None) => write::update(ctx, read_body(body).await?).await,
-        (Verb::Patch, None) => write::patch(ctx, read_body(body).await?).await,
-        (Verb::Delete, None) => write::delete(ctx, read_body(body).await?).await,
-        (Verb::DeleteCollection, None) => {
-            write::delete_collection(ctx, read_body(body).await?).await
-        }
+        (Verb::Create, None) => write::create(ctx, body).await,
+        (Verb::Update, None) => write::update(ctx, body).await,
+        (Verb::Patch, None) => write::patch(ctx, body).await,
+        (Verb::Delete, None) => write::delete(ctx, body).await,
+        (Verb::DeleteCollection, None) => write::delete_collection(ctx, body).await,
         (_, Some(sub)) => {
             let sub = sub.to_owned();
-            subresource::handle(ctx, &sub, read_body(body).await?).await
+            subresource::handle(ctx, &sub, body).await
         }
     }
 }
