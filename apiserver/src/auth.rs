@@ -94,8 +94,8 @@ impl Authenticator {
         Ok(Authenticator { tokens })
     }
 
-    /// Who sent the request, or 401.
-    pub fn authenticate(&self, parts: &Parts) -> ApiResult<User> {
+    /// Who sent the request: a user, a token to verify as a ServiceAccount token, or 401.
+    pub fn authenticate(&self, parts: &Parts) -> ApiResult<Credential> {
         if let Some(auth) = parts.headers.get(header::AUTHORIZATION) {
             let token = auth
                 .to_str()
@@ -103,18 +103,27 @@ impl Authenticator {
                 .and_then(|a| a.strip_prefix("Bearer "))
                 .map(str::trim)
                 .ok_or_else(ApiError::unauthorized)?;
-            return self
-                .tokens
-                .get(token)
-                .cloned()
-                .ok_or_else(ApiError::unauthorized);
+            return Ok(match self.tokens.get(token) {
+                Some(user) => Credential::User(user.clone()),
+                None => Credential::Token(token.to_owned()),
+            });
         }
         parts
             .extensions
             .get::<PeerIdentity>()
             .and_then(|p| p.0.clone())
+            .map(Credential::User)
             .ok_or_else(ApiError::unauthorized)
     }
+}
+
+/// What a request authenticated with.
+#[derive(Debug)]
+pub enum Credential {
+    /// A known user (certificate or static token).
+    User(User),
+    /// A bearer token that is not a static one: verified as a ServiceAccount token.
+    Token(String),
 }
 
 fn split_csv(line: &str) -> Vec<String> {

@@ -48,6 +48,7 @@ pub async fn run(api: &Api) -> ApiResult<()> {
             "status": {"phase": "Active"},
         });
         ensure(api, &format!("/registry/core/namespaces/{ns}"), obj).await?;
+        default_service_account(api, ns).await?;
     }
     let ip = api.alloc.first_ip().to_string();
     let (host, port) = api
@@ -78,4 +79,15 @@ pub async fn run(api: &Api) -> ApiResult<()> {
     });
     ensure(api, "/registry/core/endpoints/default/kubernetes", ep).await?;
     Ok(())
+}
+
+/// Creates a namespace's `default` ServiceAccount if it is missing.
+pub async fn default_service_account(api: &Api, ns: &str) -> ApiResult<()> {
+    let sa = json!({"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "default", "namespace": ns}});
+    ensure(
+        api,
+        &format!("/registry/core/serviceaccounts/{ns}/default"),
+        sa,
+    )
+    .await
 }

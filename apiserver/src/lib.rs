@@ -9,7 +9,7 @@
 pub mod alloc;
 pub mod audit;
 pub mod auth;
-mod bootstrap;
+pub mod bootstrap;
 mod convert;
 pub mod crd;
 pub mod defaults;
@@ -26,6 +26,7 @@ pub mod request;
 mod server;
 pub mod structural;
 pub mod table;
+pub mod tokens;
 pub mod validation;
 
 use axum::Router;
@@ -60,6 +61,8 @@ pub struct Config {
     pub node_ports: RangeInclusive<u16>,
     /// The audit log file, if any, and how much it records.
     pub audit: Option<(PathBuf, audit::Level)>,
+    /// The key that signs ServiceAccount tokens, and the shortest expiry (seconds) allowed.
+    pub service_account_key: Option<(PathBuf, i64)>,
 }
 
 /// Why the apiserver could not start.
@@ -86,6 +89,9 @@ pub enum Error {
     /// The service ranges are invalid.
     #[error(transparent)]
     Range(#[from] alloc::RangeError),
+    /// The ServiceAccount signing key could not be loaded.
+    #[error(transparent)]
+    ServiceAccountKey(#[from] tokens::KeyError),
     /// The audit log could not be opened.
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
@@ -108,6 +114,8 @@ pub struct Api {
     pub rbac: rbac::Rbac,
     /// The audit log.
     pub audit: audit::Auditor,
+    /// ServiceAccount token signing and verification.
+    pub tokens: Option<tokens::Issuer>,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -174,6 +182,10 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
         advertise,
         rbac: rbac::Rbac::default(),
+        tokens: match &config.service_account_key {
+            Some((path, min)) => Some(tokens::Issuer::load(path, *min)?),
+            None => None,
+        },
         audit: match &config.audit {
             Some((path, level)) => audit::Auditor::open(path, *level)?,
             None => audit::Auditor::disabled(),

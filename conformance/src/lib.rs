@@ -111,6 +111,8 @@ impl Cluster {
                 dir.path().join("audit.log"),
                 minik8s_apiserver::audit::Level::Metadata,
             )),
+            // Short token lifetimes are allowed here so expiry can be tested.
+            service_account_key: Some((pki.service_account_key().expect("sa key"), 1)),
         };
         let admin = pki
             .ensure_identity(&Identity::admin())

@@ -832,3 +832,56 @@ fn the_audit_log_records_every_request() {
             .is_some_and(|u| u.starts_with("/api"))
     }));
 }
+
+#[test]
+fn service_account_tokens_authenticate_until_they_expire() {
+    let c = Cluster::start();
+    c.ok(&["create", "namespace", "apps"]);
+    assert!(
+        c.ok(&["get", "serviceaccounts", "-n", "apps"])
+            .contains("default"),
+        "each namespace gets a default ServiceAccount"
+    );
+    let token = c
+        .ok(&["create", "token", "default", "--duration=3s"])
+        .trim()
+        .to_owned();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let whoami = |token: &str| {
+        std::process::Command::new("kubectl")
+            .args([
+                "auth",
+                "whoami",
+                "--server",
+                &c.url,
+                "--insecure-skip-tls-verify",
+                "--token",
+                token,
+            ])
+            .env("HOME", c.dir())
+            .env("KUBECONFIG", "/dev/null")
+            .output()
+            .unwrap()
+    };
+    let out = whoami(&token);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains("system:serviceaccount:default:default")
+            && text.contains("system:serviceaccounts:default"),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let out = whoami(&token);
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
+        "an expired token is refused"
+    );
+    // A token for a ServiceAccount that is deleted stops working too.
+    c.ok(&["create", "serviceaccount", "bot"]);
+    let bot = c.ok(&["create", "token", "bot"]).trim().to_owned();
+    assert!(whoami(&bot).status.success());
+    c.ok(&["delete", "serviceaccount", "bot"]);
+    assert!(!whoami(&bot).status.success());
+}

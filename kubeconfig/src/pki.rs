@@ -182,6 +182,16 @@ impl Pki {
         })
     }
 
+    /// The key that signs ServiceAccount tokens (`sa.key`, ECDSA P-256, PKCS#8 PEM), made once.
+    pub fn service_account_key(&self) -> Result<PathBuf> {
+        let path = self.options.dir.join("sa.key");
+        if !path.exists() {
+            let k = KeyPair::generate().map_err(cert_err("service-account key"))?;
+            write_private(&path, k.serialize_pem().as_bytes())?;
+        }
+        Ok(path)
+    }
+
     /// The CA certificate in PEM.
     pub fn ca_pem(&self) -> &str {
         &self.ca_pem

@@ -99,6 +99,7 @@ pub async fn up(
             service_cidr: "10.96.0.0/12".into(),
             node_ports: 30000..=32767,
             audit: Some((cfg.data_dir.join("audit.log"), cfg.audit_level)),
+            service_account_key: Some((pki.service_account_key()?, 600)),
         },
         shutdown.clone(),
     )

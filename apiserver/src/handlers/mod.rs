@@ -100,7 +100,11 @@ async fn handle(
 ) -> ApiResult<Response> {
     let (parts, body) = req.into_parts();
     record.verb = parts.method.as_str().to_ascii_lowercase();
-    let user = impersonate(&api, api.authn.authenticate(&parts)?, &parts.headers)?;
+    let user = match api.authn.authenticate(&parts)? {
+        crate::auth::Credential::User(u) => u,
+        crate::auth::Credential::Token(t) => crate::tokens::authenticate(&api, &t).await?,
+    };
+    let user = impersonate(&api, user, &parts.headers)?;
     record.user = Some((user.name.clone(), user.groups.clone()));
     match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
         RequestInfo::NonResource { path, .. } => {

@@ -22,6 +22,7 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         ("binding", Verb::Create) => binding(ctx, body).await,
         ("eviction", Verb::Create) => eviction(ctx).await,
         ("finalize", Verb::Update) => write::update(ctx, body).await,
+        ("token", Verb::Create) => token(ctx, body).await,
         _ => Err(ApiError::method_not_supported(
             &ctx.res.group,
             &format!("{}/{sub}", ctx.res.plural),
@@ -235,4 +236,89 @@ async fn eviction(ctx: Ctx) -> ApiResult<Response> {
     let del = Ctx { req, ..ctx };
     write::delete(del, Bytes::new()).await?;
     Ok(json_response(StatusCode::CREATED, &success(json!({})), &[]))
+}
+
+/// POST serviceaccounts/{name}/token: issues a signed token for the ServiceAccount, optionally
+/// bound to a pod (TokenRequest).
+async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let issuer = ctx
+        .api
+        .tokens
+        .as_ref()
+        .ok_or_else(|| ApiError::unavailable("no service-account signing key is configured"))?;
+    let ns = ctx.namespace().unwrap_or_default().to_owned();
+    let sa_kv = ctx
+        .api
+        .store
+        .get(&ctx.key())
+        .await?
+        .ok_or_else(|| ApiError::not_found("", "serviceaccounts", ctx.name()))?;
+    let sa = object::from_store(&sa_kv)?;
+    let ct = ctx
+        .headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let mut req: Value = if body.is_empty() {
+        json!({})
+    } else {
+        object::decode_body(&ct, &body)?
+    };
+    let seconds = req
+        .pointer("/spec/expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(3600);
+    if seconds < issuer.min_seconds {
+        return Err(ApiError::invalid(
+            "authentication.k8s.io",
+            "TokenRequest",
+            ctx.name(),
+            vec![crate::error::Cause::invalid(
+                "spec.expirationSeconds",
+                &seconds.to_string(),
+                &format!(
+                    "may not specify a duration less than {} seconds",
+                    issuer.min_seconds
+                ),
+            )],
+        ));
+    }
+    let audiences = match req.pointer("/spec/audiences").and_then(Value::as_array) {
+        Some(a) if !a.is_empty() => Value::Array(a.clone()),
+        _ => json!([crate::tokens::ISSUER]),
+    };
+    let now = jiff::Timestamp::now().as_second();
+    let mut k8s = json!({"namespace": ns, "serviceaccount": {"name": ctx.name(), "uid": object::meta_str(&sa, "uid")}});
+    if let Some(bound) = req
+        .pointer("/spec/boundObjectRef")
+        .filter(|b| b.get("kind") == Some(&json!("Pod")))
+    {
+        let name = bound
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let pod = ctx
+            .api
+            .store
+            .get(&format!("/registry/core/pods/{ns}/{name}"))
+            .await?
+            .ok_or_else(|| ApiError::not_found("", "pods", &name))?;
+        let pod = object::from_store(&pod)?;
+        k8s["pod"] = json!({"name": name, "uid": object::meta_str(&pod, "uid")});
+    }
+    let claims = json!({"iss": crate::tokens::ISSUER, "aud": audiences, "sub": format!("system:serviceaccount:{ns}:{}", ctx.name()),
+        "iat": now, "nbf": now, "exp": now + seconds, "jti": uuid::Uuid::new_v4().to_string(), "kubernetes.io": k8s});
+    let expires = jiff::Timestamp::from_second(now + seconds)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default();
+    req["apiVersion"] = json!("authentication.k8s.io/v1");
+    req["kind"] = json!("TokenRequest");
+    req["metadata"] =
+        json!({"name": ctx.name(), "namespace": ns, "creationTimestamp": object::now()});
+    req["spec"]["audiences"] = audiences;
+    req["spec"]["expirationSeconds"] = json!(seconds);
+    req["status"] = json!({"token": issuer.sign(&claims), "expirationTimestamp": expires});
+    Ok(json_response(StatusCode::CREATED, &req, &[]))
 }

@@ -453,6 +453,9 @@ pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         match ctx.api.store.create(&key, ctx.res.encode(&mut obj)).await {
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
+                if ctx.res.group.is_empty() && ctx.res.kind == "Namespace" {
+                    crate::bootstrap::default_service_account(&ctx.api, &name).await?;
+                }
                 return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
             }
             Err(minik8s_storage::Error::AlreadyExists { .. }) if generated && attempt < 7 => {

@@ -1,0 +1,212 @@
+//! ServiceAccount tokens: ES256-signed JWTs issued through the TokenRequest subresource and
+//! verified as bearer tokens (signature, expiry, audience, and that the ServiceAccount — and
+//! the pod it is bound to — still exist).
+
+use base64::Engine;
+use ring::rand::SystemRandom;
+use ring::signature::{
+    ECDSA_P256_SHA256_FIXED, ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair,
+    UnparsedPublicKey,
+};
+use rustls::pki_types::PrivateKeyDer;
+use rustls::pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// The issuer (and default audience) of the tokens this server signs.
+pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+/// Loading the signing key failed.
+#[derive(Debug, thiserror::Error)]
+#[error("service-account signing key {path}: {reason}")]
+pub struct KeyError {
+    path: String,
+    reason: String,
+}
+
+/// Signs and verifies ServiceAccount tokens.
+pub struct Issuer {
+    key: EcdsaKeyPair,
+    public: Vec<u8>,
+    rng: SystemRandom,
+    /// Shortest expiry a TokenRequest may ask for, in seconds (upstream: 600).
+    pub min_seconds: i64,
+}
+
+impl std::fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Issuer").finish_non_exhaustive()
+    }
+}
+
+fn b64(data: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(data)
+}
+
+impl Issuer {
+    /// Loads a PKCS#8 ECDSA P-256 key from a PEM file.
+    pub fn load(path: &Path, min_seconds: i64) -> Result<Self, KeyError> {
+        let err = |reason: String| KeyError {
+            path: path.display().to_string(),
+            reason,
+        };
+        let der = match PrivateKeyDer::from_pem_file(path).map_err(|e| err(e.to_string()))? {
+            PrivateKeyDer::Pkcs8(k) => k.secret_pkcs8_der().to_vec(),
+            _ => return Err(err("not a PKCS#8 key".into())),
+        };
+        let rng = SystemRandom::new();
+        let key = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &der, &rng)
+            .map_err(|e| err(e.to_string()))?;
+        let public = key.public_key().as_ref().to_vec();
+        Ok(Issuer {
+            key,
+            public,
+            rng,
+            min_seconds,
+        })
+    }
+
+    /// Signs a set of claims.
+    pub fn sign(&self, claims: &Value) -> String {
+        let header = json!({"alg": "ES256", "typ": "JWT", "kid": b64(&ring::digest::digest(&ring::digest::SHA256, &self.public).as_ref()[..16])});
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let sig = self
+            .key
+            .sign(&self.rng, input.as_bytes())
+            .expect("ECDSA signing");
+        format!("{input}.{}", b64(sig.as_ref()))
+    }
+
+    /// The claims of a token this server signed that is valid now for our audience.
+    pub fn verify(&self, token: &str) -> Option<Value> {
+        let mut parts = token.split('.');
+        let (h, p, s) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        let sig = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s)
+            .ok()?;
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, &self.public)
+            .verify(format!("{h}.{p}").as_bytes(), &sig)
+            .ok()?;
+        let claims: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(p)
+                .ok()?,
+        )
+        .ok()?;
+        let now = jiff::Timestamp::now().as_second();
+        if claims.get("exp").and_then(Value::as_i64)? <= now
+            || claims.get("nbf").and_then(Value::as_i64).unwrap_or(0) > now + 60
+        {
+            return None;
+        }
+        let aud_ok = match claims.get("aud")? {
+            Value::String(a) => a == ISSUER,
+            Value::Array(a) => a.iter().any(|x| x == ISSUER),
+            _ => false,
+        };
+        (claims.get("iss").and_then(Value::as_str) == Some(ISSUER) && aud_ok).then_some(claims)
+    }
+}
+
+/// The user of a ServiceAccount token, if it verifies and its ServiceAccount (and bound pod)
+/// still exist; 401 otherwise.
+pub async fn authenticate(
+    api: &crate::Api,
+    token: &str,
+) -> crate::error::ApiResult<crate::auth::User> {
+    use minik8s_storage::Store;
+    let unauthorized = crate::error::ApiError::unauthorized;
+    let claims = api
+        .tokens
+        .as_ref()
+        .and_then(|i| i.verify(token))
+        .ok_or_else(unauthorized)?;
+    let k = claims.get("kubernetes.io").ok_or_else(unauthorized)?;
+    let ns = k
+        .get("namespace")
+        .and_then(Value::as_str)
+        .ok_or_else(unauthorized)?;
+    let sa = k
+        .pointer("/serviceaccount/name")
+        .and_then(Value::as_str)
+        .ok_or_else(unauthorized)?;
+    let sa_uid = k
+        .pointer("/serviceaccount/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let exists = |key: String, uid: String| async move {
+        match api.store.get(&key).await {
+            Ok(Some(kv)) => serde_json::from_slice::<Value>(&kv.value)
+                .ok()
+                .is_some_and(|o| {
+                    o.pointer("/metadata/uid").and_then(Value::as_str) == Some(uid.as_str())
+                }),
+            _ => false,
+        }
+    };
+    if !exists(
+        format!("/registry/core/serviceaccounts/{ns}/{sa}"),
+        sa_uid.to_owned(),
+    )
+    .await
+    {
+        return Err(unauthorized());
+    }
+    if let Some(pod) = k.get("pod") {
+        let name = pod.get("name").and_then(Value::as_str).unwrap_or("");
+        let uid = pod.get("uid").and_then(Value::as_str).unwrap_or("");
+        if !exists(format!("/registry/core/pods/{ns}/{name}"), uid.to_owned()).await {
+            return Err(unauthorized());
+        }
+    }
+    Ok(crate::auth::User::new(
+        format!("system:serviceaccount:{ns}:{sa}"),
+        vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{ns}"),
+        ],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issuer() -> (tempfile::TempDir, Issuer) {
+        let dir = tempfile::tempdir().unwrap();
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pem = format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----\n",
+            base64::engine::general_purpose::STANDARD.encode(pkcs8.as_ref())
+        );
+        let path = dir.path().join("sa.key");
+        std::fs::write(&path, pem).unwrap();
+        let i = Issuer::load(&path, 600).unwrap();
+        (dir, i)
+    }
+
+    #[test]
+    fn signed_tokens_verify_until_they_expire_and_tampering_fails() {
+        let (_d, i) = issuer();
+        let now = jiff::Timestamp::now().as_second();
+        let good = i.sign(
+            &json!({"iss": ISSUER, "aud": [ISSUER], "sub": "x", "exp": now + 60, "iat": now}),
+        );
+        assert_eq!(i.verify(&good).unwrap()["sub"], "x");
+        let expired = i.sign(&json!({"iss": ISSUER, "aud": [ISSUER], "exp": now - 1}));
+        assert!(i.verify(&expired).is_none());
+        let other_aud = i.sign(&json!({"iss": ISSUER, "aud": ["vault"], "exp": now + 60}));
+        assert!(i.verify(&other_aud).is_none());
+        let mut forged = good.clone();
+        forged.insert(good.find('.').unwrap() + 3, 'A');
+        assert!(i.verify(&forged).is_none());
+    }
+}
