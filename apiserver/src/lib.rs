@@ -7,6 +7,7 @@
 //! same registry rows.
 
 pub mod alloc;
+pub mod apply;
 pub mod audit;
 pub mod auth;
 pub mod bootstrap;

@@ -77,6 +77,11 @@ fn merge_key(kind: &str, path: &[String]) -> Option<&'static str> {
     })
 }
 
+/// The merge key of a list field of `kind` at a path of field names, if it is keyed.
+pub fn merge_key_for(kind: &str, names: &[String]) -> Option<&'static str> {
+    merge_key(kind, names)
+}
+
 /// Lists of primitives that merge as sets rather than being replaced.
 fn primitive_merge(path: &[String]) -> bool {
     matches!(path.last().map(String::as_str), Some("finalizers")) && path.len() == 2

@@ -885,3 +885,56 @@ fn service_account_tokens_authenticate_until_they_expire() {
     c.ok(&["delete", "serviceaccount", "bot"]);
     assert!(!whoami(&bot).status.success());
 }
+
+#[test]
+fn server_side_apply_reports_conflicts_and_force_takes_ownership() {
+    let c = Cluster::start();
+    let first = DEPLOYMENT.replace("name: app\n", "name: ssa\n");
+    let r = c.with_manifest(&["apply", "--server-side", "--field-manager=alpha"], &first);
+    assert!(r.ok && r.stdout.contains("serverside-applied"), "{r:?}");
+    let second = first.replace("replicas: 2", "replicas: 5");
+    let r = c.with_manifest(&["apply", "--server-side", "--field-manager=beta"], &second);
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains("Apply failed with 1 conflict: conflict with \"alpha\": .spec.replicas"),
+        "{r:?}"
+    );
+    assert_eq!(
+        c.ok(&["get", "deploy", "ssa", "-o", "jsonpath={.spec.replicas}"]),
+        "2"
+    );
+    let r = c.with_manifest(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=beta",
+            "--force-conflicts",
+        ],
+        &second,
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        c.ok(&["get", "deploy", "ssa", "-o", "jsonpath={.spec.replicas}"]),
+        "5"
+    );
+    let managers = c.ok(&[
+        "get",
+        "deploy",
+        "ssa",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={range .metadata.managedFields[*]}{.manager}={.operation} {end}",
+    ]);
+    assert_eq!(managers.trim(), "alpha=Apply beta=Apply");
+    // alpha no longer owns replicas; it may drop fields it stopped applying without touching beta's.
+    let fields = c.ok(&[
+        "get",
+        "deploy",
+        "ssa",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[0].fieldsV1}",
+    ]);
+    assert!(!fields.contains("f:replicas"), "{fields}");
+}

@@ -42,6 +42,8 @@ pub struct Params {
     pub field_manager: Option<String>,
     /// `fieldValidation`.
     pub field_validation: FieldValidation,
+    /// `force` (server-side apply takes conflicting fields).
+    pub force: bool,
     /// `propagationPolicy`.
     pub propagation_policy: Option<String>,
     /// `gracePeriodSeconds`.
@@ -111,6 +113,7 @@ impl Params {
             dry_run,
             field_manager: map.get("fieldManager").cloned().filter(|s| !s.is_empty()),
             field_validation,
+            force: map.get("force").is_some_and(|v| truthy(v)),
             propagation_policy: map
                 .get("propagationPolicy")
                 .cloned()

@@ -151,69 +151,16 @@ fn manager(ctx: &Ctx) -> String {
     ua.split('/').next().unwrap_or("unknown").to_owned()
 }
 
-/// The set of fields an object sets, in upstream's FieldsV1 form (lists as leaves).
-fn field_set(v: &Value, top: bool) -> Value {
-    match v {
-        Value::Object(m) => {
-            let mut out = serde_json::Map::new();
-            for (k, v) in m {
-                if top && matches!(k.as_str(), "apiVersion" | "kind") {
-                    continue;
-                }
-                if top && k == "metadata" {
-                    let mut mm = serde_json::Map::new();
-                    for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
-                        if let Some(x) = v.get(key) {
-                            mm.insert(format!("f:{key}"), field_set(x, false));
-                        }
-                    }
-                    if !mm.is_empty() {
-                        out.insert("f:metadata".into(), Value::Object(mm));
-                    }
-                    continue;
-                }
-                out.insert(format!("f:{k}"), field_set(v, false));
-            }
-            Value::Object(out)
-        }
-        _ => json!({}),
-    }
-}
-
-/// Records the manager's field set in `metadata.managedFields`.
-fn record_manager(ctx: &Ctx, obj: &mut Value, operation: &str, subresource: Option<&str>) {
-    let manager = manager(ctx);
-    let mut fields = field_set(obj, true);
-    if subresource == Some("status") {
-        fields = json!({"f:status": fields.get("f:status").cloned().unwrap_or(json!({}))});
-    }
-    let entry = {
-        let mut e = json!({
-            "manager": manager,
-            "operation": operation,
-            "apiVersion": ctx.res.api_version(),
-            "time": object::now(),
-            "fieldsType": "FieldsV1",
-            "fieldsV1": fields,
-        });
-        if let Some(sub) = subresource {
-            e["subresource"] = json!(sub);
-        }
-        e
-    };
-    let m = object::meta_mut(obj);
-    let mut list: Vec<Value> = m
-        .get("managedFields")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    list.retain(|e| {
-        !(e.get("manager").and_then(Value::as_str) == Some(manager.as_str())
-            && e.get("operation").and_then(Value::as_str) == Some(operation)
-            && e.get("subresource").and_then(Value::as_str) == subresource)
-    });
-    list.push(entry);
-    m.insert("managedFields".into(), Value::Array(list));
+/// Records the request's manager as the owner of the fields it changed (an Update).
+fn record_manager(ctx: &Ctx, old: Option<&Value>, obj: &mut Value, subresource: Option<&str>) {
+    crate::apply::record_update(
+        &ctx.res.kind,
+        old,
+        obj,
+        &manager(ctx),
+        &ctx.res.api_version(),
+        subresource,
+    );
 }
 
 /// Whether anything but metadata and status differs (a spec change bumps `generation`).
@@ -294,7 +241,7 @@ fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     if is_crd(res) {
         crate::crd::set_status(obj);
     }
-    record_manager(ctx, obj, "Update", None);
+    record_manager(ctx, None, obj, None);
     Ok(())
 }
 
@@ -421,8 +368,30 @@ fn is_service(res: &ResourceInfo) -> bool {
 
 /// POST: create an object.
 pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
-    let (mut obj, warnings) = decode(&ctx, &body)?;
+    let (obj, warnings) = decode(&ctx, &body)?;
+    create_object(ctx, obj, warnings, false).await
+}
+
+/// Creates a decoded object; with `applied`, its manager owns its fields as an Apply.
+async fn create_object(
+    ctx: Ctx,
+    mut obj: Value,
+    warnings: Vec<String>,
+    applied: bool,
+) -> ApiResult<Response> {
+    let applied_fields = applied.then(|| crate::apply::fields_of(&ctx.res.kind, &obj));
     prepare_create(&ctx, &mut obj)?;
+    if let Some(fields) = applied_fields {
+        let entry = crate::apply::Entry {
+            manager: manager(&ctx),
+            operation: "Apply".into(),
+            api_version: ctx.res.api_version(),
+            subresource: None,
+            fields,
+            time: object::now(),
+        };
+        crate::apply::set_entries(&mut obj, &[entry]);
+    }
     validate(&ctx, &obj, None)?;
     check_namespace(&ctx).await?;
     let generated = meta_str(&obj, "generateName").is_some_and(|g| !g.is_empty())
@@ -550,7 +519,7 @@ pub fn prepare_update(
             }
         }
         *new = merged;
-        record_manager(ctx, new, "Update", Some("status"));
+        record_manager(ctx, Some(old), new, Some("status"));
         return Ok(());
     }
     let old_meta = meta(old).clone();
@@ -597,7 +566,7 @@ pub fn prepare_update(
             .unwrap_or(0);
         object::meta_mut(new).insert("generation".into(), json!(g + 1));
     }
-    record_manager(ctx, new, "Update", None);
+    record_manager(ctx, Some(old), new, None);
     Ok(())
 }
 
@@ -715,11 +684,9 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             Some(kv) => (ctx.res.read(&kv)?, kv.mod_revision),
             None if ty == PatchType::Apply && ctx.req.subresource.is_none() => {
                 // Server-side apply of an absent object creates it.
-                return create(
-                    ctx,
-                    Bytes::from(serde_json::to_vec(&patch_body).unwrap_or_default()),
-                )
-                .await;
+                check_kind(&ctx.res, &patch_body, &body)?;
+                let (obj, warnings) = typed(&ctx, patch_body.clone())?;
+                return create_object(ctx, obj, warnings, true).await;
             }
             None => {
                 return Err(ApiError::not_found(
@@ -729,15 +696,20 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
                 ));
             }
         };
+        if ty == PatchType::Apply {
+            let (saved, warnings) =
+                server_side_apply(&ctx, &old, stored, &patch_body, &body).await?;
+            match saved {
+                Some(saved) => return Ok(json_response(StatusCode::OK, &saved, &warnings)),
+                None => continue,
+            }
+        }
         let mut new = old.clone();
         apply_patch(&ctx, ty, &mut new, &patch_body)?;
         check_kind(&ctx.res, &new, &body)?;
         let (mut new, warnings) = typed(&ctx, new)?;
         let expected = expected_revision(&ctx, &new, stored)?;
         prepare_update(&ctx, &mut new, &old, ctx.req.subresource.as_deref())?;
-        if ty == PatchType::Apply {
-            record_manager(&ctx, &mut new, "Apply", None);
-        }
         match save(&ctx, new, &old, expected).await {
             Ok(saved) => return Ok(json_response(StatusCode::OK, &saved, &warnings)),
             // Someone wrote in between: read again and reapply, unless the patch pinned a version.
@@ -752,6 +724,104 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         }
     }
     Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()))
+}
+
+/// Server-side apply onto an existing object: `Ok(None)` means a concurrent write, retry.
+async fn server_side_apply(
+    ctx: &Ctx,
+    old: &Value,
+    stored: i64,
+    applied: &Value,
+    body: &[u8],
+) -> ApiResult<(Option<Value>, Vec<String>)> {
+    check_kind(&ctx.res, applied, body)?;
+    if ctx.params.field_manager.is_none() {
+        return Err(ApiError::bad_request(
+            "PATCH with application/apply-patch+yaml requires a fieldManager",
+        ));
+    }
+    let (applied, warnings) = typed(ctx, applied.clone())?;
+    let manager = manager(ctx);
+    let strategic = ctx.res.strategic_merge;
+    let kind = ctx.res.kind.clone();
+    let merged = crate::apply::apply(
+        &kind,
+        old,
+        &applied,
+        &manager,
+        &ctx.res.api_version(),
+        ctx.params.force,
+        |t, p| {
+            let mut p = p.clone();
+            if let Some(m) = p.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("managedFields");
+                m.remove("resourceVersion");
+            }
+            if strategic {
+                let _ = patch::strategic_merge(&kind, t, &p);
+            } else {
+                patch::merge_patch(t, &p);
+            }
+        },
+    );
+    let mut new = match merged {
+        Ok(v) => v,
+        Err(conflicts) => {
+            let causes: Vec<Cause> = conflicts
+                .iter()
+                .map(|c| Cause {
+                    reason: "FieldManagerConflict".into(),
+                    message: format!("conflict with \"{}\"", c.manager),
+                    field: crate::apply::display(&c.path),
+                })
+                .collect();
+            let lines: Vec<String> = causes
+                .iter()
+                .map(|c| format!("{}: {}", c.message, c.field))
+                .collect();
+            let n = causes.len();
+            let mut e = ApiError::conflict(&ctx.res.group, &ctx.res.plural, ctx.name(), "");
+            e.message = format!(
+                "Apply failed with {n} conflict{}: {}",
+                if n == 1 { "" } else { "s" },
+                lines.join("\n")
+            );
+            e.details = Some(
+                json!({"name": ctx.name(), "group": ctx.res.group, "kind": ctx.res.plural, "causes": causes}),
+            );
+            return Err(e);
+        }
+    };
+    let managed = new.pointer("/metadata/managedFields").cloned();
+    let expected = expected_revision(ctx, applied_rv(&applied, &mut new), stored)?;
+    prepare_update(ctx, &mut new, old, None)?;
+    if let Some(m) = managed {
+        object::meta_mut(&mut new).insert("managedFields".into(), m);
+    }
+    match save(ctx, new, old, expected).await {
+        Ok(saved) => Ok((Some(saved), warnings)),
+        Err(e)
+            if e.code == 409
+                && e.reason == "Conflict"
+                && meta_str(&applied, "resourceVersion").is_none() =>
+        {
+            Ok((None, warnings))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An applied configuration may pin a resourceVersion; the merged object carries it.
+fn applied_rv<'a>(applied: &Value, merged: &'a mut Value) -> &'a Value {
+    match meta_str(applied, "resourceVersion") {
+        Some(rv) => {
+            object::meta_mut(merged).insert("resourceVersion".into(), json!(rv));
+        }
+        None => {
+            object::meta_mut(merged).remove("resourceVersion");
+        }
+    }
+    merged
 }
 
 /// `DeleteOptions` from the body and the query.

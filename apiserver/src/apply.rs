@@ -1,0 +1,475 @@
+//! Field ownership (`metadata.managedFields`) and server-side apply: each manager owns a set
+//! of fields; an Update takes the fields it changes, an Apply owns exactly what it applied,
+//! conflicts with other owners of a field it sets to another value (unless forced), and
+//! drops fields it applied before and no longer does (if nobody else owns them).
+
+use serde_json::{Map, Value, json};
+use std::collections::BTreeSet;
+
+/// One field path: `f:spec`, `k:{"name":"c"}`, `f:image`.
+pub type Path = Vec<String>;
+
+/// A set of owned field paths.
+pub type FieldSet = BTreeSet<Path>;
+
+/// The merge key of a list at `path` (field names only), for keyed element paths.
+fn list_key(kind: &str, names: &[String]) -> Option<&'static str> {
+    crate::patch::merge_key_for(kind, names)
+}
+
+/// The leaf fields an object sets.
+pub fn fields_of(kind: &str, obj: &Value) -> FieldSet {
+    let mut out = FieldSet::new();
+    if let Some(m) = obj.as_object() {
+        for (k, v) in m {
+            match k.as_str() {
+                "apiVersion" | "kind" => {}
+                "metadata" => {
+                    for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+                        if let Some(x) = v.get(key) {
+                            walk(
+                                kind,
+                                x,
+                                &mut vec!["f:metadata".into(), format!("f:{key}")],
+                                &mut vec!["metadata".into(), key.into()],
+                                &mut out,
+                            );
+                        }
+                    }
+                }
+                _ => walk(
+                    kind,
+                    v,
+                    &mut vec![format!("f:{k}")],
+                    &mut vec![k.clone()],
+                    &mut out,
+                ),
+            }
+        }
+    }
+    out
+}
+
+fn walk(kind: &str, v: &Value, path: &mut Path, names: &mut Vec<String>, out: &mut FieldSet) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                path.push(format!("f:{k}"));
+                names.push(k.clone());
+                walk(kind, child, path, names, out);
+                names.pop();
+                path.pop();
+            }
+        }
+        Value::Array(items) if !items.is_empty() => match list_key(kind, names) {
+            Some(key) => {
+                for item in items {
+                    let Some(id) = item.get(key) else { continue };
+                    path.push(format!("k:{}", json!({key: id})));
+                    let mut dot = path.clone();
+                    dot.push(".".into());
+                    out.insert(dot);
+                    if let Some(m) = item.as_object() {
+                        for (k, child) in m {
+                            path.push(format!("f:{k}"));
+                            names.push(k.clone());
+                            walk(kind, child, path, names, out);
+                            names.pop();
+                            path.pop();
+                        }
+                    }
+                    path.pop();
+                }
+            }
+            None => {
+                out.insert(path.clone());
+            }
+        },
+        _ => {
+            out.insert(path.clone());
+        }
+    }
+}
+
+/// The value at a field path, if present.
+pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+    let mut cur = obj;
+    for seg in path {
+        if seg == "." {
+            return Some(cur);
+        }
+        if let Some(k) = seg.strip_prefix("f:") {
+            cur = cur.get(k)?;
+        } else if let Some(id) = seg.strip_prefix("k:") {
+            let id: Map<String, Value> = serde_json::from_str(id).ok()?;
+            cur = cur
+                .as_array()?
+                .iter()
+                .find(|e| id.iter().all(|(k, v)| e.get(k) == Some(v)))?;
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+/// Removes the field at a path (a keyed element when the path ends in `.`).
+fn remove_at(obj: &mut Value, path: &[String]) {
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
+    if last == "." {
+        let Some((elem, list_path)) = parent.split_last() else {
+            return;
+        };
+        let Some(id) = elem
+            .strip_prefix("k:")
+            .and_then(|id| serde_json::from_str::<Map<String, Value>>(id).ok())
+        else {
+            return;
+        };
+        if let Some(Value::Array(list)) = value_mut(obj, list_path) {
+            list.retain(|e| !id.iter().all(|(k, v)| e.get(k) == Some(v)));
+        }
+        return;
+    }
+    if let (Some(k), Some(Value::Object(m))) = (last.strip_prefix("f:"), value_mut(obj, parent)) {
+        m.remove(k);
+    }
+}
+
+fn value_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
+    let mut cur = obj;
+    for seg in path {
+        if let Some(k) = seg.strip_prefix("f:") {
+            cur = cur.get_mut(k)?;
+        } else if let Some(id) = seg.strip_prefix("k:") {
+            let id: Map<String, Value> = serde_json::from_str(id).ok()?;
+            cur = cur
+                .as_array_mut()?
+                .iter_mut()
+                .find(|e| id.iter().all(|(k, v)| e.get(k) == Some(v)))?;
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+/// FieldsV1 JSON of a field set.
+pub fn to_fields_v1(set: &FieldSet) -> Value {
+    let mut root = Map::new();
+    for path in set {
+        let mut cur = &mut root;
+        for seg in path {
+            cur = cur
+                .entry(seg.clone())
+                .or_insert_with(|| Value::Object(Map::new()))
+                .as_object_mut()
+                .expect("object");
+        }
+    }
+    Value::Object(root)
+}
+
+/// A field set from FieldsV1 JSON.
+pub fn from_fields_v1(v: &Value) -> FieldSet {
+    fn rec(v: &Value, path: &mut Path, out: &mut FieldSet) {
+        match v.as_object() {
+            Some(m) if !m.is_empty() => {
+                for (k, child) in m {
+                    path.push(k.clone());
+                    rec(child, path, out);
+                    path.pop();
+                }
+            }
+            _ => {
+                if !path.is_empty() {
+                    out.insert(path.clone());
+                }
+            }
+        }
+    }
+    let mut out = FieldSet::new();
+    rec(v, &mut Vec::new(), &mut out);
+    out
+}
+
+/// How kubectl and upstream print a field path: `.spec.containers[name="c"].image`.
+pub fn display(path: &[String]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        if let Some(k) = seg.strip_prefix("f:") {
+            s.push('.');
+            s.push_str(k);
+        } else if let Some(id) = seg.strip_prefix("k:")
+            && let Ok(m) = serde_json::from_str::<Map<String, Value>>(id)
+        {
+            let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!("[{}]", parts.join(",")));
+        }
+    }
+    s
+}
+
+/// One `managedFields` entry.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Manager name.
+    pub manager: String,
+    /// `Apply` or `Update`.
+    pub operation: String,
+    /// apiVersion the fields refer to.
+    pub api_version: String,
+    /// Subresource, if any.
+    pub subresource: Option<String>,
+    /// Owned fields.
+    pub fields: FieldSet,
+    /// When.
+    pub time: String,
+}
+
+/// Reads `metadata.managedFields`.
+pub fn entries(obj: &Value) -> Vec<Entry> {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|e| Entry {
+                    manager: e
+                        .get("manager")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .into(),
+                    operation: e
+                        .get("operation")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Update")
+                        .into(),
+                    api_version: e
+                        .get("apiVersion")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .into(),
+                    subresource: e
+                        .get("subresource")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    fields: e.get("fieldsV1").map(from_fields_v1).unwrap_or_default(),
+                    time: e.get("time").and_then(Value::as_str).unwrap_or("").into(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Writes `metadata.managedFields` (entries that own nothing are dropped).
+pub fn set_entries(obj: &mut Value, list: &[Entry]) {
+    let v: Vec<Value> = list
+        .iter()
+        .filter(|e| !e.fields.is_empty())
+        .map(|e| {
+            let mut x = json!({"manager": e.manager, "operation": e.operation, "apiVersion": e.api_version,
+                "time": e.time, "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(&e.fields)});
+            if let Some(s) = &e.subresource {
+                x["subresource"] = json!(s);
+            }
+            x
+        })
+        .collect();
+    crate::object::meta_mut(obj).insert("managedFields".into(), Value::Array(v));
+}
+
+/// Field paths whose value differs between two objects (present in `new`), plus those removed.
+fn changed(kind: &str, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet) {
+    let new_set = fields_of(kind, new);
+    let old_set = old.map(|o| fields_of(kind, o)).unwrap_or_default();
+    let changed = new_set
+        .iter()
+        .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
+        .cloned()
+        .collect();
+    let removed = old_set.difference(&new_set).cloned().collect();
+    (changed, removed)
+}
+
+/// Records an Update by `manager`: it takes the fields it changed from everyone else.
+pub fn record_update(
+    kind: &str,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    api_version: &str,
+    subresource: Option<&str>,
+) {
+    let mut list = old.map(entries).unwrap_or_default();
+    let (taken, removed) = changed(kind, old, new);
+    let present = fields_of(kind, new);
+    for e in &mut list {
+        e.fields
+            .retain(|p| !taken.contains(p) && !removed.contains(p) && present.contains(p));
+    }
+    let mine = list.iter().position(|e| {
+        e.manager == manager && e.operation == "Update" && e.subresource.as_deref() == subresource
+    });
+    let idx = match mine {
+        Some(i) => i,
+        None => {
+            list.push(Entry {
+                manager: manager.into(),
+                operation: "Update".into(),
+                api_version: api_version.into(),
+                subresource: subresource.map(str::to_owned),
+                fields: FieldSet::new(),
+                time: String::new(),
+            });
+            list.len() - 1
+        }
+    };
+    if !taken.is_empty() {
+        list[idx].time = crate::object::now();
+    }
+    list[idx].fields.extend(taken);
+    if subresource == Some("status") {
+        // Status writes own status fields only; they are not in the spec field sets.
+    }
+    set_entries(new, &list);
+}
+
+/// A field owned by another manager that an Apply would set to another value.
+#[derive(Debug, Clone)]
+pub struct Conflict {
+    /// The other manager.
+    pub manager: String,
+    /// The field.
+    pub path: Path,
+}
+
+/// Applies `applied` (by `manager`) to `current`: the merged object and its new managed
+/// fields, or the conflicts when not forced.
+pub fn apply(
+    kind: &str,
+    current: &Value,
+    applied: &Value,
+    manager: &str,
+    api_version: &str,
+    force: bool,
+    merge: impl Fn(&mut Value, &Value),
+) -> Result<Value, Vec<Conflict>> {
+    let mut list = entries(current);
+    let applied_set = fields_of(kind, applied);
+    let mut conflicts = Vec::new();
+    for e in list.iter().filter(|e| e.manager != manager) {
+        for p in e.fields.intersection(&applied_set) {
+            // An element's `.` marker is shared; only its fields can conflict.
+            if p.last().is_some_and(|l| l == ".") {
+                continue;
+            }
+            if value_at(current, p) != value_at(applied, p) {
+                conflicts.push(Conflict {
+                    manager: e.manager.clone(),
+                    path: p.clone(),
+                });
+            }
+        }
+    }
+    if !conflicts.is_empty() && !force {
+        return Err(conflicts);
+    }
+    let previous: FieldSet = list
+        .iter()
+        .filter(|e| e.manager == manager && e.operation == "Apply")
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    let mut result = current.clone();
+    // Fields this manager applied before and no longer does are removed, if nobody else owns them.
+    let others: FieldSet = list
+        .iter()
+        .filter(|e| e.manager != manager)
+        .flat_map(|e| e.fields.iter().cloned())
+        .collect();
+    for p in previous.difference(&applied_set) {
+        if !others.contains(p) {
+            remove_at(&mut result, p);
+        }
+    }
+    merge(&mut result, applied);
+    for e in &mut list {
+        if e.manager != manager {
+            e.fields.retain(|p| {
+                let marker = p.last().is_some_and(|l| l == ".");
+                !(force
+                    && !marker
+                    && applied_set.contains(p)
+                    && value_at(current, p) != value_at(applied, p))
+            });
+        }
+    }
+    list.retain(|e| !(e.manager == manager && e.operation == "Apply"));
+    list.push(Entry {
+        manager: manager.into(),
+        operation: "Apply".into(),
+        api_version: api_version.into(),
+        subresource: None,
+        fields: applied_set,
+        time: crate::object::now(),
+    });
+    set_entries(&mut result, &list);
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn merge(t: &mut Value, p: &Value) {
+        crate::patch::strategic_merge("Deployment", t, p).unwrap();
+    }
+
+    #[test]
+    fn fields_of_use_keys_for_keyed_lists() {
+        let d = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+        let f = fields_of("Deployment", &d);
+        let shown: Vec<String> = f.iter().map(|p| display(p)).collect();
+        assert!(shown.contains(&".spec.replicas".to_owned()));
+        assert!(shown.contains(&".spec.template.spec.containers[name=\"c\"].image".to_owned()));
+        assert_eq!(from_fields_v1(&to_fields_v1(&f)), f);
+    }
+
+    #[test]
+    fn apply_conflicts_forces_and_drops_fields_no_longer_applied() {
+        let base = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}});
+        let a1 = json!({"spec": {"replicas": 1, "paused": true}});
+        let d1 = apply("Deployment", &base, &a1, "one", "apps/v1", false, merge).unwrap();
+        let a2 = json!({"spec": {"replicas": 3}});
+        let conflicts = apply("Deployment", &d1, &a2, "two", "apps/v1", false, merge).unwrap_err();
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!(
+            (
+                conflicts[0].manager.as_str(),
+                display(&conflicts[0].path).as_str()
+            ),
+            ("one", ".spec.replicas")
+        );
+        // Same value: shared ownership, no conflict.
+        let same = json!({"spec": {"replicas": 1}});
+        assert!(apply("Deployment", &d1, &same, "two", "apps/v1", false, merge).is_ok());
+        let d2 = apply("Deployment", &d1, &a2, "two", "apps/v1", true, merge).unwrap();
+        assert_eq!(d2["spec"]["replicas"], 3);
+        let managers: Vec<String> = entries(&d2).iter().map(|e| e.manager.clone()).collect();
+        assert_eq!(managers, ["one", "two"]);
+        // "one" stops applying paused: it goes.
+        let d3 = apply(
+            "Deployment",
+            &d2,
+            &json!({"spec": {}}),
+            "one",
+            "apps/v1",
+            false,
+            merge,
+        )
+        .unwrap();
+        assert!(d3["spec"].get("paused").is_none());
+        assert_eq!(d3["spec"]["replicas"], 3);
+    }
+}
