@@ -343,3 +343,106 @@ fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
         }
     });
 }
+
+mod controller {
+    use super::*;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::runtime::controller::{Action, Controller};
+    use kube::{CustomResource, CustomResourceExt};
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+    use std::sync::Arc;
+
+    /// A test resource: the controller echoes `spec.message` into `status.echo`.
+    #[derive(CustomResource, Clone, Debug, Deserialize, Serialize, JsonSchema)]
+    #[kube(
+        group = "test.minik8s.io",
+        version = "v1",
+        kind = "Echo",
+        namespaced,
+        status = "EchoStatus"
+    )]
+    pub struct EchoSpec {
+        message: String,
+    }
+
+    /// What the controller reports.
+    #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema)]
+    pub struct EchoStatus {
+        echo: String,
+    }
+
+    async fn reconcile(obj: Arc<Echo>, client: Arc<kube::Client>) -> Result<Action, kube::Error> {
+        let api: Api<Echo> = Api::namespaced((*client).clone(), "default");
+        let status = serde_json::json!({
+            "apiVersion": "test.minik8s.io/v1", "kind": "Echo",
+            "status": {"echo": obj.spec.message},
+        });
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        api.patch_status(
+            &name,
+            &PatchParams::apply("echo-controller").force(),
+            &Patch::Apply(status),
+        )
+        .await?;
+        Ok(Action::await_change())
+    }
+
+    fn error_policy(_: Arc<Echo>, e: &kube::Error, _: Arc<kube::Client>) -> Action {
+        eprintln!("reconcile failed (retrying): {e:?}");
+        Action::requeue(Duration::from_millis(200))
+    }
+
+    #[test]
+    fn a_controller_on_a_custom_resource_writes_status_by_server_side_apply() {
+        let c = Cluster::start();
+        let client = c.client();
+        c.block_on(async {
+            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+            crds.create(&PostParams::default(), &Echo::crd())
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let api: Api<Echo> = Api::namespaced(client.clone(), "default");
+            let ctrl = Controller::new(api.clone(), watcher::Config::default())
+                .run(reconcile, error_policy, Arc::new(client.clone()))
+                .for_each(|_| async {});
+            let task = tokio::spawn(ctrl);
+            api.create(
+                &PostParams::default(),
+                &Echo::new(
+                    "hello",
+                    EchoSpec {
+                        message: "hi there".into(),
+                    },
+                ),
+            )
+            .await
+            .unwrap();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            loop {
+                let got = api.get("hello").await.unwrap();
+                if got.status.as_ref().is_some_and(|s| s.echo == "hi there") {
+                    let managers: Vec<String> = got
+                        .metadata
+                        .managed_fields
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(|m| m.manager.clone())
+                        .collect();
+                    assert!(
+                        managers.contains(&"echo-controller".to_owned()),
+                        "{managers:?}"
+                    );
+                    break;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "status never written: {got:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            task.abort();
+        });
+    }
+}

@@ -740,7 +740,8 @@ async fn server_side_apply(
             "PATCH with application/apply-patch+yaml requires a fieldManager",
         ));
     }
-    let (applied, warnings) = typed(ctx, applied.clone())?;
+    // An applied configuration is partial: the merged object is what gets validated.
+    let applied = applied.clone();
     let manager = manager(ctx);
     let strategic = ctx.res.strategic_merge;
     let kind = ctx.res.kind.clone();
@@ -764,7 +765,7 @@ async fn server_side_apply(
             }
         },
     );
-    let mut new = match merged {
+    let new = match merged {
         Ok(v) => v,
         Err(conflicts) => {
             let causes: Vec<Cause> = conflicts
@@ -793,8 +794,9 @@ async fn server_side_apply(
         }
     };
     let managed = new.pointer("/metadata/managedFields").cloned();
+    let (mut new, warnings) = typed(ctx, new)?;
     let expected = expected_revision(ctx, applied_rv(&applied, &mut new), stored)?;
-    prepare_update(ctx, &mut new, old, None)?;
+    prepare_update(ctx, &mut new, old, ctx.req.subresource.as_deref())?;
     if let Some(m) = managed {
         object::meta_mut(&mut new).insert("managedFields".into(), m);
     }
