@@ -235,6 +235,14 @@ impl ApiError {
         e.retry_after = Some(retry_after);
         e
     }
+    /// 504 Timeout: the request took longer than the server allows.
+    pub fn timeout(limit: std::time::Duration) -> Self {
+        Self::new(
+            504,
+            "Timeout",
+            format!("request did not complete within {}s", limit.as_secs()),
+        )
+    }
     /// 500 InternalError.
     pub fn internal(err: impl std::fmt::Display) -> Self {
         Self::new(

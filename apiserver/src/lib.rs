@@ -64,6 +64,10 @@ pub struct Config {
     pub audit: Option<(PathBuf, audit::Level)>,
     /// The key that signs ServiceAccount tokens, and the shortest expiry (seconds) allowed.
     pub service_account_key: Option<(PathBuf, i64)>,
+    /// Most requests served at once (watches excluded); more get 429.
+    pub max_inflight: usize,
+    /// Longest time a non-watch request may take (504 after).
+    pub request_timeout: std::time::Duration,
 }
 
 /// Why the apiserver could not start.
@@ -117,6 +121,10 @@ pub struct Api {
     pub audit: audit::Auditor,
     /// ServiceAccount token signing and verification.
     pub tokens: Option<tokens::Issuer>,
+    /// Permits for requests in flight.
+    pub inflight: Arc<tokio::sync::Semaphore>,
+    /// Longest time a non-watch request may take.
+    pub request_timeout: std::time::Duration,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -183,6 +191,8 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
         advertise,
         rbac: rbac::Rbac::default(),
+        inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
+        request_timeout: config.request_timeout,
         tokens: match &config.service_account_key {
             Some((path, min)) => Some(tokens::Issuer::load(path, *min)?),
             None => None,

@@ -503,7 +503,129 @@ pub fn defaults() -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": group}]})
     };
+    let bind_user = |name: &str, role: &str, user: &str| -> Value {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": name, "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})
+    };
+    let watch_all = ["get", "list", "watch"];
+    let manage = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    let events = rule(
+        &["", "events.k8s.io"],
+        &["events"],
+        &["create", "patch", "update"],
+    );
+    let leases = rule(
+        &["coordination.k8s.io"],
+        &["leases"],
+        &["create", "get", "list", "watch", "update", "patch"],
+    );
     vec![
+        plain(
+            "system:kube-scheduler",
+            vec![
+                events.clone(),
+                leases.clone(),
+                rule(
+                    &[""],
+                    &[
+                        "pods",
+                        "nodes",
+                        "namespaces",
+                        "persistentvolumes",
+                        "persistentvolumeclaims",
+                        "services",
+                        "replicationcontrollers",
+                    ],
+                    &watch_all,
+                ),
+                rule(&["apps"], &["replicasets", "statefulsets"], &watch_all),
+                rule(&["policy"], &["poddisruptionbudgets"], &watch_all),
+                rule(
+                    &["storage.k8s.io"],
+                    &["storageclasses", "csinodes", "csidrivers"],
+                    &watch_all,
+                ),
+                rule(&[""], &["pods/binding", "bindings"], &["create"]),
+                rule(&[""], &["pods/status"], &["patch", "update"]),
+                rule(&[""], &["pods"], &["delete"]),
+            ],
+        ),
+        plain(
+            "system:kube-controller-manager",
+            vec![
+                events.clone(),
+                leases.clone(),
+                json!({"apiGroups": ["*"], "resources": ["*"], "verbs": manage}),
+            ],
+        ),
+        plain(
+            "system:node",
+            vec![
+                events.clone(),
+                leases.clone(),
+                rule(
+                    &[""],
+                    &["nodes", "nodes/status"],
+                    &["create", "get", "list", "watch", "update", "patch"],
+                ),
+                rule(
+                    &[""],
+                    &["pods"],
+                    &["get", "list", "watch", "create", "delete"],
+                ),
+                rule(&[""], &["pods/status"], &["patch", "update"]),
+                rule(&[""], &["pods/eviction"], &["create"]),
+                rule(
+                    &[""],
+                    &[
+                        "configmaps",
+                        "secrets",
+                        "services",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "persistentvolumes",
+                    ],
+                    &watch_all,
+                ),
+                rule(&[""], &["serviceaccounts/token"], &["create"]),
+                rule(&["discovery.k8s.io"], &["endpointslices"], &watch_all),
+            ],
+        ),
+        plain(
+            "system:node-proxier",
+            vec![
+                events,
+                rule(&[""], &["services", "endpoints", "nodes"], &watch_all),
+                rule(&["discovery.k8s.io"], &["endpointslices"], &watch_all),
+            ],
+        ),
+        bind_user(
+            "system:kube-scheduler",
+            "system:kube-scheduler",
+            "system:kube-scheduler",
+        ),
+        bind_user(
+            "system:kube-controller-manager",
+            "system:kube-controller-manager",
+            "system:kube-controller-manager",
+        ),
+        bind_user(
+            "system:node-proxier",
+            "system:node-proxier",
+            "system:kube-proxy",
+        ),
+        bind("system:node", "system:node", "system:nodes"),
         plain(
             "cluster-admin",
             vec![

@@ -113,6 +113,8 @@ impl Cluster {
             )),
             // Short token lifetimes are allowed here so expiry can be tested.
             service_account_key: Some((pki.service_account_key().expect("sa key"), 1)),
+            max_inflight: 400,
+            request_timeout: std::time::Duration::from_secs(60),
         };
         let admin = pki
             .ensure_identity(&Identity::admin())
@@ -195,6 +197,8 @@ impl Cluster {
 
     /// A kubeconfig for another user (client certificate: CN = `user`, O = `groups`).
     pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> PathBuf {
+        // KUBECONFIG is a `:`-separated list: keep `:` out of file names.
+        let file = user.replace(':', "-");
         let pki = Pki::init(PkiOptions {
             dir: self.dir.path().join("pki"),
             cluster_name: "minik8s".into(),
@@ -204,10 +208,10 @@ impl Cluster {
         })
         .expect("PKI");
         let path = pki
-            .ensure_identity(&Identity::new(user, user, groups))
+            .ensure_identity(&Identity::new(&file, user, groups))
             .expect("identity");
         let text = std::fs::read_to_string(path).expect("kubeconfig");
-        let out = self.dir.path().join(format!("{user}.kubeconfig"));
+        let out = self.dir.path().join(format!("{file}.kubeconfig"));
         std::fs::write(&out, text.replace("https://127.0.0.1:0", &self.url))
             .expect("write kubeconfig");
         out

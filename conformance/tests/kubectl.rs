@@ -938,3 +938,34 @@ fn server_side_apply_reports_conflicts_and_force_takes_ownership() {
     ]);
     assert!(!fields.contains("f:replicas"), "{fields}");
 }
+
+#[test]
+fn components_get_their_own_narrow_permissions() {
+    let c = Cluster::start();
+    let can = |kc: &std::path::Path, args: &[&str]| {
+        let mut a = vec!["auth", "can-i"];
+        a.extend_from_slice(args);
+        c.kubectl_as(kc, &a).stdout.trim().to_owned()
+    };
+    let scheduler = c.user_kubeconfig("system:kube-scheduler", &[]);
+    assert_eq!(
+        can(&scheduler, &["create", "pods", "--subresource=binding"]),
+        "yes"
+    );
+    assert_eq!(can(&scheduler, &["watch", "nodes"]), "yes");
+    assert_eq!(can(&scheduler, &["delete", "deployments"]), "no");
+    let node = c.user_kubeconfig("system:node:n1", &["system:nodes"]);
+    assert_eq!(
+        can(&node, &["update", "nodes", "--subresource=status"]),
+        "yes"
+    );
+    assert_eq!(can(&node, &["create", "deployments"]), "no");
+    let proxy = c.user_kubeconfig("system:kube-proxy", &[]);
+    assert_eq!(
+        can(&proxy, &["list", "endpointslices.discovery.k8s.io"]),
+        "yes"
+    );
+    assert_eq!(can(&proxy, &["get", "secrets"]), "no");
+    let cm = c.user_kubeconfig("system:kube-controller-manager", &[]);
+    assert_eq!(can(&cm, &["create", "replicasets.apps"]), "yes");
+}

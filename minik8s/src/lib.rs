@@ -100,6 +100,8 @@ pub async fn up(
             node_ports: 30000..=32767,
             audit: Some((cfg.data_dir.join("audit.log"), cfg.audit_level)),
             service_account_key: Some((pki.service_account_key()?, 600)),
+            max_inflight: 400,
+            request_timeout: std::time::Duration::from_secs(60),
         },
         shutdown.clone(),
     )

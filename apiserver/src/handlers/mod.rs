@@ -83,10 +83,37 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
         .map(|p| p.to_string())
         .unwrap_or_default();
     let mut record = crate::audit::Record::default();
-    let resp = match handle(api.clone(), req, &mut record).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
+    // Long-running requests (watches, follows) are not counted or timed out; others are
+    // limited in number (429 beyond) and in time (504).
+    let long_running = request::wants_watch(req.uri().query())
+        || req.uri().path().contains("/watch/")
+        || req.uri().query().is_some_and(|q| q.contains("follow=true"));
+    let permit = if long_running {
+        None
+    } else {
+        match api.inflight.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let resp = ApiError::too_many_requests(1).into_response();
+                api.audit.record(record, &uri, 429, started);
+                return resp;
+            }
+        }
     };
+    let resp = if long_running {
+        match handle(api.clone(), req, &mut record).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        }
+    } else {
+        match tokio::time::timeout(api.request_timeout, handle(api.clone(), req, &mut record)).await
+        {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => e.into_response(),
+            Err(_) => ApiError::timeout(api.request_timeout).into_response(),
+        }
+    };
+    drop(permit);
     let code = resp.status().as_u16();
     tracing::debug!(%uri, status = code, elapsed_us = started.elapsed().as_micros() as u64, "request");
     api.audit.record(record, &uri, code, started);
