@@ -17,18 +17,6 @@ fn s<'a>(v: &'a Value, p: &str) -> &'a str {
     v.pointer(p).and_then(Value::as_str).unwrap_or("")
 }
 
-fn strings(v: &Value, p: &str) -> Vec<String> {
-    v.pointer(p)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// `.spec.replicas` → `/spec/replicas`.
 fn pointer(path: &str) -> String {
     path.trim_start_matches('.')
@@ -101,8 +89,8 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                     "" => kind.to_ascii_lowercase(),
                     sg => sg.to_owned(),
                 },
-                short_names: strings(crd, "/spec/names/shortNames"),
-                categories: strings(crd, "/spec/names/categories"),
+                short_names: crate::object::strings_at(crd, "/spec/names/shortNames"),
+                categories: crate::object::strings_at(crd, "/spec/names/categories"),
                 namespaced: s(crd, "/spec/scope") != "Cluster",
                 status: v.pointer("/subresources/status").is_some(),
                 scale,

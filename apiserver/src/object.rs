@@ -81,6 +81,19 @@ pub fn field_text(obj: &Value, path: &str) -> String {
     }
 }
 
+/// The strings of an array at a JSON pointer (empty if absent).
+pub fn strings_at(obj: &Value, pointer: &str) -> Vec<String> {
+    obj.pointer(pointer)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Reads a value at a JSON pointer, or `Null`.
 pub fn at<'a>(obj: &'a Value, pointer: &str) -> &'a Value {
     obj.pointer(pointer).unwrap_or(&Value::Null)

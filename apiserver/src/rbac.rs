@@ -58,26 +58,14 @@ struct Rule {
     urls: Vec<String>,
 }
 
-fn strs(v: &Value, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 impl Rule {
     fn from(v: &Value) -> Self {
         Rule {
-            verbs: strs(v, "verbs"),
-            groups: strs(v, "apiGroups"),
-            resources: strs(v, "resources"),
-            names: strs(v, "resourceNames"),
-            urls: strs(v, "nonResourceURLs"),
+            verbs: crate::object::strings_at(v, "/verbs"),
+            groups: crate::object::strings_at(v, "/apiGroups"),
+            resources: crate::object::strings_at(v, "/resources"),
+            names: crate::object::strings_at(v, "/resourceNames"),
+            urls: crate::object::strings_at(v, "/nonResourceURLs"),
         }
     }
 

@@ -61,13 +61,7 @@ fn scale_of(ctx: &Ctx, obj: &Value) -> Value {
 async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let info = ctx.res.scale.clone().expect("scale subresource");
     for _ in 0..16 {
-        let kv = ctx
-            .api
-            .store
-            .get(&ctx.key())
-            .await?
-            .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
-        let obj = ctx.res.read(&kv)?;
+        let (obj, revision) = write::current(&ctx).await?;
         let current = scale_of(&ctx, &obj);
         if ctx.req.verb == Verb::Get {
             return Ok(json_response(StatusCode::OK, &current, &[]));
@@ -110,12 +104,12 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         }
         let expected = match meta_str(&wanted, "resourceVersion") {
             Some(rv) if !rv.is_empty() => {
-                if rv != kv.mod_revision.to_string() {
+                if rv != revision.to_string() {
                     return Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()));
                 }
-                kv.mod_revision
+                revision
             }
-            _ => kv.mod_revision,
+            _ => revision,
         };
         let mut new = obj.clone();
         object::set_at(&mut new, &info.spec_replicas, json!(replicas));
@@ -165,13 +159,7 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         })?
         .to_owned();
     for _ in 0..16 {
-        let kv = ctx
-            .api
-            .store
-            .get(&ctx.key())
-            .await?
-            .ok_or_else(|| ApiError::not_found("", "pods", ctx.name()))?;
-        let mut pod = ctx.res.read(&kv)?;
+        let (mut pod, revision) = write::current(&ctx).await?;
         if let Some(existing) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)
@@ -210,7 +198,7 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         match ctx
             .api
             .store
-            .update(&ctx.key(), ctx.res.encode(&mut pod), kv.mod_revision)
+            .update(&ctx.key(), ctx.res.encode(&mut pod), revision)
             .await
         {
             Ok(_) => {

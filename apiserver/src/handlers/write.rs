@@ -452,7 +452,7 @@ fn set_rv(obj: &mut Value, kv: &KeyValue) {
 }
 
 /// Reads the object the request names, with its revision; 404 if absent.
-async fn current(ctx: &Ctx) -> ApiResult<(Value, i64)> {
+pub async fn current(ctx: &Ctx) -> ApiResult<(Value, i64)> {
     let kv = ctx
         .api
         .store
