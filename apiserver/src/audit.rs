@@ -75,9 +75,12 @@ impl Auditor {
         if level == Level::None {
             return Ok(Self::disabled());
         }
+        use std::os::unix::fs::OpenOptionsExt;
+        // Request-level events may carry secrets: owner-only.
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(0o600)
             .open(path)
             .map_err(|source| AuditError {
                 path: path.into(),
