@@ -61,6 +61,28 @@ impl Ctx {
         self.res.key(self.namespace(), self.name())
     }
 
+    /// The request body's content type (JSON if none was given).
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+    }
+
+    /// A failed compare-and-swap write of the named object as upstream reports it: a changed
+    /// object is 409 Conflict, a vanished one 404.
+    pub fn write_error(&self, e: minik8s_storage::Error) -> ApiError {
+        match e {
+            minik8s_storage::Error::Conflict { .. } => {
+                ApiError::stale(&self.res.group, &self.res.plural, self.name())
+            }
+            minik8s_storage::Error::NotFound { .. } => {
+                ApiError::not_found(&self.res.group, &self.res.plural, self.name())
+            }
+            other => other.into(),
+        }
+    }
+
     /// Whether the client asked for Table output.
     pub fn wants_table(&self) -> bool {
         self.headers
@@ -175,12 +197,7 @@ async fn handle(
                 _ => read_body(body).await?,
             };
             if ctx.api.audit.wants_body() && !body.is_empty() {
-                let ct = ctx
-                    .headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("application/json");
-                record.body = crate::object::decode_body(ct, &body).ok();
+                record.body = crate::object::decode_body(ctx.content_type(), &body).ok();
             }
             route(ctx, body).await
         }

@@ -56,13 +56,7 @@ fn attributes(spec: &Value, namespace: Option<&str>) -> ApiResult<Attributes> {
 
 /// Answers a review.
 pub async fn handle(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
-    let ct = ctx
-        .headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_owned();
-    let mut obj = crate::object::decode_body(&ct, &body)?;
+    let mut obj = crate::object::decode_body(ctx.content_type(), &body)?;
     let (obj, _) = super::write::typed(&ctx, std::mem::take(&mut obj))?;
     let mut obj = obj;
     let spec = obj.get("spec").cloned().unwrap_or(json!({}));

@@ -66,12 +66,7 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         if ctx.req.verb == Verb::Get {
             return Ok(json_response(StatusCode::OK, &current, &[]));
         }
-        let ct = ctx
-            .headers
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json")
-            .to_owned();
+        let ct = ctx.content_type().to_owned();
         let input = object::decode_body(&ct, &body)?;
         let wanted = if ctx.req.verb == Verb::Patch {
             let ty = crate::patch::PatchType::from_content_type(&ct)
@@ -242,12 +237,7 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         .await?
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", ctx.name()))?;
     let sa = object::from_store(&sa_kv)?;
-    let ct = ctx
-        .headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_owned();
+    let ct = ctx.content_type().to_owned();
     let mut req: Value = if body.is_empty() {
         json!({})
     } else {

@@ -15,14 +15,6 @@ use minik8s_storage::{KeyValue, Store};
 use rand::Rng;
 use serde_json::{Value, json};
 
-fn content_type(ctx: &Ctx) -> String {
-    ctx.headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_owned()
-}
-
 /// Fields present in `input` but gone after the typed round trip: unknown fields.
 fn unknown_fields(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
     match (input, typed) {
@@ -101,7 +93,7 @@ pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
 
 /// Decodes a create or update body and checks its kind and apiVersion.
 fn decode(ctx: &Ctx, body: &Bytes) -> ApiResult<(Value, Vec<String>)> {
-    let obj = object::decode_body(&content_type(ctx), body)?;
+    let obj = object::decode_body(ctx.content_type(), body)?;
     check_kind(&ctx.res, &obj, body)?;
     typed(ctx, obj)
 }
@@ -594,20 +586,13 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
         object::meta_mut(&mut new).insert("resourceVersion".into(), json!(expected.to_string()));
         return Ok(new);
     }
-    let stale = || ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name());
     if finished {
         let d = ctx
             .api
             .store
             .delete(&key, Some(expected))
             .await
-            .map_err(|e| match e {
-                minik8s_storage::Error::Conflict { .. } => stale(),
-                minik8s_storage::Error::NotFound { .. } => {
-                    ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name())
-                }
-                other => other.into(),
-            })?;
+            .map_err(|e| ctx.write_error(e))?;
         object::meta_mut(&mut new).insert("resourceVersion".into(), json!(d.revision.to_string()));
         return Ok(new);
     }
@@ -616,13 +601,7 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
         .store
         .update(&key, ctx.res.encode(&mut new), expected)
         .await
-        .map_err(|e| match e {
-            minik8s_storage::Error::Conflict { .. } => stale(),
-            minik8s_storage::Error::NotFound { .. } => {
-                ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name())
-            }
-            other => other.into(),
-        })?;
+        .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut new, &kv);
     Ok(new)
 }
@@ -674,7 +653,7 @@ fn apply_patch(ctx: &Ctx, ty: PatchType, target: &mut Value, patch: &Value) -> A
 
 /// PATCH: change an object (or its status) by a patch, retrying on concurrent writes.
 pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
-    let ct = content_type(&ctx);
+    let ct = ctx.content_type().to_owned();
     let ty =
         PatchType::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
     let patch_body = object::decode_body(&ct, &body)?;
@@ -839,7 +818,7 @@ fn delete_options(ctx: &Ctx, body: &Bytes) -> ApiResult<DeleteOptions> {
     let b: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
-        object::decode_body(&content_type(ctx), body)?
+        object::decode_body(ctx.content_type(), body)?
     };
     let pre = b.get("preconditions");
     let dry = b
@@ -953,15 +932,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
             .store
             .delete(&ctx.key(), Some(stored))
             .await
-            .map_err(|e| match e {
-                minik8s_storage::Error::Conflict { .. } => {
-                    ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name())
-                }
-                minik8s_storage::Error::NotFound { .. } => {
-                    ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name())
-                }
-                other => other.into(),
-            })?;
+            .map_err(|e| ctx.write_error(e))?;
         let mut gone = ctx.res.read(&d.prev)?;
         object::meta_mut(&mut gone).insert("resourceVersion".into(), json!(d.revision.to_string()));
         return Ok((StatusCode::OK, gone));
@@ -995,12 +966,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
         .store
         .update(&ctx.key(), ctx.res.encode(&mut obj), stored)
         .await
-        .map_err(|e| match e {
-            minik8s_storage::Error::Conflict { .. } => {
-                ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name())
-            }
-            other => other.into(),
-        })?;
+        .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut obj, &kv);
     Ok((StatusCode::OK, obj))
 }
