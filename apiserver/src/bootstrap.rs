@@ -48,7 +48,7 @@ pub async fn run(api: &Api) -> ApiResult<()> {
             "status": {"phase": "Active"},
         });
         ensure(api, &format!("/registry/core/namespaces/{ns}"), obj).await?;
-        default_service_account(api, ns).await?;
+        namespace_defaults(api, ns).await?;
     }
     let ip = api.alloc.first_ip().to_string();
     let (host, port) = api
@@ -81,13 +81,25 @@ pub async fn run(api: &Api) -> ApiResult<()> {
     Ok(())
 }
 
-/// Creates a namespace's `default` ServiceAccount if it is missing.
-pub async fn default_service_account(api: &Api, ns: &str) -> ApiResult<()> {
+/// What every namespace gets: its `default` ServiceAccount and, when the cluster CA is
+/// known, the `kube-root-ca.crt` ConfigMap pods' token volumes project.
+pub async fn namespace_defaults(api: &Api, ns: &str) -> ApiResult<()> {
     let sa = json!({"kind": "ServiceAccount", "apiVersion": "v1", "metadata": {"name": "default", "namespace": ns}});
     ensure(
         api,
         &format!("/registry/core/serviceaccounts/{ns}/default"),
         sa,
     )
-    .await
+    .await?;
+    if let Some(ca) = &api.root_ca {
+        let name = crate::admission::serviceaccount::ROOT_CA_CONFIGMAP;
+        let cm = json!({
+            "kind": "ConfigMap",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": ns, "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+            "data": {"ca.crt": ca},
+        });
+        ensure(api, &format!("/registry/core/configmaps/{ns}/{name}"), cm).await?;
+    }
+    Ok(())
 }

@@ -61,6 +61,28 @@ pub fn pod_spec(spec: &mut Value) {
     }
 }
 
+/// A pod's container with a limit but no request for a resource requests its limit.
+fn requests_from_limits(spec: &mut Value) {
+    for key in ["containers", "initContainers"] {
+        let Some(cs) = spec.get_mut(key).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in cs {
+            let Some(limits) = c
+                .pointer("/resources/limits")
+                .and_then(Value::as_object)
+                .cloned()
+            else {
+                continue;
+            };
+            let requests = child(child(c, "resources"), "requests");
+            for (res, q) in limits {
+                set_default(requests, &res, q);
+            }
+        }
+    }
+}
+
 fn template(obj: &mut Value) {
     if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
         pod_spec(spec);
@@ -76,6 +98,7 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             set_default(spec, "serviceAccountName", json!("default"));
             set_default(spec, "enableServiceLinks", json!(true));
             set_default(spec, "priority", json!(0));
+            requests_from_limits(spec);
         }
         ("", "Service") => {
             let spec = child(obj, "spec");

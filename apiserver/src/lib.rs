@@ -6,6 +6,7 @@
 //! [`minik8s_storage::Store`]. Discovery, OpenAPI and Table output are generated from the
 //! same registry rows.
 
+pub mod admission;
 pub mod alloc;
 pub mod apply;
 pub mod audit;
@@ -16,6 +17,7 @@ pub mod crd;
 pub mod defaults;
 mod discovery;
 pub mod error;
+pub mod follow;
 mod handlers;
 pub mod object;
 pub mod openapi;
@@ -24,7 +26,7 @@ pub mod proto;
 pub mod rbac;
 pub mod registry;
 pub mod request;
-mod server;
+pub mod server;
 pub mod structural;
 pub mod table;
 pub mod tokens;
@@ -117,6 +119,10 @@ pub struct Api {
     pub alloc: alloc::Allocator,
     /// RBAC authorization.
     pub rbac: rbac::Rbac,
+    /// Admission webhooks.
+    pub webhooks: admission::webhook::Webhooks,
+    /// The cluster CA (PEM), published to every namespace as `kube-root-ca.crt`.
+    pub root_ca: Option<String>,
     /// The audit log.
     pub audit: audit::Auditor,
     /// ServiceAccount token signing and verification.
@@ -191,6 +197,8 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
         advertise,
         rbac: rbac::Rbac::default(),
+        webhooks: admission::webhook::Webhooks::default(),
+        root_ca: std::fs::read_to_string(&config.client_ca).ok(),
         inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
         request_timeout: config.request_timeout,
         tokens: match &config.service_account_key {
@@ -208,6 +216,11 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
     rbac::load(&api).await.map_err(Error::Bootstrap)?;
     api.tasks.spawn(rbac::sync(api.clone()));
+    api.tasks.spawn(follow::follow(
+        api.clone(),
+        admission::webhook::PREFIX,
+        |api, kvs| api.webhooks.load(kvs),
+    ));
     api.tasks.spawn(crd::sync(api.clone()));
     let router = app(api.clone());
     let tasks = api.tasks.clone();

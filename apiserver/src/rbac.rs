@@ -6,7 +6,6 @@ use crate::Api;
 use crate::auth::User;
 use crate::error::{ApiError, ApiResult, qualified};
 use crate::request::ResourceRequest;
-use futures::StreamExt;
 use minik8s_storage::{RangeRequest, Store};
 use minik8s_types::LabelSelector;
 use serde_json::{Value, json};
@@ -286,34 +285,7 @@ impl Rbac {
 
 /// Keeps the authorizer's copy in step with the stored RBAC objects until shutdown.
 pub async fn sync(api: Arc<Api>) {
-    loop {
-        let listed = match api.store.range(RangeRequest::prefix(PREFIX)).await {
-            Ok(l) => l,
-            Err(_) => {
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        api.rbac.load(&listed.kvs);
-        let Ok(mut events) = api.store.watch(PREFIX, listed.revision + 1).await else {
-            continue;
-        };
-        loop {
-            let ev = tokio::select! {
-                _ = api.shutdown.cancelled() => return,
-                ev = events.next() => ev,
-            };
-            match ev {
-                // Any change: reload (the RBAC objects are few).
-                Some(Ok(_)) => {
-                    if let Ok(all) = api.store.range(RangeRequest::prefix(PREFIX)).await {
-                        api.rbac.load(&all.kvs);
-                    }
-                }
-                _ => break,
-            }
-        }
-    }
+    crate::follow::follow(api, PREFIX, |api, kvs| api.rbac.load(kvs)).await;
 }
 
 /// Loads the store's RBAC objects once (at start, before serving).

@@ -190,6 +190,54 @@ impl Cluster {
             .collect()
     }
 
+    /// Serves an admission webhook at `https://127.0.0.1:PORT/` with the apiserver's own
+    /// serving certificate (so [`Cluster::ca_bundle`] verifies it) until the cluster stops.
+    /// `answer` maps the AdmissionReview's `request` to its `response` (the uid is added).
+    pub fn webhook(&self, answer: fn(&serde_json::Value) -> serde_json::Value) -> String {
+        use axum::routing::post;
+        let tls = minik8s_apiserver::server::tls_config(
+            &self.config.tls_cert,
+            &self.config.tls_key,
+            &self.config.client_ca,
+        )
+        .expect("webhook TLS");
+        let listener = self
+            .rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let app = axum::Router::new().route(
+            "/",
+            post(
+                move |axum::Json(review): axum::Json<serde_json::Value>| async move {
+                    let request = &review["request"];
+                    let mut response = answer(request);
+                    response["uid"] = request["uid"].clone();
+                    axum::Json(serde_json::json!({
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": response,
+                    }))
+                },
+            ),
+        );
+        self.rt.spawn(minik8s_apiserver::server::serve(
+            listener,
+            tls,
+            app,
+            self.shutdown.clone(),
+            tokio_util::task::TaskTracker::new(),
+        ));
+        format!("https://127.0.0.1:{port}/")
+    }
+
+    /// The cluster CA, base64-encoded as a webhook's `caBundle`.
+    pub fn ca_bundle(&self) -> String {
+        use base64::Engine;
+        let pem = std::fs::read(&self.config.client_ca).expect("CA");
+        base64::engine::general_purpose::STANDARD.encode(pem)
+    }
+
     /// The cluster's private folder.
     pub fn dir(&self) -> &Path {
         self.dir.path()

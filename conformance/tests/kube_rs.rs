@@ -189,7 +189,6 @@ fn a_reflector_stays_consistent_through_a_thousand_writes(c: Cluster) {
             .unwrap()
             .items
             .into_iter()
-            .filter(|o| o.metadata.name.as_deref() != Some("kube-root-ca.crt"))
             .map(|o| {
                 (
                     o.metadata.name.unwrap(),

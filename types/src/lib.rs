@@ -1,6 +1,9 @@
-//! Shared, I/O-free types used by every minik8s component: label and field selectors (and,
-//! as components need them, resource definitions and `Status` helpers).
+//! Shared, I/O-free types used by every minik8s component: label and field selectors,
+//! resource quantities (and, as components need them, resource definitions and `Status`
+//! helpers).
 
+pub mod quantity;
 pub mod selector;
 
+pub use quantity::{Quantity, QuantityError};
 pub use selector::{FieldSelector, LabelSelector, Requirement, SelectorError};

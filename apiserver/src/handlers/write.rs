@@ -3,6 +3,7 @@
 //! the compare-and-swap write.
 
 use super::{Ctx, FieldValidation, json_response};
+use crate::admission::{self, Operation};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::object::{self, meta, meta_str};
 use crate::patch::{self, PatchType};
@@ -12,7 +13,6 @@ use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
 use minik8s_storage::{KeyValue, Store};
-use rand::Rng;
 use serde_json::{Value, json};
 
 /// Fields present in `input` but gone after the typed round trip: unknown fields.
@@ -168,14 +168,6 @@ fn spec_changed(a: &Value, b: &Value) -> bool {
     strip(a) != strip(b)
 }
 
-fn random_suffix() -> String {
-    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
-        .collect()
-}
-
 /// Fills in server-owned metadata and defaults of a new object.
 fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     let res = &ctx.res;
@@ -203,7 +195,7 @@ fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
             && let Some(prefix) = m.get("generateName").and_then(Value::as_str)
             && !prefix.is_empty()
         {
-            let name = format!("{prefix}{}", random_suffix());
+            let name = format!("{prefix}{}", object::random_suffix());
             m.insert("name".into(), json!(name));
         }
         m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -354,6 +346,10 @@ fn is_crd(res: &ResourceInfo) -> bool {
     res.group == "apiextensions.k8s.io" && res.kind == "CustomResourceDefinition"
 }
 
+fn is_quota(res: &ResourceInfo) -> bool {
+    res.group.is_empty() && res.plural == "resourcequotas"
+}
+
 fn is_service(res: &ResourceInfo) -> bool {
     res.group.is_empty() && res.kind == "Service"
 }
@@ -384,8 +380,17 @@ async fn create_object(
         };
         crate::apply::set_entries(&mut obj, &[entry]);
     }
-    validate(&ctx, &obj, None)?;
     check_namespace(&ctx).await?;
+    admission::mutate(&ctx, Operation::Create, &mut obj, None).await?;
+    // Admission may have set requests and limits: the QoS class follows them.
+    initial_status(&ctx.res, &mut obj);
+    validate(&ctx, &obj, None)?;
+    admission::validate(&ctx, Operation::Create, Some(&obj), None).await?;
+    let ns = ctx.namespace().unwrap_or_default().to_owned();
+    let quota = match ctx.params.dry_run {
+        true => None,
+        false => admission::quota::admit(&ctx.api, &ctx.res, &ns, &obj).await?,
+    };
     let generated = meta_str(&obj, "generateName").is_some_and(|g| !g.is_empty())
         && ctx.params.dry_run.then_some(()).is_none();
     let _guard = match is_service(&ctx.res) {
@@ -415,7 +420,10 @@ async fn create_object(
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
                 if ctx.res.group.is_empty() && ctx.res.kind == "Namespace" {
-                    crate::bootstrap::default_service_account(&ctx.api, &name).await?;
+                    crate::bootstrap::namespace_defaults(&ctx.api, &name).await?;
+                }
+                if quota.is_some() || is_quota(&ctx.res) {
+                    admission::quota::refresh(&ctx.api, &ns).await?;
                 }
                 return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
             }
@@ -423,8 +431,10 @@ async fn create_object(
                 let prefix = meta_str(&obj, "generateName")
                     .unwrap_or_default()
                     .to_owned();
-                object::meta_mut(&mut obj)
-                    .insert("name".into(), json!(format!("{prefix}{}", random_suffix())));
+                object::meta_mut(&mut obj).insert(
+                    "name".into(),
+                    json!(format!("{prefix}{}", object::random_suffix())),
+                );
             }
             Err(minik8s_storage::Error::AlreadyExists { .. }) => {
                 return Err(ApiError::already_exists(
@@ -565,7 +575,9 @@ pub fn prepare_update(
 /// Writes an updated object if the stored one is still at `expected`; completes a pending
 /// deletion once the last finalizer is gone.
 async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResult<Value> {
+    admission::mutate(ctx, Operation::Update, &mut new, Some(old)).await?;
     validate(ctx, &new, Some(old))?;
+    admission::validate(ctx, Operation::Update, Some(&new), Some(old)).await?;
     let key = ctx.key();
     let _guard = match is_service(&ctx.res) && ctx.req.subresource.is_none() {
         true => Some(ctx.api.alloc.lock().await),
@@ -594,6 +606,7 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
             .await
             .map_err(|e| ctx.write_error(e))?;
         object::meta_mut(&mut new).insert("resourceVersion".into(), json!(d.revision.to_string()));
+        deleted(ctx).await?;
         return Ok(new);
     }
     let kv = ctx
@@ -603,6 +616,10 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
         .await
         .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut new, &kv);
+    if is_quota(&ctx.res) && ctx.req.subresource.is_none() {
+        admission::quota::refresh(&ctx.api, ctx.namespace().unwrap_or_default()).await?;
+        return Ok(current(ctx).await?.0);
+    }
     Ok(new)
 }
 
@@ -878,6 +895,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
             "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {stored}"
         )));
     }
+    admission::validate(ctx, Operation::Delete, None, Some(&obj)).await?;
     let mut finalizers: Vec<Value> = meta(&obj)
         .get("finalizers")
         .and_then(Value::as_array)
@@ -935,6 +953,7 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
             .map_err(|e| ctx.write_error(e))?;
         let mut gone = ctx.res.read(&d.prev)?;
         object::meta_mut(&mut gone).insert("resourceVersion".into(), json!(d.revision.to_string()));
+        deleted(ctx).await?;
         return Ok((StatusCode::OK, gone));
     }
     // Mark for deletion: finalizers or the kubelet finish it.
@@ -969,6 +988,14 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
         .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut obj, &kv);
     Ok((StatusCode::OK, obj))
+}
+
+/// After an object is gone: quotas of its namespace count one less.
+async fn deleted(ctx: &Ctx) -> ApiResult<()> {
+    match ctx.namespace() {
+        Some(ns) => admission::quota::refresh(&ctx.api, ns).await,
+        None => Ok(()),
+    }
 }
 
 /// DELETE one object.

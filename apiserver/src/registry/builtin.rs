@@ -4,10 +4,11 @@
 
 use super::{NameRule, ResourceInfo, ScaleInfo};
 use k8s_openapi::api::{
-    apps::v1 as apps, autoscaling::v1 as autoscaling1, autoscaling::v2 as autoscaling2,
-    batch::v1 as batch, coordination::v1 as coordination, core::v1 as core,
-    discovery::v1 as discovery, events::v1 as events, networking::v1 as networking,
-    policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
+    admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
+    autoscaling::v2 as autoscaling2, batch::v1 as batch, coordination::v1 as coordination,
+    core::v1 as core, discovery::v1 as discovery, events::v1 as events,
+    networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
+    scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::{ClusterResourceScope, ListableResource, NamespaceResourceScope, Resource};
@@ -285,6 +286,15 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             short: &["crd", "crds"],
             generation: true,
             ..status()
+        }),
+        // admission webhooks
+        row::<admission::MutatingWebhookConfiguration>(Extra {
+            generation: true,
+            ..Default::default()
+        }),
+        row::<admission::ValidatingWebhookConfiguration>(Extra {
+            generation: true,
+            ..Default::default()
         }),
         // networking, storage, scheduling
         row::<networking::Ingress>(Extra {

@@ -1,0 +1,78 @@
+//! Admission: what happens to a write between decoding and storing, in upstream's order.
+//! Mutating: LimitRanger defaults, ServiceAccount, then mutating webhooks. Validating:
+//! LimitRanger limits, validating webhooks, then ResourceQuota (which the create path runs
+//! under its lock, see [`quota`]). Namespace lifecycle is checked before all of them.
+
+pub mod limits;
+pub mod quota;
+pub mod serviceaccount;
+pub mod webhook;
+
+use crate::error::ApiResult;
+use crate::handlers::Ctx;
+use serde_json::Value;
+
+/// The operation being admitted, as AdmissionReview names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A new object.
+    Create,
+    /// A changed object (including status writes and finalizer removal).
+    Update,
+    /// A deletion.
+    Delete,
+}
+
+impl Operation {
+    /// The AdmissionReview spelling (`CREATE`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
+fn is_pod(ctx: &Ctx) -> bool {
+    ctx.res.group.is_empty() && ctx.res.kind == "Pod" && ctx.req.subresource.is_none()
+}
+
+/// The mutating phase: built-in steps, then mutating webhooks.
+pub async fn mutate(
+    ctx: &Ctx,
+    op: Operation,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    if op == Operation::Create && is_pod(ctx) {
+        let ns = ctx.namespace().unwrap_or_default().to_owned();
+        let ranges = limits::ranges(&ctx.api, &ns).await?;
+        limits::default_pod(&ranges, obj);
+        serviceaccount::admit(&ctx.api, &ns, obj).await?;
+    }
+    if webhook::mutate(ctx, op, obj, old).await? {
+        // Patched objects are defaulted again, as upstream's decode after a webhook does.
+        crate::defaults::apply(&ctx.res.group, &ctx.res.kind, obj);
+    }
+    Ok(())
+}
+
+/// The validating phase: built-in limits, then validating webhooks. `obj` is `None` for a
+/// deletion.
+pub async fn validate(
+    ctx: &Ctx,
+    op: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    if op == Operation::Create
+        && is_pod(ctx)
+        && let Some(pod) = obj
+    {
+        let ns = ctx.namespace().unwrap_or_default();
+        let ranges = limits::ranges(&ctx.api, ns).await?;
+        limits::check_pod(&ranges, pod)?;
+    }
+    webhook::validate(ctx, op, obj, old).await
+}

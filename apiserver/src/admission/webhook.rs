@@ -1,0 +1,558 @@
+//! Admission webhooks: `MutatingWebhookConfiguration` and `ValidatingWebhookConfiguration`
+//! (admissionregistration.k8s.io/v1), called over HTTPS with `AdmissionReview` v1. Rules,
+//! namespace and object selectors, `failurePolicy`, `timeoutSeconds` and `sideEffects` are
+//! honoured as upstream; mutating webhooks run in configuration-name order and patch with
+//! JSONPatch, validating webhooks run concurrently. `matchConditions` (CEL) are not
+//! evaluated: a webhook with them is called for every request its rules match.
+
+use super::Operation;
+use crate::Api;
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::Ctx;
+use crate::object::meta_str;
+use axum::http::{Request, Uri, header};
+use base64::Engine;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use minik8s_storage::{KeyValue, Store};
+use minik8s_types::LabelSelector;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::{Value, json};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// Where both configuration kinds are stored.
+pub const PREFIX: &str = "/registry/admissionregistration.k8s.io/";
+
+/// One rule: operations × groups × versions × resources (with subresources) × scope.
+#[derive(Debug, Clone)]
+struct Rule {
+    operations: Vec<String>,
+    groups: Vec<String>,
+    versions: Vec<String>,
+    resources: Vec<String>,
+    scope: String,
+}
+
+fn strings(v: &Value, key: &str) -> Vec<String> {
+    crate::object::strings_at(v, &format!("/{key}"))
+}
+
+impl Rule {
+    fn from(v: &Value) -> Self {
+        Rule {
+            operations: strings(v, "operations"),
+            groups: strings(v, "apiGroups"),
+            versions: strings(v, "apiVersions"),
+            resources: strings(v, "resources"),
+            scope: v
+                .get("scope")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_owned(),
+        }
+    }
+
+    fn matches(&self, op: Operation, ctx: &Ctx) -> bool {
+        let any = |list: &[String], x: &str| list.iter().any(|i| i == "*" || i == x);
+        let resource_ok = self.resources.iter().any(|r| {
+            let (res, sub) = r.split_once('/').unwrap_or((r, ""));
+            let want_sub = ctx.req.subresource.as_deref().unwrap_or_default();
+            (res == "*" || res == ctx.res.plural) && (sub == "*" || sub == want_sub)
+        });
+        let scope_ok = match self.scope.as_str() {
+            "Cluster" => !ctx.res.namespaced,
+            "Namespaced" => ctx.res.namespaced,
+            _ => true,
+        };
+        any(&self.operations, op.as_str())
+            && any(&self.groups, &ctx.res.group)
+            && any(&self.versions, &ctx.res.version)
+            && resource_ok
+            && scope_ok
+    }
+}
+
+/// Where a webhook is served.
+#[derive(Debug, Clone)]
+enum Target {
+    Url(String),
+    Service {
+        namespace: String,
+        name: String,
+        path: String,
+        port: u16,
+    },
+}
+
+/// One webhook of a configuration.
+#[derive(Debug, Clone)]
+struct Hook {
+    name: String,
+    config: String,
+    target: Target,
+    ca: Vec<u8>,
+    rules: Vec<Rule>,
+    fail_open: bool,
+    timeout: Duration,
+    namespace_selector: LabelSelector,
+    object_selector: LabelSelector,
+    side_effects_on_dry_run: bool,
+}
+
+impl Hook {
+    fn from(config: &str, v: &Value) -> Option<Self> {
+        let cc = v.get("clientConfig")?;
+        let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
+            (Some(url), _) => Target::Url(url.to_owned()),
+            (None, Some(s)) => Target::Service {
+                namespace: s.get("namespace")?.as_str()?.to_owned(),
+                name: s.get("name")?.as_str()?.to_owned(),
+                path: s
+                    .get("path")
+                    .and_then(Value::as_str)
+                    .unwrap_or("/")
+                    .to_owned(),
+                port: s.get("port").and_then(Value::as_u64).unwrap_or(443) as u16,
+            },
+            _ => return None,
+        };
+        let ca = cc
+            .get("caBundle")
+            .and_then(Value::as_str)
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .unwrap_or_default();
+        let selector = |k: &str| {
+            v.get(k)
+                .map(LabelSelector::from_json)
+                .transpose()
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        };
+        Some(Hook {
+            name: v.get("name")?.as_str()?.to_owned(),
+            config: config.to_owned(),
+            target,
+            ca,
+            rules: v
+                .get("rules")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(Rule::from)
+                .collect(),
+            fail_open: v.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+            timeout: Duration::from_secs(
+                v.get("timeoutSeconds")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(10)
+                    .clamp(1, 30),
+            ),
+            namespace_selector: selector("namespaceSelector"),
+            object_selector: selector("objectSelector"),
+            side_effects_on_dry_run: matches!(
+                v.get("sideEffects").and_then(Value::as_str),
+                Some("Some" | "Unknown")
+            ),
+        })
+    }
+}
+
+/// The webhooks of every stored configuration, kept in step with the store.
+#[derive(Default)]
+pub struct Webhooks {
+    /// (mutating, validating), each in configuration-name order.
+    hooks: RwLock<Arc<(Vec<Hook>, Vec<Hook>)>>,
+}
+
+impl Webhooks {
+    /// Rebuilds the copy from the stored configurations.
+    pub fn load(&self, kvs: &[KeyValue]) {
+        let mut mutating = Vec::new();
+        let mut validating = Vec::new();
+        let mut configs: Vec<(String, bool, Value)> = kvs
+            .iter()
+            .filter_map(|kv| {
+                let o: Value = serde_json::from_slice(&kv.value).ok()?;
+                let mutating = kv.key.contains("/mutatingwebhookconfigurations/");
+                Some((meta_str(&o, "name")?.to_owned(), mutating, o))
+            })
+            .collect();
+        configs.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, is_mutating, o) in configs {
+            let hooks = o
+                .get("webhooks")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|h| Hook::from(&name, h));
+            if is_mutating {
+                mutating.extend(hooks);
+            } else {
+                validating.extend(hooks);
+            }
+        }
+        *self.hooks.write().expect("webhooks lock") = Arc::new((mutating, validating));
+    }
+
+    fn snapshot(&self) -> Arc<(Vec<Hook>, Vec<Hook>)> {
+        self.hooks.read().expect("webhooks lock").clone()
+    }
+}
+
+/// Whether a webhook applies to this request (rules, then selectors).
+async fn applies(
+    hook: &Hook,
+    ctx: &Ctx,
+    op: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> ApiResult<bool> {
+    if !hook.rules.iter().any(|r| r.matches(op, ctx)) {
+        return Ok(false);
+    }
+    let labels_of = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/labels")).cloned();
+    // The object selector matches when the new or the old object (whichever exist) does.
+    if !hook.object_selector.is_empty()
+        && ![obj, old].into_iter().flatten().any(|o| {
+            hook.object_selector
+                .matches_json(labels_of(Some(o)).as_ref())
+        })
+    {
+        return Ok(false);
+    }
+    if hook.namespace_selector.is_empty() {
+        return Ok(true);
+    }
+    let is_namespace = ctx.res.group.is_empty() && ctx.res.kind == "Namespace";
+    let labels = if is_namespace {
+        labels_of(obj.or(old))
+    } else if let Some(ns) = ctx.namespace() {
+        let stored = ctx
+            .api
+            .store
+            .get(&format!("/registry/core/namespaces/{ns}"))
+            .await?;
+        match stored {
+            Some(kv) => labels_of(Some(&crate::object::from_store(&kv)?)),
+            None => None,
+        }
+    } else {
+        // Cluster-scoped objects other than namespaces are never excluded by it.
+        return Ok(true);
+    };
+    Ok(hook.namespace_selector.matches_json(labels.as_ref()))
+}
+
+/// The AdmissionReview sent to a webhook.
+fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) -> Value {
+    let res = &ctx.res;
+    let kind = json!({"group": res.group, "version": res.version, "kind": res.kind});
+    let resource = json!({"group": res.group, "version": res.version, "resource": res.plural});
+    let options_kind = match op {
+        Operation::Create => "CreateOptions",
+        Operation::Update => "UpdateOptions",
+        Operation::Delete => "DeleteOptions",
+    };
+    let name = obj
+        .or(old)
+        .and_then(|o| meta_str(o, "name"))
+        .unwrap_or(ctx.name());
+    let mut request = json!({
+        "uid": uuid::Uuid::new_v4().to_string(),
+        "kind": kind,
+        "resource": resource,
+        "requestKind": kind,
+        "requestResource": resource,
+        "name": name,
+        "operation": op.as_str(),
+        "userInfo": {"username": ctx.user.name, "groups": ctx.user.groups},
+        "object": obj.cloned().unwrap_or(Value::Null),
+        "oldObject": old.cloned().unwrap_or(Value::Null),
+        "dryRun": ctx.params.dry_run,
+        "options": {"kind": options_kind, "apiVersion": "meta.k8s.io/v1"},
+    });
+    if let Some(ns) = ctx.namespace() {
+        request["namespace"] = json!(ns);
+    }
+    if let Some(sub) = &ctx.req.subresource {
+        request["subResource"] = json!(sub);
+        request["requestSubResource"] = json!(sub);
+    }
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// Host, port, TLS server name and path of a webhook.
+async fn endpoint(api: &Api, target: &Target) -> Result<(String, u16, String, String), String> {
+    match target {
+        Target::Url(url) => {
+            let uri: Uri = url
+                .parse()
+                .map_err(|e| format!("invalid url {url:?}: {e}"))?;
+            if uri.scheme_str() != Some("https") {
+                return Err(format!("webhook url {url:?} must use https"));
+            }
+            let host = uri.host().ok_or("webhook url has no host")?;
+            let host = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            let path = uri
+                .path_and_query()
+                .map_or("/".to_owned(), |p| p.as_str().to_owned());
+            Ok((host.clone(), uri.port_u16().unwrap_or(443), host, path))
+        }
+        Target::Service {
+            namespace,
+            name,
+            path,
+            port,
+        } => {
+            // Upstream's default resolver: the Service's ClusterIP, TLS name <svc>.<ns>.svc.
+            let kv = api
+                .store
+                .get(&format!("/registry/core/services/{namespace}/{name}"))
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("service \"{namespace}/{name}\" not found"))?;
+            let svc: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
+            let ip = svc
+                .pointer("/spec/clusterIP")
+                .and_then(Value::as_str)
+                .filter(|ip| !ip.is_empty() && *ip != "None")
+                .ok_or_else(|| format!("service \"{namespace}/{name}\" has no ClusterIP"))?;
+            Ok((
+                ip.to_owned(),
+                *port,
+                format!("{name}.{namespace}.svc"),
+                path.clone(),
+            ))
+        }
+    }
+}
+
+/// POSTs a review to a webhook over TLS verified against its `caBundle`.
+async fn post(api: &Api, hook: &Hook, body: Vec<u8>) -> Result<Value, String> {
+    let (host, port, server_name, path) = endpoint(api, &hook.target).await?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&hook.ca).flatten() {
+        let _ = roots.add(cert);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from(server_name).map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+    api.tasks.spawn(async move {
+        let _ = conn.await;
+    });
+    let req = Request::post(path)
+        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(format!("webhook answered {status}"));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("invalid AdmissionReview: {e}"))
+}
+
+/// Status reasons a webhook may give that the API knows by name.
+fn known_reason(r: &str) -> &'static str {
+    const KNOWN: [&str; 10] = [
+        "BadRequest",
+        "Unauthorized",
+        "Forbidden",
+        "NotFound",
+        "AlreadyExists",
+        "Conflict",
+        "Invalid",
+        "InternalError",
+        "ServiceUnavailable",
+        "TooManyRequests",
+    ];
+    KNOWN.into_iter().find(|k| *k == r).unwrap_or("")
+}
+
+/// Calls one webhook: `Ok(Some(response))` when it answered, `Ok(None)` when it failed
+/// and its policy is Ignore, `Err` otherwise (including a denial).
+async fn call(ctx: &Ctx, hook: &Hook, review: Value) -> ApiResult<Option<Value>> {
+    if ctx.params.dry_run && hook.side_effects_on_dry_run {
+        return Err(ApiError::bad_request(format!(
+            "admission webhook {:?} has side effects and does not support dry run",
+            hook.name
+        )));
+    }
+    let body = serde_json::to_vec(&review).map_err(ApiError::internal)?;
+    let sent_uid = review.pointer("/request/uid").cloned();
+    let answer = match tokio::time::timeout(hook.timeout, post(&ctx.api, hook, body)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(format!(
+            "context deadline exceeded after {:?}",
+            hook.timeout
+        )),
+    };
+    let response = answer.and_then(|v| {
+        let r = v
+            .get("response")
+            .cloned()
+            .ok_or("AdmissionReview has no response")?;
+        if r.get("uid") != sent_uid.as_ref() {
+            return Err("AdmissionReview response uid does not match the request".into());
+        }
+        Ok(r)
+    });
+    let response = match response {
+        Ok(r) => r,
+        Err(e) if hook.fail_open => {
+            tracing::warn!(webhook = %hook.name, config = %hook.config, error = %e, "webhook failed, ignored by its failurePolicy");
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "failed calling webhook \"{}\": {e}",
+                hook.name
+            )));
+        }
+    };
+    if response.get("allowed").and_then(Value::as_bool) != Some(true) {
+        let status = response.get("status").cloned().unwrap_or_default();
+        let denied = format!("admission webhook \"{}\" denied the request", hook.name);
+        let message = match status.get("message").and_then(Value::as_str) {
+            Some(m) if !m.is_empty() => format!("{denied}: {m}"),
+            _ => format!("{denied} without explanation"),
+        };
+        let mut e = ApiError::bad_request(message);
+        if let Some(code) = status.get("code").and_then(Value::as_u64)
+            && (400..600).contains(&code)
+        {
+            e.code = code as u16;
+        }
+        e.reason = known_reason(status.get("reason").and_then(Value::as_str).unwrap_or(""));
+        if e.reason.is_empty() && e.code == 400 {
+            e.reason = "BadRequest";
+        }
+        return Err(e);
+    }
+    Ok(Some(response))
+}
+
+/// Runs the mutating webhooks in order; returns whether any patched the object.
+pub async fn mutate(
+    ctx: &Ctx,
+    op: Operation,
+    obj: &mut Value,
+    old: Option<&Value>,
+) -> ApiResult<bool> {
+    let hooks = ctx.api.webhooks.snapshot();
+    let mut patched = false;
+    for hook in &hooks.0 {
+        if !applies(hook, ctx, op, Some(obj), old).await? {
+            continue;
+        }
+        let Some(response) = call(ctx, hook, review(ctx, op, Some(obj), old)).await? else {
+            continue;
+        };
+        let Some(patch) = response.get("patch").and_then(Value::as_str) else {
+            continue;
+        };
+        let bad = |e: String| {
+            ApiError::internal(format!(
+                "admission webhook \"{}\" returned an invalid patch: {e}",
+                hook.name
+            ))
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .map_err(|e| bad(e.to_string()))?;
+        let ops: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        crate::patch::json_patch(obj, &ops).map_err(|e| bad(e.message))?;
+        patched = true;
+    }
+    Ok(patched)
+}
+
+/// Runs the validating webhooks concurrently; the first denial (in order) wins.
+pub async fn validate(
+    ctx: &Ctx,
+    op: Operation,
+    obj: Option<&Value>,
+    old: Option<&Value>,
+) -> ApiResult<()> {
+    let hooks = ctx.api.webhooks.snapshot();
+    if hooks.1.is_empty() {
+        return Ok(());
+    }
+    let mut calls = Vec::new();
+    for hook in &hooks.1 {
+        if applies(hook, ctx, op, obj, old).await? {
+            calls.push(call(ctx, hook, review(ctx, op, obj, old)));
+        }
+    }
+    for result in futures::future::join_all(calls).await {
+        result?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hooks_are_read_from_configurations_in_name_order() {
+        let cfg = |name: &str| {
+            KeyValue {
+            key: format!("/registry/admissionregistration.k8s.io/validatingwebhookconfigurations/{name}"),
+            value: serde_json::to_vec(&json!({
+                "metadata": {"name": name},
+                "webhooks": [{
+                    "name": format!("{name}.example.com"),
+                    "clientConfig": {"url": "https://127.0.0.1:9443/validate"},
+                    "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}],
+                    "failurePolicy": "Ignore",
+                    "timeoutSeconds": 3,
+                }],
+            }))
+            .unwrap()
+            .into(),
+            create_revision: 1,
+            mod_revision: 1,
+        }
+        };
+        let w = Webhooks::default();
+        w.load(&[cfg("b"), cfg("a")]);
+        let snap = w.snapshot();
+        assert!(snap.0.is_empty());
+        let names: Vec<&str> = snap.1.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["a.example.com", "b.example.com"]);
+        assert!(snap.1[0].fail_open);
+        assert_eq!(snap.1[0].timeout, Duration::from_secs(3));
+    }
+}

@@ -1,0 +1,407 @@
+//! Admission with the stock kubectl: webhooks (mutating, validating, selectors, failure
+//! policy), LimitRanger, ResourceQuota and ServiceAccount token injection.
+
+use minik8s_conformance::Cluster;
+use serde_json::{Value, json};
+
+/// Adds the label `injected=yes` to every object it is shown.
+fn inject(request: &Value) -> Value {
+    use base64::Engine;
+    let has_labels = request.pointer("/object/metadata/labels").is_some();
+    let patch = if has_labels {
+        json!([{"op": "add", "path": "/metadata/labels/injected", "value": "yes"}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/labels", "value": {"injected": "yes"}}])
+    };
+    json!({
+        "allowed": true,
+        "patchType": "JSONPatch",
+        "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+    })
+}
+
+/// Denies ConfigMaps with a `forbidden` key.
+fn deny_forbidden(request: &Value) -> Value {
+    if request.pointer("/object/data/forbidden").is_some() {
+        return json!({"allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": "the key forbidden is not allowed"}});
+    }
+    json!({"allowed": true})
+}
+
+fn webhook_config(kind: &str, name: &str, url: &str, ca: &str, extra: Value) -> String {
+    let mut hook = json!({
+        "name": name,
+        "clientConfig": {"url": url, "caBundle": ca},
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}],
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "namespaceSelector": {"matchLabels": {"webhooks": "on"}},
+        "timeoutSeconds": 5,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        hook[k] = v.clone();
+    }
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "webhooks": [hook],
+    })
+    .to_string()
+}
+
+#[test]
+fn webhooks_mutate_and_validate_with_selectors_and_failure_policy() {
+    let c = Cluster::start();
+    let ca = c.ca_bundle();
+    c.ok(&["create", "namespace", "hooked"]);
+    c.ok(&["label", "namespace", "hooked", "webhooks=on"]);
+    c.ok(&["create", "namespace", "plain"]);
+    let mutating = c.webhook(inject);
+    let validating = c.webhook(deny_forbidden);
+    let m = webhook_config(
+        "MutatingWebhookConfiguration",
+        "inject.minik8s.test",
+        &mutating,
+        &ca,
+        json!({"objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]}}),
+    );
+    let v = webhook_config(
+        "ValidatingWebhookConfiguration",
+        "deny.minik8s.test",
+        &validating,
+        &ca,
+        json!({}),
+    );
+    apply(&c, &["apply"], &m);
+    apply(&c, &["apply"], &v);
+    // The configurations are read by a watch: wait until they take effect.
+    let mut labelled = String::new();
+    for i in 0..50 {
+        let name = format!("probe{i}");
+        c.ok(&[
+            "create",
+            "configmap",
+            &name,
+            "-n",
+            "hooked",
+            "--from-literal=x=1",
+        ]);
+        labelled = c.ok(&[
+            "get",
+            "cm",
+            &name,
+            "-n",
+            "hooked",
+            "-o",
+            "jsonpath={.metadata.labels.injected}",
+        ]);
+        if labelled == "yes" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        labelled, "yes",
+        "the mutating webhook labels new ConfigMaps"
+    );
+
+    // The object selector excludes objects labelled skip.
+    let skipped = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"skipped","namespace":"hooked","labels":{"skip":"1"}}}"#;
+    apply(&c, &["create"], skipped);
+    let labels = c.ok(&[
+        "get",
+        "cm",
+        "skipped",
+        "-n",
+        "hooked",
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(!labels.contains("injected"), "{labels}");
+
+    // The validating webhook denies, on create and on update, with its message and code.
+    let err = c.fails(&[
+        "create",
+        "configmap",
+        "bad",
+        "-n",
+        "hooked",
+        "--from-literal=forbidden=1",
+    ]);
+    assert!(
+        err.contains("admission webhook \"deny.minik8s.test\" denied the request: the key forbidden is not allowed"),
+        "{err}"
+    );
+    let err = c.fails(&[
+        "patch",
+        "configmap",
+        "probe0",
+        "-n",
+        "hooked",
+        "-p",
+        r#"{"data":{"forbidden":"1"}}"#,
+    ]);
+    assert!(err.contains("denied the request"), "{err}");
+    assert!(
+        !c.ok(&["get", "cm", "probe0", "-n", "hooked", "-o", "json"])
+            .contains("forbidden")
+    );
+
+    // The namespace selector leaves other namespaces alone.
+    c.ok(&[
+        "create",
+        "configmap",
+        "bad",
+        "-n",
+        "plain",
+        "--from-literal=forbidden=1",
+    ]);
+    let labels = c.ok(&[
+        "get",
+        "cm",
+        "bad",
+        "-n",
+        "plain",
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(!labels.contains("injected"), "{labels}");
+
+    // An unreachable webhook fails closed by default and open with Ignore.
+    let dead = |policy: &str| {
+        let mut cfg: Value = serde_json::from_str(&webhook_config(
+            "ValidatingWebhookConfiguration",
+            "dead.minik8s.test",
+            "https://127.0.0.1:1/",
+            &ca,
+            json!({"failurePolicy": policy}),
+        ))
+        .unwrap();
+        cfg["webhooks"][0]["rules"][0]["resources"] = json!(["secrets"]);
+        cfg.to_string()
+    };
+    assert!(c.with_manifest(&["apply"], &dead("Fail")).ok);
+    let mut err = String::new();
+    for i in 0..50 {
+        let r = c.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            &format!("s{i}"),
+            "-n",
+            "hooked",
+        ]);
+        if !r.ok {
+            err = r.stderr;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        err.contains("failed calling webhook \"dead.minik8s.test\""),
+        "{err}"
+    );
+    assert!(c.with_manifest(&["apply"], &dead("Ignore")).ok);
+    let mut created = false;
+    for i in 0..50 {
+        if c.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            &format!("t{i}"),
+            "-n",
+            "hooked",
+        ])
+        .ok
+        {
+            created = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(created, "failurePolicy Ignore lets the request through");
+    // Deleting the configurations turns the webhooks off.
+    c.ok(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        "deny.minik8s.test",
+        "dead.minik8s.test",
+    ]);
+    let mut allowed = false;
+    for i in 0..50 {
+        if c.kubectl(&[
+            "create",
+            "configmap",
+            &format!("ok{i}"),
+            "-n",
+            "hooked",
+            "--from-literal=forbidden=1",
+        ])
+        .ok
+        {
+            allowed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(allowed);
+}
+
+/// Runs kubectl with a manifest on stdin, failing the test with kubectl's error.
+fn apply(c: &Cluster, verb: &[&str], manifest: &str) {
+    let r = c.with_manifest(verb, manifest);
+    assert!(r.ok, "kubectl {verb:?}: {}", r.stderr);
+}
+
+fn pod_json(c: &Cluster, ns: &str, name: &str) -> Value {
+    serde_json::from_str(&c.ok(&["get", "pod", name, "-n", ns, "-o", "json"])).unwrap()
+}
+
+#[test]
+fn limit_ranges_default_and_bound_pods_and_quotas_cap_namespaces() {
+    let c = Cluster::start();
+    c.ok(&["create", "namespace", "limited"]);
+    let range = r#"{"apiVersion":"v1","kind":"LimitRange","metadata":{"name":"lr","namespace":"limited"},
+      "spec":{"limits":[{"type":"Container","default":{"cpu":"500m","memory":"128Mi"},
+        "defaultRequest":{"cpu":"250m","memory":"64Mi"},"max":{"cpu":"1"}}]}}"#;
+    apply(&c, &["create"], range);
+    c.ok(&[
+        "run",
+        "p1",
+        "--image=busybox",
+        "--restart=Never",
+        "-n",
+        "limited",
+    ]);
+    let p1 = pod_json(&c, "limited", "p1");
+    let res = &p1["spec"]["containers"][0]["resources"];
+    assert_eq!(res["limits"]["cpu"], json!("500m"), "{res}");
+    assert_eq!(res["requests"]["cpu"], json!("250m"), "{res}");
+    assert_eq!(res["requests"]["memory"], json!("64Mi"), "{res}");
+    assert!(
+        p1.pointer("/metadata/annotations/kubernetes.io~1limit-ranger")
+            .is_some(),
+        "{p1}"
+    );
+    assert_eq!(p1["status"]["qosClass"], json!("Burstable"));
+
+    // ServiceAccount admission: the default account and its projected token volume.
+    assert_eq!(p1["spec"]["serviceAccountName"], json!("default"));
+    let vol = &p1["spec"]["volumes"][0];
+    assert!(
+        vol["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("kube-api-access-"),
+        "{vol}"
+    );
+    assert!(vol.to_string().contains("serviceAccountToken"));
+    assert_eq!(
+        p1["spec"]["containers"][0]["volumeMounts"][0]["mountPath"],
+        json!("/var/run/secrets/kubernetes.io/serviceaccount")
+    );
+    assert!(
+        c.ok(&[
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "limited",
+            "-o",
+            "jsonpath={.data.ca\\.crt}"
+        ])
+        .contains("BEGIN CERTIFICATE")
+    );
+    let err = c.fails(&[
+        "run",
+        "nosa",
+        "--image=busybox",
+        "-n",
+        "limited",
+        "--overrides",
+        r#"{"spec":{"serviceAccountName":"ghost"}}"#,
+    ]);
+    assert!(err.contains("serviceaccount \"ghost\" not found"), "{err}");
+
+    // Above the range's max: forbidden with upstream's message.
+    let big = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"big","namespace":"limited"},
+      "spec":{"containers":[{"name":"c","image":"busybox","resources":{"limits":{"cpu":"2"}}}]}}"#;
+    let r = c.with_manifest(&["create"], big);
+    assert!(!r.ok);
+    assert!(
+        r.stderr.contains(
+            "pods \"big\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"
+        ),
+        "{}",
+        r.stderr
+    );
+
+    // A quota of two pods and one CPU of requests.
+    let quota = r#"{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"name":"q","namespace":"limited"},
+      "spec":{"hard":{"pods":"2","requests.cpu":"1","count/configmaps":"5"}}}"#;
+    apply(&c, &["create"], quota);
+    let used = c.ok(&[
+        "get",
+        "quota",
+        "q",
+        "-n",
+        "limited",
+        "-o",
+        "jsonpath={.status.used.pods}",
+    ]);
+    assert_eq!(used, "1", "status.used counts the existing pod");
+    c.ok(&[
+        "run",
+        "p2",
+        "--image=busybox",
+        "--restart=Never",
+        "-n",
+        "limited",
+    ]);
+    let err = c.fails(&[
+        "run",
+        "p3",
+        "--image=busybox",
+        "--restart=Never",
+        "-n",
+        "limited",
+    ]);
+    assert!(
+        err.contains("pods \"p3\" is forbidden: exceeded quota: q, requested: pods=1, used: pods=2, limited: pods=2"),
+        "{err}"
+    );
+    let described = c.ok(&["describe", "quota", "q", "-n", "limited"]);
+    assert!(
+        described.contains("requests.cpu") && described.contains("500m"),
+        "{described}"
+    );
+    // Freeing a pod frees its share.
+    c.ok(&["delete", "pod", "p1", "-n", "limited", "--wait=false"]);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "quota",
+            "q",
+            "-n",
+            "limited",
+            "-o",
+            "jsonpath={.status.used.pods}"
+        ]),
+        "1"
+    );
+    c.ok(&[
+        "run",
+        "p3",
+        "--image=busybox",
+        "--restart=Never",
+        "-n",
+        "limited",
+    ]);
+    // Object counts: kube-root-ca.crt is one of the five ConfigMaps.
+    for i in 0..4 {
+        c.ok(&["create", "configmap", &format!("cm{i}"), "-n", "limited"]);
+    }
+    let err = c.fails(&["create", "configmap", "cm4", "-n", "limited"]);
+    assert!(err.contains("exceeded quota: q, requested: count/configmaps=1, used: count/configmaps=5, limited: count/configmaps=5"), "{err}");
+}
