@@ -231,6 +231,51 @@ impl Cluster {
         format!("https://127.0.0.1:{port}/")
     }
 
+    /// Starts every controller (as the admin) and `nodes` simulated nodes (`sim-0`, …,
+    /// 4 cpu and 8Gi each), on the cluster's runtime until it stops.
+    pub fn run_controllers(&self, nodes: usize) {
+        let client = self.client();
+        let names: Vec<String> = minik8s_controllers::manager::ALL
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let shutdown = self.shutdown.clone();
+        let c = client.clone();
+        self.rt.spawn(async move {
+            if let Err(e) = minik8s_controllers::manager::run(c, &names, shutdown).await {
+                eprintln!("controllers: {e:#}");
+            }
+        });
+        let cfg = minik8s_controllers::simnodes::SimConfig {
+            count: nodes,
+            ..Default::default()
+        };
+        let shutdown = self.shutdown.clone();
+        self.rt.spawn(async move {
+            if let Err(e) = minik8s_controllers::simnodes::run(client, cfg, shutdown).await {
+                eprintln!("simulated nodes: {e:#}");
+            }
+        });
+    }
+
+    /// Runs kubectl until its output satisfies `done` (or 60 s pass); returns the last output.
+    pub fn eventually(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let r = self.kubectl(args);
+            if r.ok && done(&r.stdout) {
+                return r.stdout;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "kubectl {args:?} never got there; last output:\n{}{}",
+                r.stdout,
+                r.stderr
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+
     /// The cluster CA, base64-encoded as a webhook's `caBundle`.
     pub fn ca_bundle(&self) -> String {
         use base64::Engine;

@@ -1,1 +1,31 @@
-//! minik8s controllers: scheduler and workload controllers built on kube-runtime (not built yet).
+//! minik8s controllers: ordinary API clients on kube-runtime. One `controller-manager`
+//! runs them all (see [`manager`]); each controller is a module with a `run` function and
+//! pure decision functions that the unit tests exercise without a cluster.
+
+pub mod deployment;
+pub mod endpoints;
+pub mod gc;
+pub mod informer;
+pub mod manager;
+pub mod namespace;
+pub mod replicaset;
+pub mod scheduler;
+pub mod simnodes;
+pub mod util;
+
+/// Why a reconcile failed (it is retried with back-off).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("api: {0}")]
+    Kube(#[from] kube::Error),
+    /// An object could not be (de)serialized.
+    #[error("serialization: {0}")]
+    Json(#[from] serde_json::Error),
+    /// An object lacks something the controller needs.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Results of reconcile functions.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

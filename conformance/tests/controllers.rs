@@ -1,0 +1,298 @@
+//! Controllers with the stock kubectl, on two simulated nodes: Deployments and their
+//! ReplicaSets and pods, rollouts, garbage collection, namespaces, endpoints, scheduling.
+
+use minik8s_conformance::Cluster;
+
+fn count(out: &str) -> usize {
+    out.split_whitespace().count()
+}
+
+#[test]
+fn deployments_scale_roll_out_undo_and_cascade() {
+    let c = Cluster::start();
+    c.run_controllers(2);
+    c.eventually(&["get", "nodes", "-o", "name"], |o| count(o) == 2);
+    c.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--replicas=3",
+    ]);
+    c.eventually(&["get", "rs", "-l", "app=web", "-o", "name"], |o| {
+        count(o) == 1
+    });
+    let running = |n: usize| {
+        move |o: &str| {
+            o.lines().filter(|l| l.contains("Running")).count() == n && o.lines().count() == n
+        }
+    };
+    let pods = [
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.phase}{\"\\n\"}{end}",
+    ];
+    let out = c.eventually(&pods, running(3));
+    assert!(
+        out.lines().all(|l| l.contains(" sim-")),
+        "bound to simulated nodes: {out}"
+    );
+
+    c.ok(&["scale", "deployment", "web", "--replicas=5"]);
+    c.eventually(&pods, running(5));
+    c.ok(&["scale", "deployment", "web", "--replicas=1"]);
+    c.eventually(&pods, running(1));
+    c.ok(&["scale", "deployment", "web", "--replicas=3"]);
+    c.eventually(&pods, running(3));
+
+    // A new image rolls a new ReplicaSet; rollout status waits for it.
+    c.ok(&["set", "image", "deployment/web", "busybox=busybox:1.36"]);
+    let status = c.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    assert!(status.contains("successfully rolled out"), "{status}");
+    c.eventually(&["get", "rs", "-l", "app=web", "-o", "name"], |o| {
+        count(o) == 2
+    });
+    let images = c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ],
+        |o| o.split_whitespace().count() == 3 && o.split_whitespace().all(|i| i == "busybox:1.36"),
+    );
+    assert!(images.contains("busybox:1.36"));
+    let history = c.ok(&["rollout", "history", "deployment/web"]);
+    assert!(history.contains('1') && history.contains('2'), "{history}");
+
+    // Undo goes back to the first template as revision 3.
+    c.ok(&["rollout", "undo", "deployment/web"]);
+    c.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ],
+        |o| o.split_whitespace().count() == 3 && o.split_whitespace().all(|i| i == "busybox"),
+    );
+    let rev = c.ok(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "jsonpath={.metadata.annotations.deployment\\.kubernetes\\.io/revision}",
+    ]);
+    assert_eq!(rev, "3");
+
+    // Background cascade: the ReplicaSets and pods go with the Deployment.
+    c.ok(&["delete", "deployment", "web"]);
+    c.eventually(&["get", "rs,pods", "-l", "app=web", "-o", "name"], |o| {
+        count(o) == 0
+    });
+
+    // Orphan cascade: they stay, without an owner.
+    c.ok(&[
+        "create",
+        "deployment",
+        "keep",
+        "--image=busybox",
+        "--replicas=2",
+    ]);
+    c.eventually(&["get", "pods", "-l", "app=keep", "-o", "name"], |o| {
+        count(o) == 2
+    });
+    c.ok(&["delete", "deployment", "keep", "--cascade=orphan"]);
+    c.eventually(&["get", "deployment", "-o", "name"], |o| {
+        !o.contains("keep")
+    });
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(
+        count(&c.ok(&["get", "rs", "-l", "app=keep", "-o", "name"])),
+        1
+    );
+    assert_eq!(
+        count(&c.ok(&["get", "pods", "-l", "app=keep", "-o", "name"])),
+        2
+    );
+    let owners = c.ok(&[
+        "get",
+        "rs",
+        "-l",
+        "app=keep",
+        "-o",
+        "jsonpath={.items[0].metadata.ownerReferences}",
+    ]);
+    assert!(owners.is_empty(), "{owners}");
+}
+
+#[test]
+fn namespaces_endpoints_and_scheduling() {
+    let c = Cluster::start();
+    c.run_controllers(2);
+    c.eventually(&["get", "nodes", "-o", "name"], |o| count(o) == 2);
+
+    // Deleting a namespace deletes what is in it, then the namespace.
+    c.ok(&["create", "namespace", "doomed"]);
+    c.ok(&[
+        "create",
+        "deployment",
+        "d",
+        "--image=busybox",
+        "--replicas=2",
+        "-n",
+        "doomed",
+    ]);
+    c.ok(&["create", "configmap", "cm", "-n", "doomed"]);
+    c.eventually(&["get", "pods", "-n", "doomed", "-o", "name"], |o| {
+        count(o) == 2
+    });
+    c.ok(&["delete", "namespace", "doomed", "--wait=false"]);
+    c.eventually(&["get", "namespaces", "-o", "name"], |o| {
+        !o.contains("namespace/doomed")
+    });
+
+    // A Service's EndpointSlice lists exactly its ready pods.
+    c.ok(&[
+        "create",
+        "deployment",
+        "api",
+        "--image=busybox",
+        "--replicas=2",
+        "--port=80",
+    ]);
+    c.ok(&["expose", "deployment", "api", "--port=80"]);
+    let addrs = c.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=api",
+            "-o",
+            "jsonpath={.items[*].endpoints[*].addresses[0]}",
+        ],
+        |o| count(o) == 2,
+    );
+    let ips = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=api",
+        "-o",
+        "jsonpath={.items[*].status.podIP}",
+    ]);
+    let mut a: Vec<&str> = addrs.split_whitespace().collect();
+    let mut b: Vec<&str> = ips.split_whitespace().collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    c.eventually(
+        &[
+            "get",
+            "endpoints",
+            "api",
+            "-o",
+            "jsonpath={.subsets[0].addresses[*].ip}",
+        ],
+        |o| count(o) == 2,
+    );
+
+    // Too big for any node: Pending, with a FailedScheduling event.
+    let big = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"huge"},
+      "spec":{"containers":[{"name":"c","image":"busybox","resources":{"requests":{"cpu":"64"}}}]}}"#;
+    assert!(c.with_manifest(&["create"], big).ok);
+    c.eventually(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=huge",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        |o| o.contains("FailedScheduling"),
+    );
+    let cond = c.ok(&[
+        "get",
+        "pod",
+        "huge",
+        "-o",
+        "jsonpath={.status.conditions[0].message}",
+    ]);
+    assert!(
+        cond.contains("0/2 nodes are available: 2 Insufficient cpu."),
+        "{cond}"
+    );
+    assert_eq!(
+        c.ok(&["get", "pod", "huge", "-o", "jsonpath={.spec.nodeName}"]),
+        ""
+    );
+
+    // The seed's policies, chosen by schedulerName.
+    let pod = |name: &str, scheduler: &str, label: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","labels":{{{label}}}}},
+              "spec":{{"schedulerName":"{scheduler}","containers":[{{"name":"c","image":"busybox"}}]}}}}"#
+        )
+    };
+    for i in 0..4 {
+        assert!(
+            c.with_manifest(
+                &["create"],
+                &pod(&format!("rr{i}"), "round-robin", "\"policy\":\"rr\"")
+            )
+            .ok
+        );
+        // One at a time, so the rotation is observable.
+        c.eventually(
+            &[
+                "get",
+                "pod",
+                &format!("rr{i}"),
+                "-o",
+                "jsonpath={.spec.nodeName}",
+            ],
+            |o| !o.is_empty(),
+        );
+    }
+    let nodes = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "policy=rr",
+        "-o",
+        "jsonpath={.items[*].spec.nodeName}",
+    ]);
+    let on0 = nodes.split_whitespace().filter(|n| *n == "sim-0").count();
+    assert_eq!(on0, 2, "round-robin alternates: {nodes}");
+    assert!(
+        c.with_manifest(
+            &["create"],
+            &pod("pinned", "affinity", "\"minik8s.io/node\":\"sim-1\"")
+        )
+        .ok
+    );
+    c.eventually(
+        &["get", "pod", "pinned", "-o", "jsonpath={.spec.nodeName}"],
+        |o| o == "sim-1",
+    );
+    assert!(
+        c.with_manifest(
+            &["create"],
+            &pod("roomy", "resource-based", "\"policy\":\"rb\"")
+        )
+        .ok
+    );
+    c.eventually(
+        &["get", "pod", "roomy", "-o", "jsonpath={.spec.nodeName}"],
+        |o| o.starts_with("sim-"),
+    );
+}

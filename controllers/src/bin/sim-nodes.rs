@@ -1,0 +1,57 @@
+//! `sim-nodes`: registers simulated nodes for scale and controller tests (never for kubelet
+//! tests): pods bound to them become Running without containers.
+
+use clap::Parser;
+use minik8s_controllers::simnodes::{SimConfig, run};
+use tokio_util::sync::CancellationToken;
+
+/// Simulated nodes.
+#[derive(Parser)]
+struct Args {
+    /// Kubeconfig to use.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: std::path::PathBuf,
+    /// How many nodes.
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// Node name prefix.
+    #[arg(long, default_value = "sim")]
+    prefix: String,
+    /// Allocatable cpu per node.
+    #[arg(long, default_value = "4")]
+    cpu: String,
+    /// Allocatable memory per node.
+    #[arg(long, default_value = "8Gi")]
+    memory: String,
+    /// Allocatable pods per node.
+    #[arg(long, default_value_t = 110)]
+    pods: u32,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let a = Args::parse();
+    let client = minik8s_kubeconfig::client(&a.kubeconfig).await?;
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
+        stop.cancel();
+    });
+    let cfg = SimConfig {
+        prefix: a.prefix,
+        count: a.nodes,
+        cpu: a.cpu,
+        memory: a.memory,
+        pods: a.pods,
+    };
+    run(client, cfg, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,253 @@
+//! The endpoints controller: for every Service with a selector, an EndpointSlice per
+//! distinct set of resolved ports (named targetPorts are resolved per pod) listing the
+//! matching pods' addresses with their ready/serving/terminating conditions, and the
+//! legacy Endpoints object (ready addresses and notReadyAddresses). Headless services too.
+//! Both are written by server-side apply, so repeated reconciles are cheap and idempotent.
+
+use crate::util::{self, owner_ref};
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Field manager and `managed-by` label value.
+const MANAGER: &str = "endpointslice-controller.k8s.io";
+/// Label naming a slice's Service.
+pub const SERVICE_LABEL: &str = "kubernetes.io/service-name";
+
+/// A service port resolved against one pod: (name, port, protocol).
+type Resolved = Vec<(String, i32, String)>;
+
+/// Resolves a service's ports against a pod; `None` if a named port is missing.
+pub fn resolve(ports: &[ServicePort], pod: &Pod) -> Option<Resolved> {
+    ports
+        .iter()
+        .map(|p| {
+            let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
+            let number = match &p.target_port {
+                None => p.port,
+                Some(IntOrString::Int(n)) => *n,
+                Some(IntOrString::String(name)) => pod
+                    .spec
+                    .iter()
+                    .flat_map(|s| s.containers.iter())
+                    .flat_map(|c| c.ports.iter().flatten())
+                    .find(|cp| cp.name.as_deref() == Some(name.as_str()))
+                    .map(|cp| cp.container_port)?,
+            };
+            Some((p.name.clone().unwrap_or_default(), number, protocol))
+        })
+        .collect()
+}
+
+/// The address-bearing endpoints of a service, grouped by resolved ports.
+pub fn group(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Resolved, Vec<Value>> {
+    let spec = svc.spec.as_ref();
+    let ports = spec.and_then(|s| s.ports.clone()).unwrap_or_default();
+    let mut out: BTreeMap<Resolved, Vec<Value>> = BTreeMap::new();
+    for p in pods {
+        let Some(ip) = p
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|ip| !ip.is_empty())
+        else {
+            continue;
+        };
+        if util::is_terminal(p) {
+            continue;
+        }
+        let Some(resolved) = resolve(&ports, p) else {
+            continue;
+        };
+        let terminating = p.metadata.deletion_timestamp.is_some();
+        let serving = util::is_ready(p);
+        let ready = serving && !terminating;
+        let mut ep = json!({
+            "addresses": [ip],
+            "conditions": {"ready": ready, "serving": serving, "terminating": terminating},
+            "targetRef": {"kind": "Pod", "namespace": p.namespace(), "name": p.name_any(), "uid": p.uid()},
+        });
+        if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            ep["nodeName"] = json!(node);
+        }
+        if let Some(h) = p.spec.as_ref().and_then(|s| s.hostname.clone()) {
+            ep["hostname"] = json!(h);
+        }
+        out.entry(resolved).or_default().push(ep);
+    }
+    for eps in out.values_mut() {
+        eps.sort_by(|a, b| a["addresses"][0].as_str().cmp(&b["addresses"][0].as_str()));
+    }
+    out
+}
+
+struct Ctx {
+    client: Client,
+    pods: Store<Pod>,
+}
+
+async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
+    let Some(selector) = svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.clone())
+        .filter(|s| !s.is_empty())
+    else {
+        return Ok(Action::await_change());
+    };
+    if svc.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = svc.namespace().unwrap_or_default();
+    let name = svc.name_any();
+    let pods: Vec<Arc<Pod>> = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
+        .collect();
+    let groups = group(&svc, &pods);
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
+    let pp = PatchParams::apply(MANAGER).force();
+    let headless = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None");
+    let mut labels =
+        json!({SERVICE_LABEL: name, "endpointslice.kubernetes.io/managed-by": MANAGER});
+    if headless {
+        labels["service.kubernetes.io/headless"] = json!("");
+    }
+    let mut wanted: Vec<String> = Vec::new();
+    // A service without endpoints still gets one (empty) slice, as upstream.
+    let groups: Vec<(Resolved, Vec<Value>)> = if groups.is_empty() {
+        vec![(Vec::new(), Vec::new())]
+    } else {
+        groups.into_iter().collect()
+    };
+    for (ports, endpoints) in &groups {
+        let slice_name = format!("{name}-{}", &util::hash_of(ports)[..5]);
+        wanted.push(slice_name.clone());
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": slice_name, "namespace": ns, "labels": labels,
+                         "ownerReferences": [owner_ref(svc.as_ref())]},
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+            "ports": ports.iter().map(|(n, p, proto)| json!({"name": n, "port": p, "protocol": proto})).collect::<Vec<_>>(),
+        });
+        slices
+            .patch(&slice_name, &pp, &Patch::Apply(&slice))
+            .await?;
+    }
+    let stale = slices
+        .list_metadata(&ListParams::default().labels(&format!("{SERVICE_LABEL}={name}")))
+        .await?;
+    for s in stale.items {
+        let n = s.name_any();
+        if !wanted.contains(&n) {
+            let _ = slices.delete(&n, &DeleteParams::background()).await;
+        }
+    }
+    // The Endpoints object.
+    let subsets: Vec<Value> = groups
+        .iter()
+        .filter(|(_, eps)| !eps.is_empty())
+        .map(|(ports, eps)| {
+            let addr = |e: &Value| {
+                json!({"ip": e["addresses"][0], "nodeName": e.get("nodeName"), "targetRef": e["targetRef"]})
+            };
+            let ready: Vec<Value> = eps.iter().filter(|e| e["conditions"]["ready"] == json!(true)).map(addr).collect();
+            let not_ready: Vec<Value> = eps.iter().filter(|e| e["conditions"]["ready"] != json!(true)).map(addr).collect();
+            let mut s = json!({"ports": ports.iter().map(|(n, p, proto)| json!({"name": n, "port": p, "protocol": proto})).collect::<Vec<_>>()});
+            if !ready.is_empty() {
+                s["addresses"] = json!(ready);
+            }
+            if !not_ready.is_empty() {
+                s["notReadyAddresses"] = json!(not_ready);
+            }
+            s
+        })
+        .collect();
+    let mut ep_labels = svc.labels().clone();
+    if headless {
+        ep_labels.insert("service.kubernetes.io/headless".into(), String::new());
+    }
+    let endpoints = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": name, "namespace": ns, "labels": ep_labels},
+        "subsets": subsets,
+    });
+    let api: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(ctx.client.clone(), &ns);
+    api.patch(
+        &name,
+        &PatchParams::apply("endpoint-controller").force(),
+        &Patch::Apply(&endpoints),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+fn error_policy(svc: Arc<Service>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(service = %util::key(svc.as_ref()), error = %e, "endpoints reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// Runs the endpoints controller until `shutdown`.
+pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
+    let pods = crate::informer::start(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default(),
+        &tasks,
+        &shutdown,
+    );
+    let _ = pods.wait_until_ready().await;
+    let controller = Controller::new(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let services = controller.store();
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        pods,
+    });
+    controller
+        .watches(
+            Api::<Pod>::all(client),
+            watcher::Config::default(),
+            move |pod: Pod| {
+                // A pod change concerns the services of its namespace that select it.
+                let ns = pod.namespace();
+                let labels = pod.labels().clone();
+                services
+                    .state()
+                    .into_iter()
+                    .filter(|s| s.namespace() == ns)
+                    .filter(|s| {
+                        s.spec
+                            .as_ref()
+                            .and_then(|sp| sp.selector.as_ref())
+                            .is_some_and(|sel| {
+                                !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+                            })
+                    })
+                    .map(|s| ObjectRef::from_obj(s.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+        .await;
+}

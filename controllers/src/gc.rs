@@ -1,0 +1,429 @@
+//! The garbage collector and the resource discovery it shares with the namespace
+//! controller. Every resource the API serves (built-in and custom, found by discovery and
+//! refreshed every 30 s) is watched for metadata only; the ownerReference graph lives in
+//! memory. A sweep after changes deletes dependents whose owners are all gone
+//! (background), drives foreground deletion (`foregroundDeletion` finalizer: delete the
+//! dependents, then release the owner) and orphaning (`orphan` finalizer: strip the
+//! ownerReferences, then release the owner).
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::discovery::{Discovery, Scope, verbs};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A served resource that can be listed, watched and deleted.
+#[derive(Clone, Debug)]
+pub struct Served {
+    /// Group, version, kind and plural.
+    pub ar: ApiResource,
+    /// Whether it lives in namespaces.
+    pub namespaced: bool,
+}
+
+/// The preferred version of every resource that supports list, watch and delete.
+pub async fn served(client: &Client) -> kube::Result<Vec<Served>> {
+    let d = Discovery::new(client.clone()).run().await?;
+    let mut out = Vec::new();
+    for g in d.groups() {
+        for (ar, caps) in g.recommended_resources() {
+            if !caps.subresources.is_empty() && ar.plural.contains('/') {
+                continue;
+            }
+            if [verbs::LIST, verbs::WATCH, verbs::DELETE]
+                .iter()
+                .all(|v| caps.supports_operation(v))
+            {
+                out.push(Served {
+                    ar,
+                    namespaced: caps.scope == Scope::Namespaced,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What the collector knows about one object.
+#[derive(Clone, Debug)]
+struct Meta {
+    res: usize,
+    namespace: Option<String>,
+    name: String,
+    owners: Vec<OwnerReference>,
+    finalizers: Vec<String>,
+    deleting: bool,
+}
+
+#[derive(Default)]
+struct Graph {
+    resources: Vec<Served>,
+    objects: HashMap<String, Meta>,
+}
+
+/// An action the sweep decided on.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Delete a dependent (with this propagation).
+    Delete(String, &'static str),
+    /// Remove ownerReferences to these uids from an object.
+    Unown(String, Vec<String>),
+    /// Remove a finalizer from an object.
+    Release(String, &'static str),
+}
+
+/// The steps a graph calls for (pure; the unit tests drive it).
+fn sweep(objects: &HashMap<String, Meta>) -> Vec<Step> {
+    let mut children: HashMap<&str, Vec<&str>> = HashMap::new();
+    for (uid, m) in objects {
+        for o in &m.owners {
+            children.entry(o.uid.as_str()).or_default().push(uid);
+        }
+    }
+    let mut steps = Vec::new();
+    for (uid, m) in objects {
+        if m.deleting && m.finalizers.iter().any(|f| f == "foregroundDeletion") {
+            let deps: Vec<&&str> = children.get(uid.as_str()).into_iter().flatten().collect();
+            if deps.is_empty() {
+                steps.push(Step::Release(uid.clone(), "foregroundDeletion"));
+            }
+            for d in deps {
+                if objects.get(*d as &str).is_some_and(|o| !o.deleting) {
+                    steps.push(Step::Delete((*d).to_owned(), "Foreground"));
+                }
+            }
+            continue;
+        }
+        if m.deleting && m.finalizers.iter().any(|f| f == "orphan") {
+            let deps: Vec<&&str> = children.get(uid.as_str()).into_iter().flatten().collect();
+            if deps.is_empty() {
+                steps.push(Step::Release(uid.clone(), "orphan"));
+            }
+            for d in deps {
+                steps.push(Step::Unown((*d).to_owned(), vec![uid.clone()]));
+            }
+            continue;
+        }
+        if m.owners.is_empty() || m.deleting {
+            continue;
+        }
+        let gone: Vec<String> = m
+            .owners
+            .iter()
+            .filter(|o| !objects.contains_key(&o.uid))
+            .map(|o| o.uid.clone())
+            .collect();
+        if gone.len() == m.owners.len() {
+            steps.push(Step::Delete(uid.clone(), "Background"));
+        } else if !gone.is_empty() {
+            steps.push(Step::Unown(uid.clone(), gone));
+        }
+    }
+    steps
+}
+
+struct Gc {
+    client: Client,
+    graph: Mutex<Graph>,
+    dirty: Notify,
+}
+
+impl Gc {
+    fn api(&self, m: &Meta) -> Api<DynamicObject> {
+        let g = self.graph.lock().expect("gc graph");
+        let ar = &g.resources[m.res].ar;
+        match &m.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
+            None => Api::all_with(self.client.clone(), ar),
+        }
+    }
+
+    /// Whether an owner the graph misses is really gone (the watch may lag): asks the API.
+    async fn owner_gone(&self, dependent: &Meta, owner: &OwnerReference) -> bool {
+        let (group, version) = match owner.api_version.split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (String::new(), owner.api_version.clone()),
+        };
+        let found = {
+            let g = self.graph.lock().expect("gc graph");
+            g.resources
+                .iter()
+                .find(|s| s.ar.group == group && s.ar.kind == owner.kind)
+                .cloned()
+        };
+        let Some(s) = found else {
+            return false;
+        };
+        let mut ar = s.ar.clone();
+        ar.version = version;
+        ar.api_version = owner.api_version.clone();
+        let api: Api<DynamicObject> = match (&dependent.namespace, s.namespaced) {
+            (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            _ => Api::all_with(self.client.clone(), &ar),
+        };
+        match api.get_opt(&owner.name).await {
+            Ok(None) => true,
+            Ok(Some(o)) => o.uid().as_deref() != Some(owner.uid.as_str()),
+            Err(_) => false,
+        }
+    }
+
+    async fn apply(&self, step: Step) -> kube::Result<()> {
+        let meta = |uid: &str| {
+            self.graph
+                .lock()
+                .expect("gc graph")
+                .objects
+                .get(uid)
+                .cloned()
+        };
+        match step {
+            Step::Delete(uid, policy) => {
+                let Some(m) = meta(&uid) else { return Ok(()) };
+                if policy == "Background" {
+                    for o in &m.owners {
+                        if !self.owner_gone(&m, o).await {
+                            return Ok(());
+                        }
+                    }
+                }
+                let dp = DeleteParams {
+                    propagation_policy: Some(if policy == "Foreground" {
+                        PropagationPolicy::Foreground
+                    } else {
+                        PropagationPolicy::Background
+                    }),
+                    preconditions: Some(kube::api::Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..Default::default()
+                };
+                tracing::debug!(name = %m.name, "deleting dependent whose owners are gone");
+                ignore_gone(self.api(&m).delete(&m.name, &dp).await.map(|_| ()))
+            }
+            Step::Unown(uid, owners) => {
+                let Some(m) = meta(&uid) else { return Ok(()) };
+                let keep: Vec<&OwnerReference> = m
+                    .owners
+                    .iter()
+                    .filter(|o| !owners.contains(&o.uid))
+                    .collect();
+                // An empty list is dropped (null), as Go's omitempty does upstream.
+                let refs = if keep.is_empty() {
+                    json!(null)
+                } else {
+                    json!(keep)
+                };
+                let patch = json!({"metadata": {"ownerReferences": refs, "uid": uid}});
+                ignore_gone(
+                    self.api(&m)
+                        .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| ()),
+                )
+            }
+            Step::Release(uid, finalizer) => {
+                let Some(m) = meta(&uid) else { return Ok(()) };
+                let keep: Vec<&String> = m.finalizers.iter().filter(|f| *f != finalizer).collect();
+                let patch = json!({"metadata": {"finalizers": keep, "uid": uid}});
+                ignore_gone(
+                    self.api(&m)
+                        .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| ()),
+                )
+            }
+        }
+    }
+
+    /// Watches one resource into the graph.
+    async fn follow(self: Arc<Self>, index: usize, shutdown: CancellationToken) {
+        let ar = self.graph.lock().expect("gc graph").resources[index]
+            .ar
+            .clone();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut relisting: HashSet<String> = HashSet::new();
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        loop {
+            let ev = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                ev = events.next() => ev,
+            };
+            let Some(ev) = ev else { return };
+            let Ok(ev) = ev else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            };
+            let mut g = self.graph.lock().expect("gc graph");
+            match ev {
+                watcher::Event::Init => relisting.clear(),
+                watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                    let uid = o.uid().unwrap_or_default();
+                    relisting.insert(uid.clone());
+                    seen.insert(uid.clone());
+                    g.objects.insert(
+                        uid,
+                        Meta {
+                            res: index,
+                            namespace: o.namespace(),
+                            name: o.name_any(),
+                            owners: o.owner_references().to_vec(),
+                            finalizers: o.finalizers().to_vec(),
+                            deleting: o.metadata.deletion_timestamp.is_some(),
+                        },
+                    );
+                }
+                watcher::Event::Delete(o) => {
+                    let uid = o.uid().unwrap_or_default();
+                    seen.remove(&uid);
+                    g.objects.remove(&uid);
+                }
+                watcher::Event::InitDone => {
+                    for gone in seen.difference(&relisting) {
+                        g.objects.remove(gone);
+                    }
+                    seen = relisting.clone();
+                }
+            }
+            drop(g);
+            self.dirty.notify_one();
+        }
+    }
+}
+
+fn ignore_gone(r: kube::Result<()>) -> kube::Result<()> {
+    match r {
+        Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => Ok(()),
+        other => other,
+    }
+}
+
+/// Runs the garbage collector until `shutdown`.
+pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
+    let gc = Arc::new(Gc {
+        client: client.clone(),
+        graph: Mutex::new(Graph::default()),
+        dirty: Notify::new(),
+    });
+    let mut known: HashSet<(String, String)> = HashSet::new();
+    let mut rediscover = tokio::time::interval(Duration::from_secs(30));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = rediscover.tick() => {
+                match served(&client).await {
+                    Ok(list) => {
+                        for s in list {
+                            if known.insert((s.ar.group.clone(), s.ar.plural.clone())) {
+                                let index = {
+                                    let mut g = gc.graph.lock().expect("gc graph");
+                                    g.resources.push(s);
+                                    g.resources.len() - 1
+                                };
+                                tasks.spawn(gc.clone().follow(index, shutdown.clone()));
+                            }
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "discovery failed"),
+                }
+            }
+            _ = gc.dirty.notified() => {
+                // Let a burst of events land before sweeping.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let steps = sweep(&gc.graph.lock().expect("gc graph").objects);
+                for step in steps {
+                    if let Err(e) = gc.apply(step).await {
+                        tracing::warn!(error = %e, "garbage collection step failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(owners: &[&str], finalizers: &[&str], deleting: bool) -> Meta {
+        Meta {
+            res: 0,
+            namespace: Some("ns".into()),
+            name: "x".into(),
+            owners: owners
+                .iter()
+                .map(|u| OwnerReference {
+                    uid: (*u).into(),
+                    ..Default::default()
+                })
+                .collect(),
+            finalizers: finalizers.iter().map(|f| (*f).to_owned()).collect(),
+            deleting,
+        }
+    }
+
+    #[test]
+    fn orphans_of_deleted_owners_are_collected() {
+        let objects: HashMap<String, Meta> = [("pod".to_owned(), obj(&["rs"], &[], false))].into();
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Delete("pod".into(), "Background")]
+        );
+    }
+
+    #[test]
+    fn foreground_deletes_dependents_then_releases_the_owner() {
+        let mut objects: HashMap<String, Meta> = [
+            ("rs".to_owned(), obj(&[], &["foregroundDeletion"], true)),
+            ("pod".to_owned(), obj(&["rs"], &[], false)),
+        ]
+        .into();
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Delete("pod".into(), "Foreground")]
+        );
+        objects.remove("pod");
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Release("rs".into(), "foregroundDeletion")]
+        );
+    }
+
+    #[test]
+    fn orphaning_strips_owner_references_then_releases() {
+        let mut objects: HashMap<String, Meta> = [
+            ("rs".to_owned(), obj(&[], &["orphan"], true)),
+            ("pod".to_owned(), obj(&["rs"], &[], false)),
+        ]
+        .into();
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Unown("pod".into(), vec!["rs".into()])]
+        );
+        objects.get_mut("pod").unwrap().owners.clear();
+        assert_eq!(sweep(&objects), vec![Step::Release("rs".into(), "orphan")]);
+    }
+
+    #[test]
+    fn a_surviving_owner_keeps_the_dependent() {
+        let objects: HashMap<String, Meta> = [
+            ("a".to_owned(), obj(&[], &[], false)),
+            ("pod".to_owned(), obj(&["a", "b"], &[], false)),
+        ]
+        .into();
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Unown("pod".into(), vec!["b".into()])]
+        );
+    }
+}

@@ -1,0 +1,42 @@
+//! The controller manager: runs the selected controllers (all by default) on one client
+//! until shutdown, and waits for their tasks to end.
+
+use kube::Client;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Every controller the manager knows, by name.
+pub const ALL: [&str; 6] = [
+    "scheduler",
+    "replicaset",
+    "deployment",
+    "garbagecollector",
+    "namespace",
+    "endpoints",
+];
+
+/// Runs the named controllers until `shutdown`; unknown names are an error.
+pub async fn run(
+    client: Client,
+    names: &[String],
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let tasks = TaskTracker::new();
+    for name in names {
+        let (c, t, s) = (client.clone(), tasks.clone(), shutdown.clone());
+        match name.as_str() {
+            "scheduler" => tasks.spawn(crate::scheduler::run(c, t, s)),
+            "replicaset" => tasks.spawn(crate::replicaset::run(c, t, s)),
+            "deployment" => tasks.spawn(crate::deployment::run(c, t, s)),
+            "garbagecollector" => tasks.spawn(crate::gc::run(c, t, s)),
+            "namespace" => tasks.spawn(crate::namespace::run(c, s)),
+            "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
+            other => anyhow::bail!("unknown controller {other:?} (known: {})", ALL.join(", ")),
+        };
+    }
+    tracing::info!(controllers = %names.join(","), "controllers started");
+    shutdown.cancelled().await;
+    tasks.close();
+    tasks.wait().await;
+    Ok(())
+}

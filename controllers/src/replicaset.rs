@@ -1,0 +1,457 @@
+//! The ReplicaSet controller: keeps `replicas` active pods matching the selector, owned
+//! through a controller ownerReference. It adopts matching orphans and releases owned pods
+//! that stop matching, creates in slow-start batches (1, 2, 4, …), deletes the least
+//! valuable pods first (unscheduled < pending < not ready < ready; newer before older),
+//! and writes status (replicas, fullyLabeledReplicas, readyReplicas, availableReplicas,
+//! observedGeneration). Expectations keep it from acting twice on creations or deletions
+//! its informer has not seen yet.
+
+use crate::util::{self, controller_of, owner_ref};
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Largest number of pods created per reconcile (upstream's burst).
+const BURST: usize = 500;
+
+/// Creations and deletions made but not yet seen through the informer, per owner uid.
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<String, (HashSet<String>, Instant)>>,
+}
+
+impl Expectations {
+    /// Records that these pods (by name) are about to appear or disappear.
+    pub fn expect(&self, owner: &str, names: impl IntoIterator<Item = String>) {
+        let mut p = self.pending.lock().expect("expectations");
+        let e = p
+            .entry(owner.to_owned())
+            .or_insert_with(|| (HashSet::new(), Instant::now()));
+        e.0.extend(names);
+        e.1 = Instant::now();
+    }
+
+    /// Forgets one expectation (the call failed).
+    pub fn forget(&self, owner: &str, name: &str) {
+        if let Some(e) = self.pending.lock().expect("expectations").get_mut(owner) {
+            e.0.remove(name);
+        }
+    }
+
+    /// Whether all expectations are met, given a predicate telling which are observed;
+    /// they expire after 30 s as upstream's do.
+    pub fn satisfied(&self, owner: &str, observed: impl Fn(&str) -> bool) -> bool {
+        let mut p = self.pending.lock().expect("expectations");
+        let Some((names, since)) = p.get_mut(owner) else {
+            return true;
+        };
+        names.retain(|n| !observed(n));
+        if names.is_empty() || since.elapsed() > Duration::from_secs(30) {
+            p.remove(owner);
+            return true;
+        }
+        false
+    }
+}
+
+/// How much a pod is worth keeping (lower goes first when scaling down).
+pub fn value(pod: &Pod) -> (u8, u8, std::cmp::Reverse<String>) {
+    let scheduled = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let rank = match (scheduled, util::phase(pod), util::is_ready(pod)) {
+        (false, _, _) => 0,
+        (true, "Pending", _) => 1,
+        (true, _, false) => 2,
+        (true, _, true) => 3,
+    };
+    let restarts: i32 = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |c| c.iter().map(|c| c.restart_count).sum());
+    // Among equals, pods that restarted more, then newer pods, go first.
+    let created = pod
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .unwrap_or_default();
+    (rank, u8::from(restarts == 0), std::cmp::Reverse(created))
+}
+
+/// What a reconcile should do about the pod count.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// Create this many pods.
+    Create(usize),
+    /// Delete these pods (by name).
+    Delete(Vec<String>),
+    /// Nothing.
+    Steady,
+}
+
+/// Decides creations or deletions from the desired count and the active owned pods.
+pub fn plan(replicas: usize, active: &[&Pod]) -> Scale {
+    use std::cmp::Ordering;
+    match active.len().cmp(&replicas) {
+        Ordering::Less => Scale::Create((replicas - active.len()).min(BURST)),
+        Ordering::Greater => {
+            let mut sorted: Vec<&&Pod> = active.iter().collect();
+            sorted.sort_by_key(|p| value(p));
+            Scale::Delete(
+                sorted
+                    .iter()
+                    .take(active.len() - replicas)
+                    .map(|p| p.name_any())
+                    .collect(),
+            )
+        }
+        Ordering::Equal => Scale::Steady,
+    }
+}
+
+/// The pod a ReplicaSet creates from its template.
+pub fn pod_from_template(rs: &ReplicaSet) -> Result<Pod> {
+    let template = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.as_ref())
+        .ok_or_else(|| Error::Invalid("replicaset has no template".into()))?;
+    let mut meta = template.metadata.clone().unwrap_or_default();
+    meta.name = None;
+    meta.generate_name = Some(format!("{}-", rs.name_any()));
+    meta.namespace = rs.namespace();
+    meta.owner_references = Some(vec![owner_ref(rs)]);
+    Ok(Pod {
+        metadata: meta,
+        spec: template.spec.clone(),
+        status: None,
+    })
+}
+
+struct Ctx {
+    client: Client,
+    pods: Store<Pod>,
+    expectations: Expectations,
+}
+
+async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
+    if rs.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = rs.namespace().unwrap_or_default();
+    let uid = rs.uid().unwrap_or_default();
+    let spec = rs
+        .spec
+        .as_ref()
+        .ok_or_else(|| Error::Invalid("no spec".into()))?;
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Vec<Arc<Pod>> = ctx
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
+    // Adopt orphans that match; release owned pods that no longer do.
+    let mut owned: Vec<Arc<Pod>> = Vec::new();
+    for p in pods {
+        let matches = util::selector_matches(&spec.selector, p.metadata.labels.as_ref());
+        match controller_of(&p.metadata) {
+            Some(o) if o.uid == uid => {
+                if matches {
+                    owned.push(p);
+                } else {
+                    let patch = json!({"metadata": {"ownerReferences": p.owner_references().iter().filter(|o| o.uid != uid).collect::<Vec<_>>(), "uid": p.uid()}});
+                    api.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+                        .await?;
+                }
+            }
+            None if matches
+                && p.metadata.deletion_timestamp.is_none()
+                && !util::is_terminal(&p) =>
+            {
+                let mut refs = p.owner_references().to_vec();
+                refs.push(owner_ref(rs.as_ref()));
+                let patch = json!({"metadata": {"ownerReferences": refs, "uid": p.uid()}});
+                if api
+                    .patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .is_ok()
+                {
+                    owned.push(p);
+                }
+            }
+            _ => {}
+        }
+    }
+    let active: Vec<&Pod> = owned
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|p| util::is_active(p))
+        .collect();
+    let known: HashSet<String> = owned.iter().map(|p| p.name_any()).collect();
+    let deleting: HashSet<String> = owned
+        .iter()
+        .filter(|p| !util::is_active(p))
+        .map(|p| p.name_any())
+        .collect();
+    // A creation (by name) is observed when the pod shows up; a deletion ("-name") when
+    // it is gone or going (pod names never start with '-').
+    let settled = ctx
+        .expectations
+        .satisfied(&uid, |n| match n.strip_prefix('-') {
+            Some(d) => !known.contains(d) || deleting.contains(d),
+            None => known.contains(n),
+        });
+    let replicas = spec.replicas.unwrap_or(1).max(0) as usize;
+    if settled {
+        match plan(replicas, &active) {
+            Scale::Create(n) => create(&ctx, &rs, &api, &uid, n).await?,
+            Scale::Delete(names) => {
+                ctx.expectations
+                    .expect(&uid, names.iter().map(|n| format!("-{n}")));
+                for n in names {
+                    match api.delete(&n, &DeleteParams::background()).await {
+                        Ok(_) => {}
+                        Err(kube::Error::Api(s)) if matches!(s.code, 404) => {}
+                        Err(e) => {
+                            ctx.expectations.forget(&uid, &format!("-{n}"));
+                            return Err(e.into());
+                        }
+                    }
+                }
+            }
+            Scale::Steady => {}
+        }
+    }
+    write_status(&ctx, &rs, &owned).await?;
+    if !settled {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    // The pod informer may lag the event that triggered this reconcile: until the set is
+    // full and ready, look again soon.
+    if active.len() != replicas || active.iter().any(|p| !util::is_ready(p)) {
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    // Availability depends on time (minReadySeconds): look again when it may change.
+    let min_ready = spec.min_ready_seconds.unwrap_or(0);
+    if min_ready > 0 && active.iter().any(|p| util::is_ready(p)) {
+        return Ok(Action::requeue(Duration::from_secs(min_ready as u64)));
+    }
+    Ok(Action::await_change())
+}
+
+/// Creates `n` pods in slow-start batches, stopping at the first failure.
+async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize) -> Result<()> {
+    let template = pod_from_template(rs)?;
+    let mut left = n;
+    let mut batch = 1;
+    while left > 0 {
+        let size = batch.min(left);
+        let results = futures::future::join_all((0..size).map(|_| {
+            let mut pod = template.clone();
+            let name = format!("{}-{}", rs.name_any(), util::random_suffix());
+            pod.metadata.generate_name = None;
+            pod.metadata.name = Some(name.clone());
+            ctx.expectations.expect(uid, [name.clone()]);
+            async move {
+                let r = api.create(&PostParams::default(), &pod).await;
+                (name, r)
+            }
+        }))
+        .await;
+        let mut failed = None;
+        for (name, r) in results {
+            if let Err(e) = r {
+                ctx.expectations.forget(uid, &name);
+                failed = Some(e);
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        left -= size;
+        batch *= 2;
+    }
+    Ok(())
+}
+
+async fn write_status(ctx: &Ctx, rs: &ReplicaSet, owned: &[Arc<Pod>]) -> Result<()> {
+    let spec = rs.spec.as_ref();
+    let template_labels = spec
+        .and_then(|s| s.template.as_ref())
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    let min_ready = spec.and_then(|s| s.min_ready_seconds).unwrap_or(0);
+    let now = jiff::Timestamp::now();
+    let active: Vec<&Arc<Pod>> = owned.iter().filter(|p| util::is_active(p)).collect();
+    let fully = active
+        .iter()
+        .filter(|p| {
+            template_labels
+                .iter()
+                .all(|(k, v)| p.labels().get(k) == Some(v))
+        })
+        .count();
+    let ready = active.iter().filter(|p| util::is_ready(p)).count();
+    let available = active
+        .iter()
+        .filter(|p| util::is_available(p, min_ready, now))
+        .count();
+    let status = json!({
+        "replicas": active.len(),
+        "fullyLabeledReplicas": fully,
+        "readyReplicas": ready,
+        "availableReplicas": available,
+        "observedGeneration": rs.metadata.generation,
+    });
+    let current = rs.status.as_ref().map(serde_json::to_value).transpose()?;
+    let unchanged = current.as_ref().is_some_and(|c| {
+        [
+            "replicas",
+            "fullyLabeledReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "observedGeneration",
+        ]
+        .iter()
+        .all(|k| c.get(k).cloned().unwrap_or(json!(0)) == status[k])
+    });
+    if unchanged {
+        return Ok(());
+    }
+    let api: Api<ReplicaSet> =
+        Api::namespaced(ctx.client.clone(), &rs.namespace().unwrap_or_default());
+    match api
+        .patch_status(
+            &rs.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if matches!(s.code, 404) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn error_policy(rs: Arc<ReplicaSet>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(replicaset = %util::key(rs.as_ref()), error = %e, "reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// Runs the ReplicaSet controller until `shutdown`.
+pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
+    let pods = crate::informer::start(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default(),
+        &tasks,
+        &shutdown,
+    );
+    let _ = pods.wait_until_ready().await;
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        pods,
+        expectations: Expectations::default(),
+    });
+    Controller::new(
+        Api::<ReplicaSet>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Pod>::all(client), watcher::Config::default())
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| async {})
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+
+    fn pod(name: &str, node: Option<&str>, phase: &str, ready: bool) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn scale_down_removes_the_least_valuable_pods_first() {
+        let ready = pod("ready", Some("n"), "Running", true);
+        let unready = pod("unready", Some("n"), "Running", false);
+        let pending = pod("pending", Some("n"), "Pending", false);
+        let unscheduled = pod("unscheduled", None, "Pending", false);
+        let all = [&ready, &unready, &pending, &unscheduled];
+        assert_eq!(
+            plan(1, &all),
+            Scale::Delete(vec![
+                "unscheduled".into(),
+                "pending".into(),
+                "unready".into()
+            ])
+        );
+        assert_eq!(plan(4, &all), Scale::Steady);
+        assert_eq!(plan(6, &all), Scale::Create(2));
+        assert_eq!(plan(10_000, &[]), Scale::Create(BURST));
+    }
+
+    #[test]
+    fn expectations_hold_until_observed_or_expired() {
+        let e = Expectations::default();
+        e.expect("rs", ["a".to_owned(), "b".to_owned()]);
+        assert!(!e.satisfied("rs", |n| n == "a"));
+        assert!(e.satisfied("rs", |n| n == "b"));
+        assert!(e.satisfied("other", |_| false));
+    }
+
+    #[test]
+    fn template_pods_are_owned_and_named_after_the_set() {
+        let rs: ReplicaSet = serde_json::from_value(json!({
+            "metadata": {"name": "web-abc", "namespace": "ns", "uid": "u1"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+        }))
+        .unwrap();
+        let p = pod_from_template(&rs).unwrap();
+        assert_eq!(p.metadata.generate_name.as_deref(), Some("web-abc-"));
+        let o = &p.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (o.kind.as_str(), o.uid.as_str(), o.controller),
+            ("ReplicaSet", "u1", Some(true))
+        );
+    }
+}

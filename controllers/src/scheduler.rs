@@ -1,0 +1,768 @@
+//! The scheduler: binds pending pods to nodes through the `binding` subresource.
+//!
+//! Filters (all profiles): node Ready and schedulable, taints tolerated, `nodeSelector`,
+//! required node affinity, required pod (anti-)affinity on `kubernetes.io/hostname`,
+//! resource requests fit allocatable (cpu, memory, pods and extended resources such as
+//! `nvidia.com/gpu`), host ports free. Then a profile, chosen by `spec.schedulerName`, picks
+//! among the nodes that pass:
+//!
+//! | `schedulerName`       | picks                                                          |
+//! |-----------------------|----------------------------------------------------------------|
+//! | `default-scheduler`   | least allocated: highest mean free fraction of cpu and memory  |
+//! | `round-robin`         | the next feasible node in name order, rotating per decision    |
+//! | `resource-based`      | most free resources in absolute terms (cpu, then memory)       |
+//! | `affinity`            | the node named by the pod's `minik8s.io/node` label (else least allocated) |
+//!
+//! Decisions are serialised and "assume" the pod on its node at once, so concurrent
+//! bindings never overcommit; the cluster view is rebuilt from the informers at most once a
+//! second. A pod that fits nowhere gets `PodScheduled=False` (Unschedulable) and a
+//! FailedScheduling Event, and is retried.
+
+use crate::util::{self, pod_requests};
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{
+    Binding, Node, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, Pod, Taint,
+    Toleration,
+};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_types::Quantity;
+use serde_json::json;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// The label the `affinity` profile reads.
+pub const NODE_LABEL: &str = "minik8s.io/node";
+
+/// How a profile chooses among feasible nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    /// Highest mean free fraction of cpu and memory (upstream's default scoring).
+    LeastAllocated,
+    /// Rotate through feasible nodes.
+    RoundRobin,
+    /// Most free cpu, then memory, in absolute terms.
+    ResourceBased,
+    /// The node the pod names in its `minik8s.io/node` label.
+    Affinity,
+}
+
+impl Policy {
+    /// The profile a pod's `spec.schedulerName` selects; `None`: not ours.
+    pub fn for_scheduler(name: Option<&str>) -> Option<Policy> {
+        match name.unwrap_or("default-scheduler") {
+            "default-scheduler" | "" => Some(Policy::LeastAllocated),
+            "round-robin" => Some(Policy::RoundRobin),
+            "resource-based" => Some(Policy::ResourceBased),
+            "affinity" => Some(Policy::Affinity),
+            _ => None,
+        }
+    }
+}
+
+/// What is known about one node when deciding.
+#[derive(Clone, Debug)]
+pub struct NodeInfo {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Summed requests of the pods on it.
+    pub requested: BTreeMap<String, Quantity>,
+    /// Number of pods on it.
+    pub pods: i64,
+    /// Host ports in use: (protocol, port).
+    pub ports: HashSet<(String, i32)>,
+    /// (namespace, labels) of the pods on it.
+    pub pod_labels: Vec<(String, BTreeMap<String, String>)>,
+}
+
+impl NodeInfo {
+    fn new(node: Arc<Node>) -> Self {
+        NodeInfo {
+            node,
+            requested: BTreeMap::new(),
+            pods: 0,
+            ports: HashSet::new(),
+            pod_labels: Vec::new(),
+        }
+    }
+
+    fn name(&self) -> &str {
+        self.node.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Adds a pod's usage.
+    pub fn add(&mut self, pod: &Pod, requests: &BTreeMap<String, Quantity>) {
+        for (k, v) in requests {
+            *self.requested.entry(k.clone()).or_default() += *v;
+        }
+        self.pods += 1;
+        self.ports.extend(host_ports(pod));
+        self.pod_labels
+            .push((pod.namespace().unwrap_or_default(), pod.labels().clone()));
+    }
+
+    fn allocatable(&self, res: &str) -> Quantity {
+        let status = self.node.status.as_ref();
+        status
+            .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
+            .and_then(|a| a.get(res))
+            .and_then(|q| Quantity::parse(&q.0).ok())
+            .unwrap_or_default()
+    }
+
+    fn free(&self, res: &str) -> Quantity {
+        self.allocatable(res) - self.requested.get(res).copied().unwrap_or_default()
+    }
+}
+
+fn host_ports(pod: &Pod) -> Vec<(String, i32)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            p.host_port
+                .filter(|h| *h > 0)
+                .map(|h| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), h))
+        })
+        .collect()
+}
+
+fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let key_ok = t
+            .key
+            .as_deref()
+            .is_none_or(|k| k.is_empty() || k == taint.key);
+        let value_ok = match t.operator.as_deref() {
+            Some("Exists") => true,
+            _ => {
+                t.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default()
+            }
+        };
+        effect_ok
+            && key_ok
+            && value_ok
+            && (t.key.is_some() || t.operator.as_deref() == Some("Exists"))
+    })
+}
+
+fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+    let labels = node.labels();
+    let name = node.metadata.name.as_deref();
+    term.match_expressions
+        .iter()
+        .flatten()
+        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && term
+            .match_fields
+            .iter()
+            .flatten()
+            .all(|r| r.key == "metadata.name" && requirement_matches(r, name))
+}
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Why a node does not fit a pod (upstream's wording, counted across nodes).
+pub fn filter(
+    pod: &Pod,
+    requests: &BTreeMap<String, Quantity>,
+    info: &NodeInfo,
+) -> Result<(), String> {
+    let node = &info.node;
+    let spec = pod.spec.as_ref();
+    if !node_ready(node) {
+        return Err("node(s) were not ready".into());
+    }
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        return Err("node(s) were unschedulable".into());
+    }
+    let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    for t in node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        if matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !tolerates(&tolerations, t) {
+            return Err(format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                t.key,
+                t.value.as_deref().unwrap_or_default()
+            ));
+        }
+    }
+    let labels = node.labels();
+    if let Some(sel) = spec.and_then(|s| s.node_selector.as_ref())
+        && !sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+    {
+        return Err("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    let affinity = spec.and_then(|s| s.affinity.as_ref());
+    if let Some(required) = affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        && !required
+            .node_selector_terms
+            .iter()
+            .any(|t| term_matches(t, node))
+    {
+        return Err("node(s) didn't match Pod's node affinity/selector".into());
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let hostname = |terms: &[k8s_openapi::api::core::v1::PodAffinityTerm]| {
+        terms
+            .iter()
+            .filter(|t| t.topology_key == "kubernetes.io/hostname")
+            .map(|t| {
+                let namespaces = t.namespaces.clone().unwrap_or_default();
+                info.pod_labels.iter().any(|(pns, l)| {
+                    (if namespaces.is_empty() {
+                        *pns == ns
+                    } else {
+                        namespaces.contains(pns)
+                    }) && t
+                        .label_selector
+                        .as_ref()
+                        .is_some_and(|s| util::selector_matches(s, Some(l)))
+                })
+            })
+            .collect::<Vec<bool>>()
+    };
+    if let Some(terms) = affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
+        && hostname(terms).iter().any(|found| !found)
+    {
+        return Err("node(s) didn't match pod affinity rules".into());
+    }
+    if let Some(terms) = affinity
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_deref()
+        })
+        && hostname(terms).iter().any(|found| *found)
+    {
+        return Err("node(s) didn't match pod anti-affinity rules".into());
+    }
+    if info.pods + 1 > info.allocatable("pods").units() as i64 {
+        return Err("Too many pods".into());
+    }
+    for (res, q) in requests {
+        if *q > Quantity::ZERO && *q > info.free(res) {
+            return Err(format!("Insufficient {res}"));
+        }
+    }
+    if host_ports(pod).iter().any(|p| info.ports.contains(p)) {
+        return Err("node(s) didn't have free ports for the requested pod ports".into());
+    }
+    Ok(())
+}
+
+/// The "0/N nodes are available: …" explanation of a pod that fits nowhere.
+pub fn unschedulable_message(total: usize, reasons: &BTreeMap<String, usize>) -> String {
+    let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!("0/{total} nodes are available: {}.", parts.join(", "))
+}
+
+/// Chooses a node for a pod among `nodes` with a policy; `Err` explains why none fits.
+pub fn pick(
+    pod: &Pod,
+    nodes: &[NodeInfo],
+    policy: Policy,
+    turn: &mut usize,
+) -> Result<usize, String> {
+    let requests = pod_requests(pod);
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut feasible: Vec<usize> = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        match filter(pod, &requests, n) {
+            Ok(()) => feasible.push(i),
+            Err(r) => *reasons.entry(r).or_default() += 1,
+        }
+    }
+    if feasible.is_empty() {
+        return Err(unschedulable_message(nodes.len(), &reasons));
+    }
+    let least_allocated = |i: &usize| {
+        let n = &nodes[*i];
+        let frac = |res: &str, r: Quantity| {
+            let a = n.allocatable(res).millis();
+            if a <= 0 {
+                return 0;
+            }
+            ((n.free(res) - r).millis() * 1_000_000 / a) as i64
+        };
+        let score = frac("cpu", requests.get("cpu").copied().unwrap_or_default())
+            + frac(
+                "memory",
+                requests.get("memory").copied().unwrap_or_default(),
+            );
+        // Ties go to the node with fewer pods, then by name.
+        (score, -n.pods, std::cmp::Reverse(n.name().to_owned()))
+    };
+    let chosen = match policy {
+        Policy::LeastAllocated => feasible.iter().copied().max_by_key(least_allocated),
+        Policy::RoundRobin => {
+            feasible.sort_by(|a, b| nodes[*a].name().cmp(nodes[*b].name()));
+            let i = feasible[*turn % feasible.len()];
+            *turn += 1;
+            Some(i)
+        }
+        Policy::ResourceBased => feasible.iter().copied().max_by_key(|i| {
+            let n = &nodes[*i];
+            (
+                n.free("cpu"),
+                n.free("memory"),
+                std::cmp::Reverse(n.name().to_owned()),
+            )
+        }),
+        Policy::Affinity => match pod.labels().get(NODE_LABEL) {
+            Some(want) => match feasible.iter().copied().find(|i| nodes[*i].name() == want) {
+                Some(i) => Some(i),
+                None => {
+                    return Err(format!(
+                        "0/{} nodes are available: the node {want:?} named by the pod's {NODE_LABEL} label is not feasible.",
+                        nodes.len()
+                    ));
+                }
+            },
+            None => feasible.iter().copied().max_by_key(least_allocated),
+        },
+    };
+    chosen.ok_or_else(|| unschedulable_message(nodes.len(), &reasons))
+}
+
+/// A pod assumed on a node until the informer shows it bound.
+struct Assumed {
+    node: String,
+    pod: Arc<Pod>,
+}
+
+struct State {
+    nodes: Vec<NodeInfo>,
+    built: Option<Instant>,
+    assumed: HashMap<String, Assumed>,
+    turn: usize,
+}
+
+/// The scheduler's shared state: informers and the serialised decision state.
+pub struct Scheduler {
+    client: Client,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    state: Mutex<State>,
+    recorder: Recorder,
+}
+
+impl Scheduler {
+    /// Rebuilds the node view from the informers (plus pods assumed but not yet seen bound).
+    fn rebuild(&self, st: &mut State) {
+        let mut infos: Vec<NodeInfo> = self.nodes.state().into_iter().map(NodeInfo::new).collect();
+        let index: HashMap<String, usize> = infos
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name().to_owned(), i))
+            .collect();
+        let mut bound: HashSet<String> = HashSet::new();
+        for p in self.pods.state() {
+            let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+                continue;
+            };
+            bound.insert(p.uid().unwrap_or_default());
+            if util::is_terminal(&p) {
+                continue;
+            }
+            if let Some(i) = index.get(node) {
+                infos[*i].add(&p, &pod_requests(&p));
+            }
+        }
+        st.assumed.retain(|uid, _| !bound.contains(uid));
+        for a in st.assumed.values() {
+            if let Some(i) = index.get(&a.node) {
+                infos[*i].add(&a.pod, &pod_requests(&a.pod));
+            }
+        }
+        st.nodes = infos;
+        st.built = Some(Instant::now());
+    }
+
+    /// Decides (and assumes) a node for a pod.
+    fn decide(&self, pod: &Arc<Pod>, policy: Policy) -> Result<String, String> {
+        let mut st = self.state.lock().expect("scheduler state");
+        if st
+            .built
+            .is_none_or(|b| b.elapsed() > Duration::from_secs(1))
+        {
+            self.rebuild(&mut st);
+        }
+        let State { nodes, turn, .. } = &mut *st;
+        let i = pick(pod, nodes, policy, turn)?;
+        let name = nodes[i].name().to_owned();
+        nodes[i].add(pod, &pod_requests(pod));
+        st.assumed.insert(
+            pod.uid().unwrap_or_default(),
+            Assumed {
+                node: name.clone(),
+                pod: pod.clone(),
+            },
+        );
+        Ok(name)
+    }
+
+    fn forget(&self, pod: &Pod) {
+        let mut st = self.state.lock().expect("scheduler state");
+        st.assumed.remove(&pod.uid().unwrap_or_default());
+        st.built = None;
+    }
+}
+
+async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
+    let spec = pod.spec.as_ref();
+    if spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(Action::await_change());
+    }
+    let Some(policy) = Policy::for_scheduler(spec.and_then(|s| s.scheduler_name.as_deref())) else {
+        return Ok(Action::await_change());
+    };
+    let ns = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(s.client.clone(), &ns);
+    match s.decide(&pod, policy) {
+        Ok(node) => {
+            let binding = Binding {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.clone()),
+                    namespace: Some(ns.clone()),
+                    ..Default::default()
+                },
+                target: ObjectReference {
+                    kind: Some("Node".into()),
+                    api_version: Some("v1".into()),
+                    name: Some(node.clone()),
+                    ..Default::default()
+                },
+            };
+            let body = serde_json::to_value(&binding)?;
+            match api
+                .create_subresource::<_, serde_json::Value>(
+                    "binding",
+                    &name,
+                    &PostParams::default(),
+                    &body,
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::debug!(pod = %util::key(pod.as_ref()), %node, "bound");
+                    Ok(Action::await_change())
+                }
+                Err(e) => {
+                    s.forget(&pod);
+                    Err(e.into())
+                }
+            }
+        }
+        Err(message) => {
+            let now = jiff::Timestamp::now()
+                .round(jiff::Unit::Second)
+                .unwrap_or_else(|_| jiff::Timestamp::now());
+            let already = pod
+                .status
+                .as_ref()
+                .and_then(|st| st.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+                .is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(&message));
+            if !already {
+                let patch = json!({"status": {"conditions": [{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                    "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                }]}});
+                api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+                    .await?;
+                let reference = pod.object_ref(&());
+                if let Err(e) = s
+                    .recorder
+                    .publish(
+                        &Event {
+                            type_: EventType::Warning,
+                            reason: "FailedScheduling".into(),
+                            note: Some(message.clone()),
+                            action: "Scheduling".into(),
+                            secondary: None,
+                        },
+                        &reference,
+                    )
+                    .await
+                {
+                    tracing::warn!(error = %e, "recording FailedScheduling");
+                }
+            }
+            Ok(Action::requeue(Duration::from_secs(5)))
+        }
+    }
+}
+
+fn error_policy(pod: Arc<Pod>, e: &Error, _: Arc<Scheduler>) -> Action {
+    tracing::warn!(pod = %util::key(pod.as_ref()), error = %e, "scheduling failed, retrying");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// Runs the scheduler until `shutdown`.
+pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
+    let nodes = crate::informer::start(
+        Api::<Node>::all(client.clone()),
+        watcher::Config::default(),
+        &tasks,
+        &shutdown,
+    );
+    let pods = crate::informer::start(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default(),
+        &tasks,
+        &shutdown,
+    );
+    let _ = nodes.wait_until_ready().await;
+    let _ = pods.wait_until_ready().await;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "default-scheduler".into(),
+            instance: None,
+        },
+    );
+    let s = Arc::new(Scheduler {
+        client: client.clone(),
+        nodes,
+        pods,
+        state: Mutex::new(State {
+            nodes: Vec::new(),
+            built: None,
+            assumed: HashMap::new(),
+            turn: 0,
+        }),
+        recorder,
+    });
+    let pending: Api<Pod> = Api::all(client);
+    Controller::new(pending, watcher::Config::default().fields("spec.nodeName="))
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, s)
+        .for_each(|_| async {})
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Container, NodeCondition, NodeSpec, NodeStatus, PodSpec, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+
+    fn node(name: &str, cpu: &str) -> NodeInfo {
+        NodeInfo::new(Arc::new(Node {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                labels: Some([("kubernetes.io/hostname".to_owned(), name.to_owned())].into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec::default()),
+            status: Some(NodeStatus {
+                allocatable: Some(
+                    [
+                        ("cpu".to_owned(), Q(cpu.into())),
+                        ("memory".to_owned(), Q("8Gi".into())),
+                        ("pods".to_owned(), Q("110".into())),
+                    ]
+                    .into(),
+                ),
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }))
+    }
+
+    fn pod(cpu: &str) -> Pod {
+        Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some([("cpu".to_owned(), Q(cpu.into()))].into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn least_allocated_prefers_the_emptier_node() {
+        let mut a = node("a", "4");
+        let b = node("b", "4");
+        a.add(&pod("2"), &pod_requests(&pod("2")));
+        let nodes = vec![a, b];
+        assert_eq!(
+            pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut 0),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn resource_based_prefers_the_most_free_cpu() {
+        let nodes = vec![node("a", "2"), node("b", "8")];
+        assert_eq!(
+            pick(&pod("1"), &nodes, Policy::ResourceBased, &mut 0),
+            Ok(1)
+        );
+    }
+
+    #[test]
+    fn round_robin_rotates() {
+        let nodes = vec![node("b", "4"), node("a", "4")];
+        let mut turn = 0;
+        let picks: Vec<usize> = (0..4)
+            .map(|_| pick(&pod("1"), &nodes, Policy::RoundRobin, &mut turn).unwrap())
+            .collect();
+        assert_eq!(picks, [1, 0, 1, 0], "a, b, a, b by name");
+    }
+
+    #[test]
+    fn affinity_follows_the_pod_label() {
+        let nodes = vec![node("a", "4"), node("b", "4")];
+        let mut p = pod("1");
+        p.metadata.labels = Some([(NODE_LABEL.to_owned(), "b".to_owned())].into());
+        assert_eq!(pick(&p, &nodes, Policy::Affinity, &mut 0), Ok(1));
+        p.metadata.labels = Some([(NODE_LABEL.to_owned(), "zz".to_owned())].into());
+        assert!(pick(&p, &nodes, Policy::Affinity, &mut 0).is_err());
+    }
+
+    #[test]
+    fn a_pod_larger_than_any_node_explains_why() {
+        let nodes = vec![node("a", "2"), node("b", "2")];
+        assert_eq!(
+            pick(&pod("3"), &nodes, Policy::LeastAllocated, &mut 0),
+            Err("0/2 nodes are available: 2 Insufficient cpu.".into())
+        );
+    }
+
+    #[test]
+    fn taints_selectors_and_anti_affinity_filter() {
+        let mut tainted = node("t", "4");
+        Arc::make_mut(&mut tainted.node).spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: "dedicated".into(),
+                value: Some("gpu".into()),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let p = pod("1");
+        assert!(
+            filter(&p, &pod_requests(&p), &tainted)
+                .unwrap_err()
+                .contains("untolerated taint")
+        );
+        let mut tolerant = pod("1");
+        tolerant.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
+            key: Some("dedicated".into()),
+            operator: Some("Equal".into()),
+            value: Some("gpu".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        }]);
+        assert!(filter(&tolerant, &pod_requests(&tolerant), &tainted).is_ok());
+
+        let mut selective = pod("1");
+        selective.spec.as_mut().unwrap().node_selector =
+            Some([("disk".to_owned(), "ssd".to_owned())].into());
+        assert!(filter(&selective, &pod_requests(&selective), &node("a", "4")).is_err());
+
+        let mut occupied = node("a", "4");
+        let mut web = pod("1");
+        web.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        occupied.add(&web, &pod_requests(&web));
+        let mut anti = web.clone();
+        anti.spec.as_mut().unwrap().affinity = Some(serde_json::from_value(json!({
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "web"}}}
+            ]}
+        })).unwrap());
+        assert!(
+            filter(&anti, &pod_requests(&anti), &occupied)
+                .unwrap_err()
+                .contains("anti-affinity")
+        );
+        assert!(filter(&anti, &pod_requests(&anti), &node("b", "4")).is_ok());
+    }
+}

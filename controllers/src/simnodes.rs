@@ -1,0 +1,274 @@
+//! Simulated nodes, for scale tests and controller tests only (like kwok): registers N
+//! Nodes, renews their Leases, and plays kubelet for pods bound to them without running
+//! anything — pods become Running and Ready at once; pods with `restartPolicy` Never or
+//! OnFailure succeed after a second (exit code from the `minik8s.io/sim-exit-code`
+//! annotation, default 0); deleted pods are removed at once. Functional tests of the real
+//! kubelet never use this.
+
+use crate::Result;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Label every simulated node carries.
+pub const SIM_LABEL: &str = "minik8s.io/simulated";
+
+/// Field manager of the simulated kubelet.
+const MANAGER: &str = "minik8s-sim-kubelet";
+
+/// What the simulated nodes look like.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Name prefix: nodes are `<prefix>-0` … `<prefix>-<n-1>`.
+    pub prefix: String,
+    /// How many.
+    pub count: usize,
+    /// Allocatable cpu per node.
+    pub cpu: String,
+    /// Allocatable memory per node.
+    pub memory: String,
+    /// Allocatable pods per node.
+    pub pods: u32,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            prefix: "sim".into(),
+            count: 2,
+            cpu: "4".into(),
+            memory: "8Gi".into(),
+            pods: 110,
+        }
+    }
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn micro_now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string()
+}
+
+fn node_names(cfg: &SimConfig) -> Vec<String> {
+    (0..cfg.count)
+        .map(|i| format!("{}-{i}", cfg.prefix))
+        .collect()
+}
+
+/// Creates or refreshes the nodes and their Leases.
+async fn register(client: &Client, cfg: &SimConfig) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    for (i, name) in node_names(cfg).iter().enumerate() {
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {
+                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", SIM_LABEL: "true"}},
+            "spec": {},
+        });
+        nodes.patch(name, &pp, &Patch::Apply(&node)).await?;
+        let status = json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+            "status": {
+                "capacity": {"cpu": cfg.cpu, "memory": cfg.memory, "pods": cfg.pods.to_string()},
+                "allocatable": {"cpu": cfg.cpu, "memory": cfg.memory, "pods": cfg.pods.to_string()},
+                "addresses": [{"type": "InternalIP", "address": format!("10.255.{}.{}", i / 250, i % 250 + 1)},
+                              {"type": "Hostname", "address": name}],
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "simulated node is ready", "lastHeartbeatTime": now(), "lastTransitionTime": now()}],
+                "nodeInfo": {"kubeletVersion": "v1.33.0-minik8s-sim", "containerRuntimeVersion": "sim://0",
+                    "kernelVersion": "", "osImage": "simulated", "operatingSystem": "linux", "architecture": "amd64",
+                    "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
+            },
+        });
+        nodes
+            .patch_status(name, &pp, &Patch::Apply(&status))
+            .await?;
+    }
+    renew(client, cfg).await
+}
+
+/// Renews every node's Lease in `kube-node-lease`.
+async fn renew(client: &Client, cfg: &SimConfig) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let pp = PatchParams::apply(MANAGER).force();
+    for name in node_names(cfg) {
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "kube-node-lease"},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
+        });
+        leases.patch(&name, &pp, &Patch::Apply(&lease)).await?;
+    }
+    Ok(())
+}
+
+struct Sim {
+    client: Client,
+    nodes: HashSet<String>,
+}
+
+async fn reconcile(pod: Arc<Pod>, sim: Arc<Sim>) -> Result<Action> {
+    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    if !sim.nodes.contains(&node) {
+        return Ok(Action::await_change());
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let name = pod.name_any();
+    let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
+    if pod.metadata.deletion_timestamp.is_some() {
+        match api
+            .delete(&name, &DeleteParams::default().grace_period(0))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if matches!(s.code, 404) => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Action::await_change());
+    }
+    let phase = crate::util::phase(&pod).to_owned();
+    let restart = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.clone())
+        .unwrap_or_else(|| "Always".into());
+    let containers: Vec<String> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.containers.iter().map(|c| c.name.clone()))
+        .collect();
+    let image = |c: &str| {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.containers.iter())
+            .find(|x| x.name == c)
+            .and_then(|x| x.image.clone())
+            .unwrap_or_default()
+    };
+    let status = match phase.as_str() {
+        "Pending" => {
+            let uid = pod.uid().unwrap_or_default();
+            let ip = format!(
+                "10.254.{}.{}",
+                uid.as_bytes().first().copied().unwrap_or(0),
+                uid.as_bytes().get(1).copied().unwrap_or(1)
+            );
+            let statuses: Vec<_> = containers
+                .iter()
+                .map(|c| json!({"name": c, "image": image(c), "imageID": "", "ready": true, "started": true,
+                    "restartCount": 0, "containerID": format!("sim://{uid}-{c}"),
+                    "state": {"running": {"startedAt": now()}}}))
+                .collect();
+            json!({"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "10.255.0.1",
+                "startTime": now(), "containerStatuses": statuses,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now()},
+                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now()},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": now()}]})
+        }
+        "Running" if restart != "Always" => {
+            let code: i32 = pod
+                .annotations()
+                .get("minik8s.io/sim-exit-code")
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let started = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0);
+            if let Some(t) = started {
+                let ran = jiff::Timestamp::now().duration_since(t);
+                if ran < jiff::SignedDuration::from_secs(1) {
+                    return Ok(Action::requeue(
+                        Duration::from_millis(1100) - Duration::try_from(ran).unwrap_or_default(),
+                    ));
+                }
+            }
+            let phase = if code == 0 { "Succeeded" } else { "Failed" };
+            let statuses: Vec<_> = containers
+                .iter()
+                .map(|c| json!({"name": c, "image": image(c), "imageID": "", "ready": false, "started": false,
+                    "restartCount": 0, "state": {"terminated": {"exitCode": code,
+                    "reason": if code == 0 { "Completed" } else { "Error" }, "finishedAt": now()}}}))
+                .collect();
+            json!({"phase": phase, "containerStatuses": statuses,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now()},
+                    {"type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now()},
+                    {"type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now()}]})
+        }
+        _ => return Ok(Action::await_change()),
+    };
+    match api
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": status})),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if matches!(s.code, 404) => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(_: Arc<Pod>, e: &crate::Error, _: Arc<Sim>) -> Action {
+    tracing::debug!(error = %e, "simulated kubelet retrying");
+    Action::requeue(Duration::from_millis(500))
+}
+
+/// Registers the nodes, then renews leases and plays kubelet until `shutdown`.
+pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) -> Result<()> {
+    register(&client, &cfg).await?;
+    let sim = Arc::new(Sim {
+        client: client.clone(),
+        nodes: node_names(&cfg).into_iter().collect(),
+    });
+    let renewer = {
+        let client = client.clone();
+        let cfg = cfg.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+                if let Err(e) = renew(&client, &cfg).await {
+                    tracing::warn!(error = %e, "renewing simulated node leases");
+                }
+            }
+        }
+    };
+    let pods: Api<Pod> = Api::all(client);
+    let kubelet = Controller::new(pods, watcher::Config::default())
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, sim)
+        .for_each(|_| async {});
+    tokio::join!(renewer, kubelet);
+    Ok(())
+}

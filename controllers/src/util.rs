@@ -1,0 +1,201 @@
+//! Small facts about pods, owners and selectors that several controllers share.
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::Resource;
+use minik8s_types::Quantity;
+use std::collections::BTreeMap;
+
+/// The controller owner reference of an object, if any.
+pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_ref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+/// A controller owner reference to `owner` (blocking its foreground deletion).
+pub fn owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
+    let meta = owner.meta();
+    OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Whether a label selector (as in a workload's spec) matches a set of labels. An empty
+/// selector matches everything; an invalid one matches nothing.
+pub fn selector_matches(
+    selector: &LabelSelector,
+    labels: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let Ok(json) = serde_json::to_value(selector) else {
+        return false;
+    };
+    let Ok(sel) = minik8s_types::LabelSelector::from_json(&json) else {
+        return false;
+    };
+    let empty = BTreeMap::new();
+    sel.matches(labels.unwrap_or(&empty))
+}
+
+/// A pod's phase.
+pub fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// Whether a pod has ended (Succeeded or Failed).
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(phase(pod), "Succeeded" | "Failed")
+}
+
+/// Whether a pod counts toward its controller's replicas: not ended, not being deleted.
+pub fn is_active(pod: &Pod) -> bool {
+    !is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
+}
+
+/// Whether a pod's Ready condition is True.
+pub fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Whether a pod has been Ready for at least `min_ready_seconds`.
+pub fn is_available(pod: &Pod, min_ready_seconds: i32, now: jiff::Timestamp) -> bool {
+    if !is_ready(pod) {
+        return false;
+    }
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    let since = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    since.is_some_and(|t| now.duration_since(t).as_secs() >= i64::from(min_ready_seconds))
+}
+
+/// The resources a pod asks for: the larger of its containers' sum and any one init
+/// container, plus its overhead (upstream's effective request).
+pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
+    let mut total: BTreeMap<String, Quantity> = BTreeMap::new();
+    let Some(spec) = &pod.spec else {
+        return total;
+    };
+    for c in &spec.containers {
+        for (k, v) in c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            *total.entry(k.clone()).or_default() += Quantity::parse(&v.0).unwrap_or_default();
+        }
+    }
+    for c in spec.init_containers.iter().flatten() {
+        for (k, v) in c
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let q = Quantity::parse(&v.0).unwrap_or_default();
+            let e = total.entry(k.clone()).or_default();
+            *e = (*e).max(q);
+        }
+    }
+    for (k, v) in spec.overhead.iter().flatten() {
+        *total.entry(k.clone()).or_default() += Quantity::parse(&v.0).unwrap_or_default();
+    }
+    total
+}
+
+/// `namespace/name` of an object, for logs and maps.
+pub fn key<K: Resource>(obj: &K) -> String {
+    let m = obj.meta();
+    match &m.namespace {
+        Some(ns) => format!("{ns}/{}", m.name.as_deref().unwrap_or_default()),
+        None => m.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Five random characters of upstream's name-suffix alphabet.
+pub fn random_suffix() -> String {
+    use rand::Rng;
+    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+/// A stable hash of a value's JSON, spelled with the same alphabet (pod-template-hash).
+pub fn hash_of(v: &impl serde::Serialize) -> String {
+    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    // FNV-1a, 64-bit.
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    let mut out = String::new();
+    for _ in 0..10 {
+        out.push(CHARS[(h % CHARS.len() as u64) as usize] as char);
+        h /= CHARS.len() as u64;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+
+    fn container(cpu: &str) -> Container {
+        Container {
+            name: "c".into(),
+            resources: Some(ResourceRequirements {
+                requests: Some([("cpu".to_owned(), Q(cpu.into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn requests_are_the_larger_of_the_sum_and_any_init_container() {
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![container("100m"), container("200m")],
+                init_containers: Some(vec![container("500m")]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(pod_requests(&pod)["cpu"], Quantity(500));
+    }
+
+    #[test]
+    fn template_hashes_are_stable_and_differ_by_content() {
+        let a = hash_of(&serde_json::json!({"image": "a"}));
+        assert_eq!(a, hash_of(&serde_json::json!({"image": "a"})));
+        assert_ne!(a, hash_of(&serde_json::json!({"image": "b"})));
+        assert_eq!(a.len(), 10);
+    }
+}
