@@ -310,6 +310,9 @@ pub fn filter(
 
 /// The "0/N nodes are available: …" explanation of a pod that fits nowhere.
 pub fn unschedulable_message(total: usize, reasons: &BTreeMap<String, usize>) -> String {
+    if total == 0 {
+        return "no nodes available to schedule pods".into();
+    }
     let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
     parts.sort();
     format!("0/{total} nodes are available: {}.", parts.join(", "))

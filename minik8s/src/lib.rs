@@ -37,6 +37,9 @@ pub enum UpError {
     /// The apiserver.
     #[error(transparent)]
     Apiserver(#[from] minik8s_apiserver::Error),
+    /// The controllers' client.
+    #[error("connecting the controllers")]
+    Controllers(#[from] minik8s_kubeconfig::ClientError),
     /// Copying the admin kubeconfig.
     #[error("writing {path}")]
     Io {
@@ -111,7 +114,23 @@ pub async fn up(
         path: link.clone(),
         source,
     })?;
+    // The controllers, as the controller-manager identity, stopping with the cluster.
+    let manager = Identity::components(&cfg.node_name)
+        .into_iter()
+        .find(|i| i.file == "controller-manager")
+        .expect("the controller-manager identity");
+    let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&manager)).await?;
+    let names: Vec<String> = minik8s_controllers::manager::ALL
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let controllers = tokio::spawn(async move {
+        if let Err(e) = minik8s_controllers::manager::run(client, &names, shutdown).await {
+            tracing::error!(error = %e, "controllers stopped");
+        }
+    });
     ready(&link);
+    let _ = controllers.await;
     server.wait().await;
     Ok(())
 }
