@@ -142,15 +142,7 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     Ok(value)
 }
 
-/// Five characters of upstream's `generateName` alphabet (no vowels, no look-alikes).
-pub fn random_suffix() -> String {
-    use rand::Rng;
-    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
-        .collect()
-}
+pub use minik8s_types::names::random_suffix;
 
 #[cfg(test)]
 mod tests {

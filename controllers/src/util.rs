@@ -133,19 +133,11 @@ pub fn key<K: Resource>(obj: &K) -> String {
     }
 }
 
-/// Five random characters of upstream's name-suffix alphabet.
-pub fn random_suffix() -> String {
-    use rand::Rng;
-    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
-        .collect()
-}
+pub use minik8s_types::names::random_suffix;
 
 /// A stable hash of a value's JSON, spelled with the same alphabet (pod-template-hash).
 pub fn hash_of(v: &impl serde::Serialize) -> String {
-    const CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    const CHARS: &[u8] = minik8s_types::names::ALPHABET;
     let bytes = serde_json::to_vec(v).unwrap_or_default();
     // FNV-1a, 64-bit.
     let mut h: u64 = 0xcbf29ce484222325;
