@@ -3,6 +3,7 @@
 //! conflicts with other owners of a field it sets to another value (unless forced), and
 //! drops fields it applied before and no longer does (if nobody else owns them).
 
+use crate::patch::{ListType, Lists, element_id};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 
@@ -12,13 +13,8 @@ pub type Path = Vec<String>;
 /// A set of owned field paths.
 pub type FieldSet = BTreeSet<Path>;
 
-/// The merge key of a list at `path` (field names only), for keyed element paths.
-fn list_key(kind: &str, names: &[String]) -> Option<&'static str> {
-    crate::patch::merge_key_for(kind, names)
-}
-
 /// The leaf fields an object sets.
-pub fn fields_of(kind: &str, obj: &Value) -> FieldSet {
+pub fn fields_of(lists: Lists, obj: &Value) -> FieldSet {
     let mut out = FieldSet::new();
     if let Some(m) = obj.as_object() {
         for (k, v) in m {
@@ -28,7 +24,7 @@ pub fn fields_of(kind: &str, obj: &Value) -> FieldSet {
                     for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
                         if let Some(x) = v.get(key) {
                             walk(
-                                kind,
+                                lists,
                                 x,
                                 &mut vec!["f:metadata".into(), format!("f:{key}")],
                                 &mut vec!["metadata".into(), key.into()],
@@ -38,7 +34,7 @@ pub fn fields_of(kind: &str, obj: &Value) -> FieldSet {
                     }
                 }
                 _ => walk(
-                    kind,
+                    lists,
                     v,
                     &mut vec![format!("f:{k}")],
                     &mut vec![k.clone()],
@@ -50,22 +46,25 @@ pub fn fields_of(kind: &str, obj: &Value) -> FieldSet {
     out
 }
 
-fn walk(kind: &str, v: &Value, path: &mut Path, names: &mut Vec<String>, out: &mut FieldSet) {
+fn walk(lists: Lists, v: &Value, path: &mut Path, names: &mut Vec<String>, out: &mut FieldSet) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
                 path.push(format!("f:{k}"));
                 names.push(k.clone());
-                walk(kind, child, path, names, out);
+                walk(lists, child, path, names, out);
                 names.pop();
                 path.pop();
             }
         }
-        Value::Array(items) if !items.is_empty() => match list_key(kind, names) {
-            Some(key) => {
+        // An empty keyed list or set owns no elements (an empty atomic list is a leaf).
+        Value::Array(items) => match lists.of(names) {
+            ListType::Map(keys) if !keys.is_empty() => {
                 for item in items {
-                    let Some(id) = item.get(key) else { continue };
-                    path.push(format!("k:{}", json!({key: id})));
+                    if keys.iter().all(|k| item.get(k).is_none()) {
+                        continue;
+                    }
+                    path.push(format!("k:{}", Value::Object(element_id(item, &keys))));
                     let mut dot = path.clone();
                     dot.push(".".into());
                     out.insert(dot);
@@ -73,7 +72,7 @@ fn walk(kind: &str, v: &Value, path: &mut Path, names: &mut Vec<String>, out: &m
                         for (k, child) in m {
                             path.push(format!("f:{k}"));
                             names.push(k.clone());
-                            walk(kind, child, path, names, out);
+                            walk(lists, child, path, names, out);
                             names.pop();
                             path.pop();
                         }
@@ -81,12 +80,51 @@ fn walk(kind: &str, v: &Value, path: &mut Path, names: &mut Vec<String>, out: &m
                     path.pop();
                 }
             }
-            None => {
+            ListType::Set => {
+                for item in items {
+                    path.push(format!("v:{item}"));
+                    out.insert(path.clone());
+                    path.pop();
+                }
+            }
+            ListType::Atomic | ListType::Map(_) => {
                 out.insert(path.clone());
             }
         },
         _ => {
             out.insert(path.clone());
+        }
+    }
+}
+
+/// How one path segment selects a child: a field, a keyed element or a set value.
+enum Segment {
+    Field(String),
+    Keyed(Map<String, Value>),
+    Value(Value),
+}
+
+impl Segment {
+    fn parse(seg: &str) -> Option<Segment> {
+        if let Some(k) = seg.strip_prefix("f:") {
+            Some(Segment::Field(k.to_owned()))
+        } else if let Some(id) = seg.strip_prefix("k:") {
+            serde_json::from_str(id).ok().map(Segment::Keyed)
+        } else if let Some(v) = seg.strip_prefix("v:") {
+            serde_json::from_str(v).ok().map(Segment::Value)
+        } else {
+            None
+        }
+    }
+
+    /// Whether a list element is the one this segment names.
+    fn selects(&self, e: &Value) -> bool {
+        match self {
+            Segment::Keyed(id) => id
+                .iter()
+                .all(|(k, v)| e.get(k).unwrap_or(&Value::Null) == v),
+            Segment::Value(v) => e == v,
+            Segment::Field(_) => false,
         }
     }
 }
@@ -98,60 +136,36 @@ pub fn value_at<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
         if seg == "." {
             return Some(cur);
         }
-        if let Some(k) = seg.strip_prefix("f:") {
-            cur = cur.get(k)?;
-        } else if let Some(id) = seg.strip_prefix("k:") {
-            let id: Map<String, Value> = serde_json::from_str(id).ok()?;
-            cur = cur
-                .as_array()?
-                .iter()
-                .find(|e| id.iter().all(|(k, v)| e.get(k) == Some(v)))?;
-        } else {
-            return None;
-        }
+        cur = match Segment::parse(seg)? {
+            Segment::Field(k) => cur.get(&k)?,
+            s => cur.as_array()?.iter().find(|e| s.selects(e))?,
+        };
     }
     Some(cur)
 }
 
-/// Removes the field at a path (a keyed element when the path ends in `.`).
+/// Removes the field at a path (a keyed element when the path ends in `.`, a set value).
 fn remove_at(obj: &mut Value, path: &[String]) {
+    let path = path.strip_suffix(&[".".to_owned()]).unwrap_or(path);
     let Some((last, parent)) = path.split_last() else {
         return;
     };
-    if last == "." {
-        let Some((elem, list_path)) = parent.split_last() else {
-            return;
-        };
-        let Some(id) = elem
-            .strip_prefix("k:")
-            .and_then(|id| serde_json::from_str::<Map<String, Value>>(id).ok())
-        else {
-            return;
-        };
-        if let Some(Value::Array(list)) = value_mut(obj, list_path) {
-            list.retain(|e| !id.iter().all(|(k, v)| e.get(k) == Some(v)));
+    match (Segment::parse(last), value_mut(obj, parent)) {
+        (Some(Segment::Field(k)), Some(Value::Object(m))) => {
+            m.remove(&k);
         }
-        return;
-    }
-    if let (Some(k), Some(Value::Object(m))) = (last.strip_prefix("f:"), value_mut(obj, parent)) {
-        m.remove(k);
+        (Some(s), Some(Value::Array(list))) => list.retain(|e| !s.selects(e)),
+        _ => {}
     }
 }
 
 fn value_mut<'a>(obj: &'a mut Value, path: &[String]) -> Option<&'a mut Value> {
     let mut cur = obj;
     for seg in path {
-        if let Some(k) = seg.strip_prefix("f:") {
-            cur = cur.get_mut(k)?;
-        } else if let Some(id) = seg.strip_prefix("k:") {
-            let id: Map<String, Value> = serde_json::from_str(id).ok()?;
-            cur = cur
-                .as_array_mut()?
-                .iter_mut()
-                .find(|e| id.iter().all(|(k, v)| e.get(k) == Some(v)))?;
-        } else {
-            return None;
-        }
+        cur = match Segment::parse(seg)? {
+            Segment::Field(k) => cur.get_mut(&k)?,
+            s => cur.as_array_mut()?.iter_mut().find(|e| s.selects(e))?,
+        };
     }
     Some(cur)
 }
@@ -207,6 +221,8 @@ pub fn display(path: &[String]) -> String {
         {
             let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k}={v}")).collect();
             s.push_str(&format!("[{}]", parts.join(",")));
+        } else if let Some(v) = seg.strip_prefix("v:") {
+            s.push_str(&format!("[={v}]"));
         }
     }
     s
@@ -281,9 +297,9 @@ pub fn set_entries(obj: &mut Value, list: &[Entry]) {
 }
 
 /// Field paths whose value differs between two objects (present in `new`), plus those removed.
-fn changed(kind: &str, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet) {
-    let new_set = fields_of(kind, new);
-    let old_set = old.map(|o| fields_of(kind, o)).unwrap_or_default();
+fn changed(lists: Lists, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet) {
+    let new_set = fields_of(lists, new);
+    let old_set = old.map(|o| fields_of(lists, o)).unwrap_or_default();
     let changed = new_set
         .iter()
         .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
@@ -295,7 +311,7 @@ fn changed(kind: &str, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet)
 
 /// Records an Update by `manager`: it takes the fields it changed from everyone else.
 pub fn record_update(
-    kind: &str,
+    lists: Lists,
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,
@@ -303,8 +319,8 @@ pub fn record_update(
     subresource: Option<&str>,
 ) {
     let mut list = old.map(entries).unwrap_or_default();
-    let (taken, removed) = changed(kind, old, new);
-    let present = fields_of(kind, new);
+    let (taken, removed) = changed(lists, old, new);
+    let present = fields_of(lists, new);
     for e in &mut list {
         e.fields
             .retain(|p| !taken.contains(p) && !removed.contains(p) && present.contains(p));
@@ -348,7 +364,7 @@ pub struct Conflict {
 /// Applies `applied` (by `manager`) to `current`: the merged object and its new managed
 /// fields, or the conflicts when not forced.
 pub fn apply(
-    kind: &str,
+    lists: Lists,
     current: &Value,
     applied: &Value,
     manager: &str,
@@ -357,7 +373,7 @@ pub fn apply(
     merge: impl Fn(&mut Value, &Value),
 ) -> Result<Value, Vec<Conflict>> {
     let mut list = entries(current);
-    let applied_set = fields_of(kind, applied);
+    let applied_set = fields_of(lists, applied);
     let mut conflicts = Vec::new();
     for e in list.iter().filter(|e| e.manager != manager) {
         for p in e.fields.intersection(&applied_set) {
@@ -422,14 +438,16 @@ pub fn apply(
 mod tests {
     use super::*;
 
+    const DEPLOYMENT: Lists = Lists::Builtin("Deployment");
+
     fn merge(t: &mut Value, p: &Value) {
-        crate::patch::strategic_merge("Deployment", t, p).unwrap();
+        crate::patch::strategic_merge(DEPLOYMENT, t, p).unwrap();
     }
 
     #[test]
     fn fields_of_use_keys_for_keyed_lists() {
         let d = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}});
-        let f = fields_of("Deployment", &d);
+        let f = fields_of(DEPLOYMENT, &d);
         let shown: Vec<String> = f.iter().map(|p| display(p)).collect();
         assert!(shown.contains(&".spec.replicas".to_owned()));
         assert!(shown.contains(&".spec.template.spec.containers[name=\"c\"].image".to_owned()));
@@ -440,9 +458,9 @@ mod tests {
     fn apply_conflicts_forces_and_drops_fields_no_longer_applied() {
         let base = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}});
         let a1 = json!({"spec": {"replicas": 1, "paused": true}});
-        let d1 = apply("Deployment", &base, &a1, "one", "apps/v1", false, merge).unwrap();
+        let d1 = apply(DEPLOYMENT, &base, &a1, "one", "apps/v1", false, merge).unwrap();
         let a2 = json!({"spec": {"replicas": 3}});
-        let conflicts = apply("Deployment", &d1, &a2, "two", "apps/v1", false, merge).unwrap_err();
+        let conflicts = apply(DEPLOYMENT, &d1, &a2, "two", "apps/v1", false, merge).unwrap_err();
         assert_eq!(conflicts.len(), 1);
         assert_eq!(
             (
@@ -453,14 +471,14 @@ mod tests {
         );
         // Same value: shared ownership, no conflict.
         let same = json!({"spec": {"replicas": 1}});
-        assert!(apply("Deployment", &d1, &same, "two", "apps/v1", false, merge).is_ok());
-        let d2 = apply("Deployment", &d1, &a2, "two", "apps/v1", true, merge).unwrap();
+        assert!(apply(DEPLOYMENT, &d1, &same, "two", "apps/v1", false, merge).is_ok());
+        let d2 = apply(DEPLOYMENT, &d1, &a2, "two", "apps/v1", true, merge).unwrap();
         assert_eq!(d2["spec"]["replicas"], 3);
         let managers: Vec<String> = entries(&d2).iter().map(|e| e.manager.clone()).collect();
         assert_eq!(managers, ["one", "two"]);
         // "one" stops applying paused: it goes.
         let d3 = apply(
-            "Deployment",
+            DEPLOYMENT,
             &d2,
             &json!({"spec": {}}),
             "one",
@@ -471,5 +489,77 @@ mod tests {
         .unwrap();
         assert!(d3["spec"].get("paused").is_none());
         assert_eq!(d3["spec"]["replicas"], 3);
+    }
+
+    /// A CRD-like schema with a map list keyed by two fields, a set and an atomic list.
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "routes": {"type": "array", "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["host", "port"],
+                "items": {"type": "object", "properties": {
+                    "host": {"type": "string"}, "port": {"type": "integer"}, "weight": {"type": "integer"}}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "args": {"type": "array", "items": {"type": "string"}}
+        }}}})
+    }
+
+    #[test]
+    fn schema_list_types_key_fields_and_merge_per_manager() {
+        let schema = schema();
+        let lists = Lists::Schema(&schema);
+        assert_eq!(
+            lists.of(&["spec".into(), "routes".into()]),
+            ListType::Map(vec!["host".into(), "port".into()])
+        );
+        assert_eq!(lists.of(&["spec".into(), "tags".into()]), ListType::Set);
+        assert_eq!(lists.of(&["spec".into(), "args".into()]), ListType::Atomic);
+        // Metadata keeps the built-in rules on custom resources.
+        assert_eq!(
+            lists.of(&["metadata".into(), "finalizers".into()]),
+            ListType::Set
+        );
+
+        let merge = |t: &mut Value, p: &Value| crate::patch::strategic_merge(lists, t, p).unwrap();
+        let base =
+            json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "r"}, "spec": {}});
+        let a = json!({"spec": {"routes": [{"host": "a", "port": 80, "weight": 1}], "tags": ["x"], "args": ["1"]}});
+        let r1 = apply(lists, &base, &a, "one", "x.io/v1", false, merge).unwrap();
+        let shown: Vec<String> = entries(&r1)[0].fields.iter().map(|p| display(p)).collect();
+        assert!(
+            shown.contains(&".spec.routes[host=\"a\",port=80].weight".to_owned()),
+            "{shown:?}"
+        );
+        assert!(
+            shown.contains(&".spec.tags[=\"x\"]".to_owned()),
+            "{shown:?}"
+        );
+        assert!(shown.contains(&".spec.args".to_owned()), "{shown:?}");
+
+        // A second manager adds its own route (same host, other port) and tag: both are kept.
+        let b =
+            json!({"spec": {"routes": [{"host": "a", "port": 443, "weight": 2}], "tags": ["y"]}});
+        let r2 = apply(lists, &r1, &b, "two", "x.io/v1", false, merge).unwrap();
+        assert_eq!(r2["spec"]["routes"].as_array().unwrap().len(), 2);
+        assert_eq!(r2["spec"]["tags"], json!(["x", "y"]));
+        // The atomic list is owned as a whole: another value conflicts.
+        let c = json!({"spec": {"args": ["2"]}});
+        let err = apply(lists, &r2, &c, "two", "x.io/v1", false, merge).unwrap_err();
+        assert_eq!(display(&err[0].path), ".spec.args");
+        // Changing a field inside the other manager's element conflicts on that field.
+        let d = json!({"spec": {"routes": [{"host": "a", "port": 80, "weight": 5}]}});
+        let err = apply(lists, &r2, &d, "two", "x.io/v1", false, merge).unwrap_err();
+        assert_eq!(
+            display(&err[0].path),
+            ".spec.routes[host=\"a\",port=80].weight"
+        );
+
+        // "one" stops applying its route and tag: they go, "two"'s stay.
+        let e = json!({"spec": {"args": ["1"]}});
+        let r3 = apply(lists, &r2, &e, "one", "x.io/v1", false, merge).unwrap();
+        assert_eq!(
+            r3["spec"]["routes"],
+            json!([{"host": "a", "port": 443, "weight": 2}])
+        );
+        assert_eq!(r3["spec"]["tags"], json!(["y"]));
     }
 }

@@ -77,14 +77,88 @@ fn merge_key(kind: &str, path: &[String]) -> Option<&'static str> {
     })
 }
 
-/// The merge key of a list field of `kind` at a path of field names, if it is keyed.
-pub fn merge_key_for(kind: &str, names: &[String]) -> Option<&'static str> {
-    merge_key(kind, names)
+/// How a list merges (upstream `x-kubernetes-list-type`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListType {
+    /// Replaced as a whole.
+    Atomic,
+    /// Scalars merged as a set.
+    Set,
+    /// Objects identified by these key fields.
+    Map(Vec<String>),
 }
 
-/// Lists of primitives that merge as sets rather than being replaced.
-fn primitive_merge(path: &[String]) -> bool {
-    matches!(path.last().map(String::as_str), Some("finalizers")) && path.len() == 2
+/// Where a kind's list types come from: the built-in merge-key table, or a CRD's schema.
+#[derive(Clone, Copy, Debug)]
+pub enum Lists<'a> {
+    /// A built-in kind, by name.
+    Builtin(&'a str),
+    /// A custom resource's structural schema.
+    Schema(&'a Value),
+}
+
+impl Lists<'_> {
+    /// The list type of the field at a path of field names.
+    pub fn of(&self, path: &[String]) -> ListType {
+        // Metadata is the same for every kind (a CRD schema does not describe it).
+        let kind = match self {
+            Lists::Schema(schema) if path.first().map(String::as_str) != Some("metadata") => {
+                return schema_list_type(schema, path);
+            }
+            Lists::Schema(_) => "",
+            Lists::Builtin(kind) => kind,
+        };
+        if let Some(key) = merge_key(kind, path) {
+            return ListType::Map(vec![key.to_owned()]);
+        }
+        if matches!(path.last().map(String::as_str), Some("finalizers")) && path.len() == 2 {
+            return ListType::Set;
+        }
+        ListType::Atomic
+    }
+}
+
+/// The list type a structural schema declares for the field at `path` (atomic when unset).
+fn schema_list_type(schema: &Value, path: &[String]) -> ListType {
+    let mut cur = schema;
+    for name in path {
+        if cur.get("type").and_then(Value::as_str) == Some("array") {
+            let Some(items) = cur.get("items") else {
+                return ListType::Atomic;
+            };
+            cur = items;
+        }
+        let next = cur
+            .get("properties")
+            .and_then(|p| p.get(name))
+            .or_else(|| cur.get("additionalProperties").filter(|a| a.is_object()));
+        let Some(next) = next else {
+            return ListType::Atomic;
+        };
+        cur = next;
+    }
+    match cur.get("x-kubernetes-list-type").and_then(Value::as_str) {
+        Some("set") => ListType::Set,
+        Some("map") => ListType::Map(
+            cur.get("x-kubernetes-list-map-keys")
+                .and_then(Value::as_array)
+                .map(|keys| {
+                    keys.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+        ),
+        _ => ListType::Atomic,
+    }
+}
+
+/// The identity of a map-list element: its key fields (absent ones as null).
+pub fn element_id(item: &Value, keys: &[String]) -> Map<String, Value> {
+    keys.iter()
+        .map(|k| (k.clone(), item.get(k).cloned().unwrap_or(Value::Null)))
+        .collect()
 }
 
 /// Removes directive keys from a value that is inserted as a whole.
@@ -101,8 +175,8 @@ fn strip(v: &Value) -> Value {
     }
 }
 
-/// Applies a strategic merge patch to an object of `kind`.
-pub fn strategic_merge(kind: &str, target: &mut Value, patch: &Value) -> ApiResult<()> {
+/// Applies a strategic merge patch to an object whose lists are typed by `lists`.
+pub fn strategic_merge(lists: Lists, target: &mut Value, patch: &Value) -> ApiResult<()> {
     let Value::Object(p) = patch else {
         return Err(ApiError::bad_request(
             "a strategic merge patch must be a JSON object",
@@ -112,7 +186,7 @@ pub fn strategic_merge(kind: &str, target: &mut Value, patch: &Value) -> ApiResu
         *target = Value::Object(Map::new());
     }
     merge_map(
-        kind,
+        lists,
         target.as_object_mut().expect("object"),
         p,
         &mut Vec::new(),
@@ -121,7 +195,7 @@ pub fn strategic_merge(kind: &str, target: &mut Value, patch: &Value) -> ApiResu
 }
 
 fn merge_map(
-    kind: &str,
+    lists: Lists,
     target: &mut Map<String, Value>,
     patch: &Map<String, Value>,
     path: &mut Vec<String>,
@@ -146,20 +220,20 @@ fn merge_map(
                 target.remove(k);
             }
             Value::Object(pm) => match target.get_mut(k) {
-                Some(Value::Object(tm)) => merge_map(kind, tm, pm, path),
+                Some(Value::Object(tm)) => merge_map(lists, tm, pm, path),
                 _ => {
                     let mut fresh = Map::new();
-                    merge_map(kind, &mut fresh, pm, path);
+                    merge_map(lists, &mut fresh, pm, path);
                     target.insert(k.clone(), Value::Object(fresh));
                 }
             },
             Value::Array(items) => {
-                let merged = match (merge_key(kind, path), target.get(k)) {
-                    (Some(key), Some(Value::Array(existing))) => {
-                        merge_list(kind, existing.clone(), items, key, path)
+                let merged = match (lists.of(path), target.get(k)) {
+                    (ListType::Map(keys), Some(Value::Array(existing))) => {
+                        merge_list(lists, existing.clone(), items, &keys, path)
                     }
-                    (Some(key), _) => merge_list(kind, Vec::new(), items, key, path),
-                    (None, Some(Value::Array(existing))) if primitive_merge(path) => {
+                    (ListType::Map(keys), _) => merge_list(lists, Vec::new(), items, &keys, path),
+                    (ListType::Set, Some(Value::Array(existing))) => {
                         let mut out = existing.clone();
                         for i in items {
                             if !out.contains(i) {
@@ -187,13 +261,13 @@ fn merge_map(
             }
         } else if let Some(field) = k.strip_prefix("$setElementOrder/") {
             path.push(field.to_owned());
-            let key = merge_key(kind, path);
+            let ty = lists.of(path);
             path.pop();
             if let (Some(Value::Array(list)), Some(order)) = (target.get_mut(field), pv.as_array())
             {
-                let ident = |v: &Value| match key {
-                    Some(key) => v.get(key).cloned().unwrap_or(Value::Null),
-                    None => v.clone(),
+                let ident = |v: &Value| match &ty {
+                    ListType::Map(keys) => Value::Object(element_id(v, keys)),
+                    _ => v.clone(),
                 };
                 let wanted: Vec<Value> = order.iter().map(ident).collect();
                 let mut ordered: Vec<Value> = Vec::with_capacity(list.len());
@@ -215,10 +289,10 @@ fn merge_map(
 }
 
 fn merge_list(
-    kind: &str,
+    lists: Lists,
     mut existing: Vec<Value>,
     patch: &[Value],
-    key: &str,
+    keys: &[String],
     path: &mut Vec<String>,
 ) -> Vec<Value> {
     if patch
@@ -232,11 +306,12 @@ fn merge_list(
             .collect();
     }
     for item in patch {
-        let Some(id) = item.get(key) else {
+        if keys.is_empty() || keys.iter().all(|k| item.get(k).is_none()) {
             existing.push(strip(item));
             continue;
-        };
-        let pos = existing.iter().position(|e| e.get(key) == Some(id));
+        }
+        let id = element_id(item, keys);
+        let pos = existing.iter().position(|e| element_id(e, keys) == id);
         if item.get("$patch").and_then(Value::as_str) == Some("delete") {
             if let Some(pos) = pos {
                 existing.remove(pos);
@@ -246,7 +321,7 @@ fn merge_list(
         match (pos, item.as_object()) {
             (Some(pos), Some(pm)) => {
                 if let Some(tm) = existing[pos].as_object_mut() {
-                    merge_map(kind, tm, pm, path);
+                    merge_map(lists, tm, pm, path);
                 }
             }
             _ => existing.push(strip(item)),
@@ -282,7 +357,7 @@ mod tests {
         let patch = json!({"spec": {"containers": [
             {"name": "a", "image": "x:2", "env": [{"name": "B", "value": "2"}]}
         ]}});
-        strategic_merge("Pod", &mut pod, &patch).unwrap();
+        strategic_merge(Lists::Builtin("Pod"), &mut pod, &patch).unwrap();
         assert_eq!(pod["spec"]["containers"][0]["image"], "x:2");
         assert_eq!(
             pod["spec"]["containers"][0]["env"]
@@ -306,7 +381,7 @@ mod tests {
                 "tolerations": [{"key": "z"}]
             }
         });
-        strategic_merge("Pod", &mut pod, &patch).unwrap();
+        strategic_merge(Lists::Builtin("Pod"), &mut pod, &patch).unwrap();
         assert_eq!(pod["metadata"]["labels"], json!({"b": "2"}));
         assert_eq!(pod["metadata"]["finalizers"], json!(["x", "y"]));
         assert_eq!(
@@ -320,7 +395,7 @@ mod tests {
     fn service_ports_merge_by_port_and_json_patch_fails_cleanly() {
         let mut svc = json!({"spec": {"ports": [{"port": 80, "name": "http"}]}});
         strategic_merge(
-            "Service",
+            Lists::Builtin("Service"),
             &mut svc,
             &json!({"spec": {"ports": [{"port": 443}]}}),
         )

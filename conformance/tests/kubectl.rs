@@ -701,6 +701,16 @@ fn a_crd_serves_its_resource_with_schema_columns_subresources_and_cleanup() {
         c.ok(&["get", "ct", "c1", "-o", "jsonpath={.spec.replicas}"]),
         "3"
     );
+    // The scale subresource records its writer in managedFields.
+    let scaled = c.ok(&[
+        "get",
+        "ct",
+        "c1",
+        "--show-managed-fields",
+        "-o",
+        r#"jsonpath={range .metadata.managedFields[?(@.subresource=="scale")]}{.operation} {.fieldsV1}{end}"#,
+    ]);
+    assert_eq!(scaled, r#"Update {"f:spec":{"f:replicas":{}}}"#);
     c.ok(&[
         "patch",
         "ct",
@@ -937,6 +947,76 @@ fn server_side_apply_reports_conflicts_and_force_takes_ownership() {
         "jsonpath={.metadata.managedFields[0].fieldsV1}",
     ]);
     assert!(!fields.contains("f:replicas"), "{fields}");
+}
+
+#[test]
+fn server_side_apply_merges_custom_lists_by_their_schema_list_types() {
+    let c = Cluster::start();
+    assert!(
+        c.with_manifest(&["apply"], include_str!("crontab-crd.yaml"))
+            .ok
+    );
+    c.eventually(&["get", "crontabs"], |_| true);
+    let cr = |ports: &str, tags: &str| {
+        format!(
+            "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {{name: lists}}\nspec: {{ports: {ports}, tags: {tags}}}\n"
+        )
+    };
+    // Two managers each apply their own element of a map list keyed by (port, protocol), and
+    // their own value of a set: both survive, each owned by its manager.
+    let alpha = cr("[{port: 80, protocol: TCP, name: web}]", "[a]");
+    let beta = cr("[{port: 80, protocol: UDP, name: dns}]", "[b]");
+    for (manager, manifest) in [("alpha", &alpha), ("beta", &beta)] {
+        let r = c.with_manifest(
+            &[
+                "apply",
+                "--server-side",
+                &format!("--field-manager={manager}"),
+            ],
+            manifest,
+        );
+        assert!(r.ok, "{r:?}");
+    }
+    let ports = || {
+        c.ok(&[
+            "get",
+            "ct",
+            "lists",
+            "-o",
+            "jsonpath={range .spec.ports[*]}{.name}/{.protocol} {end}{.spec.tags}",
+        ])
+    };
+    assert_eq!(ports(), r#"web/TCP dns/UDP ["a","b"]"#);
+    let owned = c.ok(&[
+        "get",
+        "ct",
+        "lists",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[1].fieldsV1}",
+    ]);
+    assert!(
+        owned.contains(r#"k:{\"port\":80,\"protocol\":\"UDP\"}"#) && owned.contains(r#"v:\"b\""#),
+        "{owned}"
+    );
+    // Changing a field of alpha's element conflicts on exactly that field.
+    let r = c.with_manifest(
+        &["apply", "--server-side", "--field-manager=beta"],
+        &cr("[{port: 80, protocol: TCP, name: other}]", "[b]"),
+    );
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains(r#".spec.ports[port=80,protocol="TCP"].name"#),
+        "{r:?}"
+    );
+    // alpha stops applying its element and value: only those go.
+    let r = c.with_manifest(
+        &["apply", "--server-side", "--field-manager=alpha"],
+        &cr("[]", "[]"),
+    );
+    assert!(r.ok, "{r:?}");
+    assert_eq!(ports(), r#"dns/UDP ["b"]"#);
 }
 
 #[test]

@@ -75,7 +75,11 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             match ty {
                 crate::patch::PatchType::Json => crate::patch::json_patch(&mut s, &input)?,
                 crate::patch::PatchType::Merge => crate::patch::merge_patch(&mut s, &input),
-                _ => crate::patch::strategic_merge("Scale", &mut s, &input)?,
+                _ => crate::patch::strategic_merge(
+                    crate::patch::Lists::Builtin("Scale"),
+                    &mut s,
+                    &input,
+                )?,
             }
             s
         } else {
@@ -115,6 +119,7 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
                 .unwrap_or(0);
             object::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
+        write::record_manager(&ctx, Some(&obj), &mut new, Some("scale"));
         if ctx.params.dry_run {
             return Ok(json_response(StatusCode::OK, &scale_of(&ctx, &new), &[]));
         }

@@ -144,9 +144,14 @@ fn manager(ctx: &Ctx) -> String {
 }
 
 /// Records the request's manager as the owner of the fields it changed (an Update).
-fn record_manager(ctx: &Ctx, old: Option<&Value>, obj: &mut Value, subresource: Option<&str>) {
+pub(crate) fn record_manager(
+    ctx: &Ctx,
+    old: Option<&Value>,
+    obj: &mut Value,
+    subresource: Option<&str>,
+) {
     crate::apply::record_update(
-        &ctx.res.kind,
+        ctx.res.lists(),
         old,
         obj,
         &manager(ctx),
@@ -367,7 +372,7 @@ async fn create_object(
     warnings: Vec<String>,
     applied: bool,
 ) -> ApiResult<Response> {
-    let applied_fields = applied.then(|| crate::apply::fields_of(&ctx.res.kind, &obj));
+    let applied_fields = applied.then(|| crate::apply::fields_of(ctx.res.lists(), &obj));
     prepare_create(&ctx, &mut obj)?;
     if let Some(fields) = applied_fields {
         let entry = crate::apply::Entry {
@@ -663,7 +668,7 @@ fn apply_patch(ctx: &Ctx, ty: PatchType, target: &mut Value, patch: &Value) -> A
                     "application/strategic-merge-patch+json",
                 ));
             }
-            patch::strategic_merge(&ctx.res.kind, target, patch)
+            patch::strategic_merge(ctx.res.lists(), target, patch)
         }
     }
 }
@@ -739,10 +744,9 @@ async fn server_side_apply(
     // An applied configuration is partial: the merged object is what gets validated.
     let applied = applied.clone();
     let manager = manager(ctx);
-    let strategic = ctx.res.strategic_merge;
-    let kind = ctx.res.kind.clone();
+    let lists = ctx.res.lists();
     let merged = crate::apply::apply(
-        &kind,
+        lists,
         old,
         &applied,
         &manager,
@@ -754,11 +758,8 @@ async fn server_side_apply(
                 m.remove("managedFields");
                 m.remove("resourceVersion");
             }
-            if strategic {
-                let _ = patch::strategic_merge(&kind, t, &p);
-            } else {
-                patch::merge_patch(t, &p);
-            }
+            // Apply merges by list type: built-in merge keys, or the CRD schema's list types.
+            let _ = patch::strategic_merge(lists, t, &p);
         },
     );
     let new = match merged {

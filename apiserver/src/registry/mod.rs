@@ -113,6 +113,14 @@ impl std::fmt::Debug for ResourceInfo {
 }
 
 impl ResourceInfo {
+    /// Where its list types (merge keys, sets) come from.
+    pub fn lists(&self) -> crate::patch::Lists<'_> {
+        match &self.crd_schema {
+            Some(schema) => crate::patch::Lists::Schema(schema),
+            None => crate::patch::Lists::Builtin(&self.kind),
+        }
+    }
+
     /// `apiVersion` as objects carry it (`v1`, `apps/v1`).
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
