@@ -174,6 +174,7 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             if let Some(t) = obj.pointer_mut("/spec/template/spec") {
                 pod_spec(t);
             }
+            job_selector(obj);
             if obj.pointer("/spec/completions").is_none() {
                 let p = obj
                     .pointer("/spec/parallelism")
@@ -195,6 +196,38 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// A Job without `manualSelector` selects its pods by its uid, and its template carries the
+/// labels upstream puts there (`batch.kubernetes.io/controller-uid`, `job-name`, and the
+/// legacy unprefixed pair).
+fn job_selector(obj: &mut Value) {
+    if obj.pointer("/spec/manualSelector") == Some(&json!(true)) {
+        return;
+    }
+    let uid = obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
+    let name = obj
+        .pointer("/metadata/name")
+        .cloned()
+        .unwrap_or(Value::Null);
+    if uid.is_null() {
+        return;
+    }
+    let spec = child(obj, "spec");
+    set_default(
+        spec,
+        "selector",
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+    );
+    let labels = child(child(child(spec, "template"), "metadata"), "labels");
+    for (k, v) in [
+        ("batch.kubernetes.io/controller-uid", &uid),
+        ("batch.kubernetes.io/job-name", &name),
+        ("controller-uid", &uid),
+        ("job-name", &name),
+    ] {
+        set_default(labels, k, v.clone());
     }
 }
 

@@ -260,7 +260,17 @@ impl Cluster {
 
     /// Runs kubectl until its output satisfies `done` (or 60 s pass); returns the last output.
     pub fn eventually(&self, args: &[&str], done: impl Fn(&str) -> bool) -> String {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        self.eventually_within(std::time::Duration::from_secs(60), args, done)
+    }
+
+    /// Runs kubectl until its output satisfies `done` (or `limit` passes); returns it.
+    pub fn eventually_within(
+        &self,
+        limit: std::time::Duration,
+        args: &[&str],
+        done: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = std::time::Instant::now() + limit;
         loop {
             let r = self.kubectl(args);
             if r.ok && done(&r.stdout) {

@@ -296,3 +296,137 @@ fn namespaces_endpoints_and_scheduling() {
         |o| o.starts_with("sim-"),
     );
 }
+
+const JOB: &str = "apiVersion: batch/v1
+kind: Job
+metadata: {name: NAME}
+spec:
+  completions: 3
+  parallelism: 2
+  backoffLimit: BACKOFF
+  TTL
+  template:
+    metadata: {annotations: {minik8s.io/sim-exit-code: \"EXIT\"}}
+    spec:
+      restartPolicy: Never
+      containers: [{name: work, image: busybox, command: [\"true\"]}]
+";
+
+fn job(name: &str, backoff: u32, exit: u32, ttl: Option<u32>) -> String {
+    JOB.replace("NAME", name)
+        .replace("BACKOFF", &backoff.to_string())
+        .replace("EXIT", &exit.to_string())
+        .replace(
+            "TTL",
+            &ttl.map(|t| format!("ttlSecondsAfterFinished: {t}"))
+                .unwrap_or_default(),
+        )
+}
+
+#[test]
+fn jobs_complete_fail_expire_and_cronjobs_run_on_schedule() {
+    let c = Cluster::start();
+    c.run_controllers(2);
+    c.eventually(&["get", "nodes", "-o", "name"], |o| count(o) == 2);
+    // A CronJob every minute: started first, it fires while the Jobs run.
+    c.ok(&[
+        "create",
+        "cronjob",
+        "tick",
+        "--image=busybox",
+        "--schedule=* * * * *",
+        "--",
+        "true",
+    ]);
+
+    // completions 3, parallelism 2: never more than two pods at once, then Complete.
+    assert!(c.with_manifest(&["apply"], &job("three", 6, 0, None)).ok);
+    let phases = [
+        "get",
+        "pods",
+        "-l",
+        "job-name=three",
+        "-o",
+        "jsonpath={range .items[*]}{.status.phase}{\"\\n\"}{end}",
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = c.ok(&phases);
+        let running = out
+            .lines()
+            .filter(|l| *l == "Running" || *l == "Pending")
+            .count();
+        assert!(running <= 2, "more than parallelism pods active: {out}");
+        if out.lines().filter(|l| *l == "Succeeded").count() == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job never finished: {out}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let r = c.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/three",
+        "--timeout=30s",
+    ]);
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        c.ok(&["get", "job", "three", "-o", "jsonpath={.status.succeeded}"]),
+        "3"
+    );
+    let table = c.ok(&["get", "job", "three"]);
+    assert!(
+        table.contains("Complete") && table.contains("3/3"),
+        "{table}"
+    );
+    assert_eq!(c.ok(&phases).lines().count(), 3, "exactly three pods ran");
+
+    // Failing pods beyond backoffLimit fail the Job.
+    assert!(c.with_manifest(&["apply"], &job("broken", 1, 3, None)).ok);
+    let r = c.kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/broken",
+        "--timeout=60s",
+    ]);
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "job",
+            "broken",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"
+        ]),
+        "BackoffLimitExceeded"
+    );
+
+    // ttlSecondsAfterFinished: the finished Job and its pods are deleted.
+    assert!(c.with_manifest(&["apply"], &job("brief", 6, 0, Some(1))).ok);
+    c.eventually(&["get", "jobs", "-o", "name"], |o| {
+        !o.contains("job.batch/brief")
+    });
+    c.eventually(
+        &["get", "pods", "-l", "job-name=brief", "-o", "name"],
+        |o| o.trim().is_empty(),
+    );
+
+    // The CronJob created a Job for its minute, and it completed.
+    let out = c.eventually_within(
+        std::time::Duration::from_secs(90),
+        &[
+            "get",
+            "cronjob",
+            "tick",
+            "-o",
+            "jsonpath={.status.lastSuccessfulTime}",
+        ],
+        |o| !o.trim().is_empty(),
+    );
+    assert!(out.ends_with('Z'), "{out}");
+    let jobs = c.ok(&["get", "jobs", "-o", "name"]);
+    assert!(jobs.contains("job.batch/tick-"), "{jobs}");
+}

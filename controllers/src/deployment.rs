@@ -170,9 +170,7 @@ struct Ctx {
 }
 
 fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    util::rfc3339(jiff::Timestamp::now())
 }
 
 /// Sets a ReplicaSet's replicas (and the Deployment's annotations on it).
@@ -465,7 +463,7 @@ async fn write_status(
             Some(c) if same => c
                 .last_transition_time
                 .as_ref()
-                .map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .map(|t| util::rfc3339(t.0))
                 .unwrap_or_else(now),
             _ => now(),
         };
@@ -473,7 +471,7 @@ async fn write_status(
             Some(c) if same && c.reason.as_deref() == Some(reason) && !touch => c
                 .last_update_time
                 .as_ref()
-                .map(|t| t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+                .map(|t| util::rfc3339(t.0))
                 .unwrap_or_else(now),
             _ => now(),
         };

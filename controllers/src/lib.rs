@@ -2,10 +2,13 @@
 //! runs them all (see [`manager`]); each controller is a module with a `run` function and
 //! pure decision functions that the unit tests exercise without a cluster.
 
+pub mod cron;
+pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
 pub mod informer;
+pub mod job;
 pub mod manager;
 pub mod namespace;
 pub mod replicaset;

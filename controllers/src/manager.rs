@@ -6,13 +6,15 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 6] = [
+pub const ALL: [&str; 8] = [
     "scheduler",
     "replicaset",
     "deployment",
     "garbagecollector",
     "namespace",
     "endpoints",
+    "job",
+    "cronjob",
 ];
 
 /// Runs the named controllers until `shutdown`; unknown names are an error.
@@ -31,6 +33,8 @@ pub async fn run(
             "garbagecollector" => tasks.spawn(crate::gc::run(c, t, s)),
             "namespace" => tasks.spawn(crate::namespace::run(c, s)),
             "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
+            "job" => tasks.spawn(crate::job::run(c, t, s)),
+            "cronjob" => tasks.spawn(crate::cronjob::run(c, t, s)),
             other => anyhow::bail!("unknown controller {other:?} (known: {})", ALL.join(", ")),
         };
     }

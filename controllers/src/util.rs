@@ -153,6 +153,11 @@ pub fn hash_of(v: &impl serde::Serialize) -> String {
     out
 }
 
+/// A time as Kubernetes writes it (RFC 3339, whole seconds, UTC).
+pub fn rfc3339(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
