@@ -234,18 +234,23 @@ impl Cluster {
     /// Starts every controller (as the admin) and `nodes` simulated nodes (`sim-0`, …,
     /// 4 cpu and 8Gi each), on the cluster's runtime until it stops.
     pub fn run_controllers(&self, nodes: usize) {
-        let client = self.client();
+        let c = self.client();
         let names: Vec<String> = minik8s_controllers::manager::ALL
             .iter()
             .map(|s| s.to_string())
             .collect();
         let shutdown = self.shutdown.clone();
-        let c = client.clone();
         self.rt.spawn(async move {
             if let Err(e) = minik8s_controllers::manager::run(c, &names, shutdown).await {
                 eprintln!("controllers: {e:#}");
             }
         });
+        self.run_sim_nodes(nodes);
+    }
+
+    /// Registers `nodes` simulated nodes (test-only kubelets that run nothing).
+    pub fn run_sim_nodes(&self, nodes: usize) {
+        let client = self.client();
         let cfg = minik8s_controllers::simnodes::SimConfig {
             count: nodes,
             ..Default::default()

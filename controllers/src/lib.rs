@@ -9,6 +9,7 @@ pub mod endpoints;
 pub mod gc;
 pub mod informer;
 pub mod job;
+pub mod leader;
 pub mod manager;
 pub mod namespace;
 pub mod replicaset;

@@ -17,12 +17,21 @@ pub const ALL: [&str; 8] = [
     "cronjob",
 ];
 
+/// Fails on controller names the manager does not know.
+pub fn check(names: &[String]) -> anyhow::Result<()> {
+    match names.iter().find(|n| !ALL.contains(&n.as_str())) {
+        Some(other) => anyhow::bail!("unknown controller {other:?} (known: {})", ALL.join(", ")),
+        None => Ok(()),
+    }
+}
+
 /// Runs the named controllers until `shutdown`; unknown names are an error.
 pub async fn run(
     client: Client,
     names: &[String],
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
+    check(names)?;
     let tasks = TaskTracker::new();
     for name in names {
         let (c, t, s) = (client.clone(), tasks.clone(), shutdown.clone());
@@ -35,7 +44,7 @@ pub async fn run(
             "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
             "job" => tasks.spawn(crate::job::run(c, t, s)),
             "cronjob" => tasks.spawn(crate::cronjob::run(c, t, s)),
-            other => anyhow::bail!("unknown controller {other:?} (known: {})", ALL.join(", ")),
+            _ => unreachable!("names are checked above"),
         };
     }
     tracing::info!(controllers = %names.join(","), "controllers started");

@@ -1,6 +1,8 @@
 //! `controller-manager`: runs minik8s's controllers against an apiserver.
 
 use clap::Parser;
+use minik8s_controllers::leader;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Runs the scheduler and the workload controllers.
@@ -12,6 +14,22 @@ struct Args {
     /// Controllers to run (comma-separated; default: all).
     #[arg(long, value_delimiter = ',')]
     controllers: Vec<String>,
+    /// Run only while holding the `kube-system/kube-controller-manager` Lease, so that
+    /// several replicas can run and one leads.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Seconds a Lease stays valid without renewal.
+    #[arg(long, default_value_t = 10)]
+    leader_elect_lease_duration: u64,
+    /// Seconds a leader keeps trying to renew before it stops leading.
+    #[arg(long, default_value_t = 7)]
+    leader_elect_renew_deadline: u64,
+    /// This replica's identity in the Lease (default: `<host>_<random>`).
+    #[arg(long)]
+    leader_elect_identity: Option<String>,
+    /// Seconds between attempts to acquire or renew.
+    #[arg(long, default_value_t = 2)]
+    leader_elect_retry_period: u64,
 }
 
 #[tokio::main]
@@ -37,7 +55,28 @@ async fn main() -> anyhow::Result<()> {
         wait_for_signal().await;
         stop.cancel();
     });
-    minik8s_controllers::manager::run(client, &names, shutdown).await
+    minik8s_controllers::manager::check(&names)?;
+    if !args.leader_elect {
+        return minik8s_controllers::manager::run(client, &names, shutdown).await;
+    }
+    let mut cfg = leader::Config::new(
+        "kube-controller-manager",
+        args.leader_elect_identity.unwrap_or_else(leader::identity),
+    );
+    cfg.lease_duration = Duration::from_secs(args.leader_elect_lease_duration);
+    cfg.renew_deadline = Duration::from_secs(args.leader_elect_renew_deadline);
+    cfg.retry_period = Duration::from_secs(args.leader_elect_retry_period);
+    let c = client.clone();
+    leader::run(client, cfg, shutdown, move |leading| {
+        let (c, names) = (c.clone(), names.clone());
+        async move {
+            if let Err(e) = minik8s_controllers::manager::run(c, &names, leading).await {
+                tracing::error!(error = %e, "controllers failed");
+            }
+        }
+    })
+    .await;
+    Ok(())
 }
 
 async fn wait_for_signal() {
