@@ -70,6 +70,9 @@ pub struct Config {
     pub max_inflight: usize,
     /// Longest time a non-watch request may take (504 after).
     pub request_timeout: std::time::Duration,
+    /// Seconds pods tolerate `node.kubernetes.io/not-ready` and `unreachable` (NoExecute)
+    /// unless they say otherwise (upstream's DefaultTolerationSeconds, 300).
+    pub default_toleration_seconds: i64,
 }
 
 /// Why the apiserver could not start.
@@ -131,6 +134,8 @@ pub struct Api {
     pub inflight: Arc<tokio::sync::Semaphore>,
     /// Longest time a non-watch request may take.
     pub request_timeout: std::time::Duration,
+    /// Default tolerations' seconds for not-ready/unreachable nodes.
+    pub default_toleration_seconds: i64,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -201,6 +206,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         root_ca: std::fs::read_to_string(&config.client_ca).ok(),
         inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
         request_timeout: config.request_timeout,
+        default_toleration_seconds: config.default_toleration_seconds,
         tokens: match &config.service_account_key {
             Some((path, min)) => Some(tokens::Issuer::load(path, *min)?),
             None => None,

@@ -115,6 +115,7 @@ impl Cluster {
             service_account_key: Some((pki.service_account_key().expect("sa key"), 1)),
             max_inflight: 400,
             request_timeout: std::time::Duration::from_secs(60),
+            default_toleration_seconds: 300,
         };
         let admin = pki
             .ensure_identity(&Identity::admin())
@@ -246,6 +247,19 @@ impl Cluster {
             }
         });
         self.run_sim_nodes(nodes);
+    }
+
+    /// Runs a task on the cluster's runtime until it ends (or the runtime stops).
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.rt.spawn(task);
+    }
+
+    /// The token cancelled when the cluster stops.
+    pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
+        self.shutdown.clone()
     }
 
     /// Registers `nodes` simulated nodes (test-only kubelets that run nothing).

@@ -12,6 +12,7 @@ pub mod job;
 pub mod leader;
 pub mod manager;
 pub mod namespace;
+pub mod nodelifecycle;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     "scheduler",
     "replicaset",
     "deployment",
@@ -15,6 +15,7 @@ pub const ALL: [&str; 8] = [
     "endpoints",
     "job",
     "cronjob",
+    "nodelifecycle",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -44,6 +45,12 @@ pub async fn run(
             "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
             "job" => tasks.spawn(crate::job::run(c, t, s)),
             "cronjob" => tasks.spawn(crate::cronjob::run(c, t, s)),
+            "nodelifecycle" => tasks.spawn(crate::nodelifecycle::run(
+                c,
+                crate::nodelifecycle::Config::default(),
+                t,
+                s,
+            )),
             _ => unreachable!("names are checked above"),
         };
     }

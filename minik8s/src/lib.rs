@@ -105,6 +105,7 @@ pub async fn up(
             service_account_key: Some((pki.service_account_key()?, 600)),
             max_inflight: 400,
             request_timeout: std::time::Duration::from_secs(60),
+            default_toleration_seconds: 300,
         },
         shutdown.clone(),
     )

@@ -50,12 +50,49 @@ pub async fn mutate(
         let ranges = limits::ranges(&ctx.api, &ns).await?;
         limits::default_pod(&ranges, obj);
         serviceaccount::admit(&ctx.api, &ns, obj).await?;
+        default_tolerations(obj, ctx.api.default_toleration_seconds);
     }
     if webhook::mutate(ctx, op, obj, old).await? {
         // Patched objects are defaulted again, as upstream's decode after a webhook does.
         crate::defaults::apply(&ctx.res.group, &ctx.res.kind, obj);
     }
     Ok(())
+}
+
+/// DefaultTolerationSeconds: a pod that does not tolerate the not-ready and unreachable
+/// NoExecute taints tolerates each for `seconds`, so the node lifecycle controller evicts it
+/// that long after its node goes away.
+fn default_tolerations(pod: &mut Value, seconds: i64) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let list = spec
+        .entry("tolerations")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if list.is_null() {
+        *list = Value::Array(Vec::new());
+    }
+    let Some(list) = list.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let covered = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            let k = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let exists_all =
+                k.is_empty() && t.get("operator").and_then(Value::as_str) == Some("Exists");
+            (k == key || exists_all) && (effect.is_empty() || effect == "NoExecute")
+        });
+        if !covered {
+            list.push(
+                serde_json::json!({"key": key, "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": seconds}),
+            );
+        }
+    }
 }
 
 /// The validating phase: built-in limits, then validating webhooks. `obj` is `None` for a
