@@ -337,4 +337,31 @@ mod tests {
         assert_eq!(beyond_history(&refs, 1, 1), ["a", "c"]);
         assert!(beyond_history(&refs, 3, 3).is_empty());
     }
+
+    #[test]
+    fn reconcile_creates_the_due_job_once_on_a_mock_api() {
+        let created = util::rfc3339(Timestamp::now() - jiff::SignedDuration::from_secs(90));
+        let cj: CronJob = serde_json::from_value(json!({
+            "metadata": {"name": "tick", "namespace": "default", "uid": "cj1", "creationTimestamp": created},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+                "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}}))
+        .unwrap();
+        let m = crate::testing::mock(crate::testing::echo);
+        let calls = m.calls.clone();
+        let ctx = Arc::new(Ctx {
+            client: m.client.clone(),
+            jobs: crate::testing::store(Vec::<Job>::new()),
+        });
+        m.run(reconcile(Arc::new(cj), ctx)).unwrap();
+        let jobs = crate::testing::matching(&calls, "POST", "/namespaces/default/jobs");
+        assert_eq!(jobs.len(), 1, "only the latest missed minute runs");
+        let name = jobs[0].body["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(name.starts_with("tick-"), "{name}");
+        let status = crate::testing::matching(&calls, "PATCH", "/cronjobs/tick/status");
+        assert_eq!(status[0].body["status"]["active"][0]["name"], name.as_str());
+        assert!(status[0].body["status"]["lastScheduleTime"].is_string());
+    }
 }

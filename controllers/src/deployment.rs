@@ -729,4 +729,28 @@ mod tests {
             .insert(HASH_LABEL.into(), "zzz".into());
         assert_eq!(template_hash(&t), template_hash(&labelled));
     }
+
+    #[test]
+    fn reconcile_creates_the_first_replicaset_with_revision_1_on_a_mock_api() {
+        let d: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "d1", "generation": 1},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}))
+        .unwrap();
+        let m = crate::testing::mock(crate::testing::echo);
+        let calls = m.calls.clone();
+        let ctx = Arc::new(Ctx {
+            client: m.client.clone(),
+            sets: crate::testing::store(Vec::<ReplicaSet>::new()),
+        });
+        m.run(reconcile(Arc::new(d), ctx)).unwrap();
+        let created = crate::testing::matching(&calls, "POST", "/namespaces/default/replicasets");
+        assert_eq!(created.len(), 1);
+        let rs = &created[0].body;
+        assert_eq!(rs["metadata"]["annotations"][REVISION], "1");
+        let hash = rs["metadata"]["labels"][HASH_LABEL].as_str().unwrap();
+        assert!(rs["metadata"]["name"].as_str().unwrap().ends_with(hash));
+        assert_eq!(rs["spec"]["selector"]["matchLabels"][HASH_LABEL], hash);
+    }
 }

@@ -251,3 +251,66 @@ pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken
         .for_each(|_| async {})
         .await;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcile_applies_a_slice_of_the_ready_pods_on_a_mock_api() {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "s1"},
+            "spec": {"selector": {"app": "web"}, "clusterIP": "10.96.0.10",
+                "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}))
+        .unwrap();
+        let pod = |name: &str, ip: &str, ready: &str| -> Pod {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+                "spec": {"nodeName": "n1", "containers": []},
+                "status": {"phase": "Running", "podIP": ip,
+                    "conditions": [{"type": "Ready", "status": ready}]}}))
+            .unwrap()
+        };
+        // Listing the service's existing slices finds none.
+        let m = crate::testing::mock(|c| match c.method.as_str() {
+            "GET" => (
+                200,
+                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {}, "items": []}),
+            ),
+            _ => crate::testing::echo(c),
+        });
+        let calls = m.calls.clone();
+        let ctx = Arc::new(Ctx {
+            client: m.client.clone(),
+            pods: crate::testing::store(vec![
+                pod("a", "10.0.0.1", "True"),
+                pod("b", "10.0.0.2", "False"),
+            ]),
+        });
+        m.run(reconcile(Arc::new(svc), ctx)).unwrap();
+        let applied = crate::testing::matching(&calls, "PATCH", "");
+        let slice = applied
+            .iter()
+            .find(|c| c.path.contains("/endpointslices/"))
+            .expect("a slice is applied");
+        let ready: Vec<(String, bool)> = slice.body["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["addresses"][0].as_str().unwrap().to_owned(),
+                    e["conditions"]["ready"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ready,
+            [
+                ("10.0.0.1".to_owned(), true),
+                ("10.0.0.2".to_owned(), false)
+            ]
+        );
+        assert_eq!(slice.body["ports"][0]["port"], 8080);
+    }
+}

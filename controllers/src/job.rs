@@ -509,4 +509,57 @@ mod tests {
             .collect();
         assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
     }
+
+    /// Reconcile against a mock API: the requests it makes for a given pod store.
+    fn reconcile_with(job: Job, pods: Vec<Pod>) -> crate::testing::Calls {
+        let m = crate::testing::mock(crate::testing::echo);
+        let calls = m.calls.clone();
+        let ctx = Arc::new(Ctx {
+            client: m.client.clone(),
+            pods: crate::testing::store(pods),
+            expectations: Expectations::default(),
+        });
+        m.run(reconcile(Arc::new(job), ctx)).unwrap();
+        calls
+    }
+
+    fn owned(name: &str, phase: &str) -> Pod {
+        let mut p = pod(name, phase);
+        p.metadata.namespace = Some("default".into());
+        p.metadata.owner_references = Some(vec![owner_ref(&job(Some(3), 2))]);
+        p
+    }
+
+    #[test]
+    fn reconcile_creates_parallelism_pods_then_completes_on_a_mock_api() {
+        let calls = reconcile_with(job(Some(3), 2), vec![]);
+        let created = crate::testing::matching(&calls, "POST", "/namespaces/default/pods");
+        assert_eq!(created.len(), 2);
+        assert_eq!(
+            created[0].body["metadata"]["ownerReferences"][0]["uid"],
+            "u1"
+        );
+        let status = crate::testing::matching(&calls, "PATCH", "/jobs/j/status");
+        assert_eq!(status.len(), 1);
+        assert_eq!(status[0].body["status"]["active"], 2);
+        assert!(status[0].body["status"]["startTime"].is_string());
+
+        // Three succeeded pods: no creation, and the Job completes.
+        let done = vec![
+            owned("a", "Succeeded"),
+            owned("b", "Succeeded"),
+            owned("c", "Succeeded"),
+        ];
+        let calls = reconcile_with(job(Some(3), 2), done);
+        assert!(crate::testing::matching(&calls, "POST", "/pods").is_empty());
+        let status = crate::testing::matching(&calls, "PATCH", "/jobs/j/status");
+        let types: Vec<&str> = status[0].body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
+        assert_eq!(status[0].body["status"]["succeeded"], 3);
+    }
 }

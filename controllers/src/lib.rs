@@ -16,6 +16,8 @@ pub mod nodelifecycle;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod util;
 
 /// Why a reconcile failed (it is retried with back-off).

@@ -454,4 +454,40 @@ mod tests {
             ("ReplicaSet", "u1", Some(true))
         );
     }
+
+    #[test]
+    fn reconcile_creates_the_missing_pods_in_slow_start_batches_on_a_mock_api() {
+        let rs: ReplicaSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "rs1", "generation": 1},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}))
+        .unwrap();
+        let m = crate::testing::mock(crate::testing::echo);
+        let calls = m.calls.clone();
+        let ctx = Arc::new(Ctx {
+            client: m.client.clone(),
+            pods: crate::testing::store(Vec::<Pod>::new()),
+            expectations: Expectations::default(),
+        });
+        m.run(reconcile(Arc::new(rs), ctx.clone())).unwrap();
+        let created = crate::testing::matching(&calls, "POST", "/namespaces/default/pods");
+        assert_eq!(created.len(), 3);
+        for c in &created {
+            assert_eq!(c.body["metadata"]["labels"]["app"], "web");
+            assert_eq!(c.body["metadata"]["ownerReferences"][0]["controller"], true);
+        }
+        // Until the informer shows them, a second reconcile creates nothing more.
+        let rs2: ReplicaSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": "rs1"},
+            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"spec": {"containers": []}}}}))
+        .unwrap();
+        m.run(reconcile(Arc::new(rs2), ctx)).unwrap();
+        assert_eq!(
+            crate::testing::matching(&calls, "POST", "/pods").len(),
+            3,
+            "expectations hold back duplicates"
+        );
+    }
 }

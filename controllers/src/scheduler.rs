@@ -409,6 +409,29 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
+    /// A scheduler deciding from these node and pod stores.
+    pub fn new(client: Client, nodes: Store<Node>, pods: Store<Pod>) -> Scheduler {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "default-scheduler".into(),
+                instance: None,
+            },
+        );
+        Scheduler {
+            client,
+            nodes,
+            pods,
+            state: Mutex::new(State {
+                nodes: Vec::new(),
+                built: None,
+                assumed: HashMap::new(),
+                turn: 0,
+            }),
+            recorder,
+        }
+    }
+
     /// Rebuilds the node view from the informers (plus pods assumed but not yet seen bound).
     fn rebuild(&self, st: &mut State) {
         let mut infos: Vec<NodeInfo> = self.nodes.state().into_iter().map(NodeInfo::new).collect();
@@ -584,25 +607,7 @@ pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken
     );
     let _ = nodes.wait_until_ready().await;
     let _ = pods.wait_until_ready().await;
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "default-scheduler".into(),
-            instance: None,
-        },
-    );
-    let s = Arc::new(Scheduler {
-        client: client.clone(),
-        nodes,
-        pods,
-        state: Mutex::new(State {
-            nodes: Vec::new(),
-            built: None,
-            assumed: HashMap::new(),
-            turn: 0,
-        }),
-        recorder,
-    });
+    let s = Arc::new(Scheduler::new(client.clone(), nodes, pods));
     let pending: Api<Pod> = Api::all(client);
     Controller::new(pending, watcher::Config::default().fields("spec.nodeName="))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
@@ -767,5 +772,50 @@ mod tests {
                 .contains("anti-affinity")
         );
         assert!(filter(&anti, &pod_requests(&anti), &node("b", "4")).is_ok());
+    }
+
+    #[test]
+    fn reconcile_binds_a_fitting_pod_and_reports_one_that_fits_nowhere_on_a_mock_api() {
+        let node = |name: &str| -> Node {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}))
+            .unwrap()
+        };
+        let pod = |name: &str, cpu: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "namespace": "default", "uid": name},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu}}}]}}))
+            .unwrap()
+        };
+        let m = crate::testing::mock(crate::testing::echo);
+        let s = Arc::new(Scheduler::new(
+            m.client.clone(),
+            crate::testing::store(vec![node("n1"), node("n2")]),
+            crate::testing::store(Vec::<Pod>::new()),
+        ));
+        m.run(reconcile(Arc::new(pod("small", "500m")), s.clone()))
+            .unwrap();
+        let bound = crate::testing::matching(&m.calls, "POST", "/pods/small/binding");
+        assert_eq!(bound.len(), 1);
+        let target = bound[0].body["target"]["name"].as_str().unwrap();
+        assert!(target == "n1" || target == "n2", "{target}");
+
+        m.run(reconcile(Arc::new(pod("huge", "8")), s)).unwrap();
+        assert!(crate::testing::matching(&m.calls, "POST", "/pods/huge/binding").is_empty());
+        let status = crate::testing::matching(&m.calls, "PATCH", "/pods/huge/status");
+        let cond = &status[0].body["status"]["conditions"][0];
+        assert_eq!(
+            (cond["type"].as_str(), cond["status"].as_str()),
+            (Some("PodScheduled"), Some("False"))
+        );
+        assert!(
+            cond["message"]
+                .as_str()
+                .unwrap()
+                .contains("Insufficient cpu"),
+            "{cond}"
+        );
+        let events = crate::testing::matching(&m.calls, "POST", "/events");
+        assert_eq!(events[0].body["reason"], "FailedScheduling");
     }
 }
