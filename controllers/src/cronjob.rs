@@ -19,7 +19,6 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Most missed times looked at; beyond that only the latest counts (upstream warns at 100).
 const MAX_MISSED: usize = 100;
@@ -263,14 +262,12 @@ fn error_policy(cj: Arc<CronJob>, e: &Error, _: Arc<Ctx>) -> Action {
 }
 
 /// Runs the CronJob controller until `shutdown`.
-pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
-    let jobs = crate::informer::start(
-        Api::<Job>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let _ = jobs.wait_until_ready().await;
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let jobs = informers.all::<Job>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         jobs,

@@ -20,7 +20,6 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Label that ties a ReplicaSet and its pods to one template.
 pub const HASH_LABEL: &str = "pod-template-hash";
@@ -629,14 +628,12 @@ fn error_policy(d: Arc<Deployment>, e: &Error, _: Arc<Ctx>) -> Action {
 }
 
 /// Runs the Deployment controller until `shutdown`.
-pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
-    let sets = crate::informer::start(
-        Api::<ReplicaSet>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let _ = sets.wait_until_ready().await;
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let sets = informers.all::<ReplicaSet>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         sets,

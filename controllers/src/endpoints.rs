@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Field manager and `managed-by` label value.
 const MANAGER: &str = "endpointslice-controller.k8s.io";
@@ -205,14 +204,12 @@ fn error_policy(svc: Arc<Service>, e: &Error, _: Arc<Ctx>) -> Action {
 }
 
 /// Runs the endpoints controller until `shutdown`.
-pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
-    let pods = crate::informer::start(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let _ = pods.wait_until_ready().await;
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let pods = informers.all::<Pod>().await;
     let controller = Controller::new(
         Api::<Service>::all(client.clone()),
         watcher::Config::default(),

@@ -24,7 +24,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// How a Job ended, with upstream's condition reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -407,14 +406,12 @@ fn error_policy(job: Arc<Job>, e: &Error, _: Arc<Ctx>) -> Action {
 }
 
 /// Runs the Job controller until `shutdown`.
-pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
-    let pods = crate::informer::start(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let _ = pods.wait_until_ready().await;
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let pods = informers.all::<Pod>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,

@@ -1,6 +1,7 @@
 //! The controller manager: runs the selected controllers (all by default) on one client
 //! until shutdown, and waits for their tasks to end.
 
+use crate::informer::Informers;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -34,13 +35,14 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     check(names)?;
     let tasks = TaskTracker::new();
+    let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
     for name in names {
-        let (c, t, s) = (client.clone(), tasks.clone(), shutdown.clone());
+        let (c, t, s) = (client.clone(), informers.clone(), shutdown.clone());
         match name.as_str() {
             "scheduler" => tasks.spawn(crate::scheduler::run(c, t, s)),
             "replicaset" => tasks.spawn(crate::replicaset::run(c, t, s)),
             "deployment" => tasks.spawn(crate::deployment::run(c, t, s)),
-            "garbagecollector" => tasks.spawn(crate::gc::run(c, t, s)),
+            "garbagecollector" => tasks.spawn(crate::gc::run(c, tasks.clone(), s)),
             "namespace" => tasks.spawn(crate::namespace::run(c, s)),
             "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
             "job" => tasks.spawn(crate::job::run(c, t, s)),

@@ -21,7 +21,6 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Taint key of nodes whose kubelet stopped heartbeating.
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
@@ -204,28 +203,23 @@ impl Heartbeats {
 }
 
 /// Runs the node lifecycle controller until `shutdown`.
-pub async fn run(client: Client, cfg: Config, tasks: TaskTracker, shutdown: CancellationToken) {
-    let nodes = crate::informer::start(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
+pub async fn run(
+    client: Client,
+    cfg: Config,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let nodes = informers.all::<Node>().await;
     let leases = crate::informer::start(
         Api::<Lease>::namespaced(client.clone(), "kube-node-lease"),
         watcher::Config::default(),
-        &tasks,
+        informers.tasks(),
         &shutdown,
     );
-    let pods = crate::informer::start(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
+    let pods = informers.all::<Pod>().await;
     tokio::select! {
         _ = shutdown.cancelled() => return,
-        _ = async { let _ = tokio::join!(nodes.wait_until_ready(), leases.wait_until_ready(), pods.wait_until_ready()); } => {}
+        _ = leases.wait_until_ready() => {}
     }
     let mut beats = Heartbeats::default();
     loop {

@@ -21,7 +21,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Largest number of pods created per reconcile (upstream's burst).
 const BURST: usize = 500;
@@ -358,14 +357,12 @@ fn error_policy(rs: Arc<ReplicaSet>, e: &Error, _: Arc<Ctx>) -> Action {
 }
 
 /// Runs the ReplicaSet controller until `shutdown`.
-pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
-    let pods = crate::informer::start(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let _ = pods.wait_until_ready().await;
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let pods = informers.all::<Pod>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,

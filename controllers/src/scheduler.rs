@@ -37,7 +37,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// The label the `affinity` profile reads.
 pub const NODE_LABEL: &str = "minik8s.io/node";
@@ -592,21 +591,13 @@ fn error_policy(pod: Arc<Pod>, e: &Error, _: Arc<Scheduler>) -> Action {
 }
 
 /// Runs the scheduler until `shutdown`.
-pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken) {
-    let nodes = crate::informer::start(
-        Api::<Node>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let pods = crate::informer::start(
-        Api::<Pod>::all(client.clone()),
-        watcher::Config::default(),
-        &tasks,
-        &shutdown,
-    );
-    let _ = nodes.wait_until_ready().await;
-    let _ = pods.wait_until_ready().await;
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let nodes = informers.all::<Node>().await;
+    let pods = informers.all::<Pod>().await;
     let s = Arc::new(Scheduler::new(client.clone(), nodes, pods));
     let pending: Api<Pod> = Api::all(client);
     Controller::new(pending, watcher::Config::default().fields("spec.nodeName="))

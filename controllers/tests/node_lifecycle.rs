@@ -28,11 +28,13 @@ fn silent_nodes_are_tainted_and_their_pods_evicted_after_their_tolerations() {
         period: Duration::from_millis(500),
     };
     let (client, shutdown) = (c.client(), c.shutdown_token());
-    c.spawn(minik8s_controllers::nodelifecycle::run(
-        client,
-        cfg,
+    let informers = minik8s_controllers::informer::Informers::new(
+        client.clone(),
         tokio_util::task::TaskTracker::new(),
-        shutdown,
+        shutdown.clone(),
+    );
+    c.spawn(minik8s_controllers::nodelifecycle::run(
+        client, cfg, informers, shutdown,
     ));
     assert!(c.with_manifest(&["create"], NODE).ok);
     // No toleration of our own: the apiserver adds the 300 s defaults.
