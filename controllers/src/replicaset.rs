@@ -276,9 +276,16 @@ async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize)
         .await;
         let mut failed = None;
         for (name, r) in results {
-            if let Err(e) = r {
-                ctx.expectations.forget(uid, &name);
-                failed = Some(e);
+            match r {
+                Ok(_) => {}
+                // A random name that is taken (rare): the next reconcile makes another.
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    ctx.expectations.forget(uid, &name);
+                }
+                Err(e) => {
+                    ctx.expectations.forget(uid, &name);
+                    failed = Some(e);
+                }
             }
         }
         if let Some(e) = failed {
