@@ -276,7 +276,7 @@ pub async fn run(
         Api::<CronJob>::all(client.clone()),
         watcher::Config::default(),
     )
-    .owns(Api::<Job>::all(client), watcher::Config::default())
+    .owns_shared_stream(informers.subscribe::<Job>())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
     .run(reconcile, error_policy, ctx)
     .for_each(|_| async {})

@@ -642,7 +642,7 @@ pub async fn run(
         Api::<Deployment>::all(client.clone()),
         watcher::Config::default(),
     )
-    .owns(Api::<ReplicaSet>::all(client), watcher::Config::default())
+    .owns_shared_stream(informers.subscribe::<ReplicaSet>())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
     .run(reconcile, error_policy, ctx)
     .for_each(|_| async {})

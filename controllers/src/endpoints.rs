@@ -220,29 +220,25 @@ pub async fn run(
         pods,
     });
     controller
-        .watches(
-            Api::<Pod>::all(client),
-            watcher::Config::default(),
-            move |pod: Pod| {
-                // A pod change concerns the services of its namespace that select it.
-                let ns = pod.namespace();
-                let labels = pod.labels().clone();
-                services
-                    .state()
-                    .into_iter()
-                    .filter(|s| s.namespace() == ns)
-                    .filter(|s| {
-                        s.spec
-                            .as_ref()
-                            .and_then(|sp| sp.selector.as_ref())
-                            .is_some_and(|sel| {
-                                !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-                            })
-                    })
-                    .map(|s| ObjectRef::from_obj(s.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_shared_stream(informers.subscribe::<Pod>(), move |pod: Arc<Pod>| {
+            // A pod change concerns the services of its namespace that select it.
+            let ns = pod.namespace();
+            let labels = pod.labels().clone();
+            services
+                .state()
+                .into_iter()
+                .filter(|s| s.namespace() == ns)
+                .filter(|s| {
+                    s.spec
+                        .as_ref()
+                        .and_then(|sp| sp.selector.as_ref())
+                        .is_some_and(|sel| {
+                            !sel.is_empty() && sel.iter().all(|(k, v)| labels.get(k) == Some(v))
+                        })
+                })
+                .map(|s| ObjectRef::from_obj(s.as_ref()))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})

@@ -418,7 +418,7 @@ pub async fn run(
         expectations: Expectations::default(),
     });
     Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default())
-        .owns(Api::<Pod>::all(client), watcher::Config::default())
+        .owns_shared_stream(informers.subscribe::<Pod>())
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
