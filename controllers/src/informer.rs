@@ -79,7 +79,7 @@ where
 }
 
 /// Changes a subscriber may fall behind before it is resynced from the store.
-const CHANGES_BUFFER: usize = 16_384;
+const CHANGES_BUFFER: usize = 1_024;
 
 /// One kind's shared store, its readiness and its change feed.
 type Entry<K> = (
