@@ -41,10 +41,20 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 
 /// Resident set size of a process in MiB.
 pub fn rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+/// Peak resident set size of a process in MiB (`VmHWM`).
+pub fn peak_rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmHWM:")
+}
+
+/// A memory figure of `/proc/<pid>/status` (given in kB there) in MiB, one decimal.
+fn status_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kb = status
         .lines()
-        .find(|l| l.starts_with("VmRSS:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);

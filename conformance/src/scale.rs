@@ -3,7 +3,7 @@
 //! Deployment of M pods; it times scheduling and readiness from a watch and reads the
 //! server's peak RSS from `/proc`.
 
-use crate::bench::{Server, rss_mib};
+use crate::bench::{Server, peak_rss_mib, rss_mib};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -17,18 +17,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
-
-/// Peak resident set size of a process in MiB (`VmHWM`).
-pub fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse::<f64>().ok())
-        .unwrap_or(0.0);
-    (kb / 1024.0 * 10.0).round() / 10.0
-}
 
 /// When the watch first saw a pod, saw it bound, and saw it Running.
 #[derive(Default, Clone, Copy)]

@@ -56,15 +56,19 @@ pub enum Health {
     Unreachable,
 }
 
-/// The node's Ready condition status ("True", "False", "Unknown"), if it has one.
-fn ready_status(node: &Node) -> Option<&str> {
+/// The node's Ready condition, if it has one.
+fn ready_condition(node: &Node) -> Option<&k8s_openapi::api::core::v1::NodeCondition> {
     node.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
         .find(|c| c.type_ == "Ready")
-        .map(|c| c.status.as_str())
+}
+
+/// The node's Ready condition status ("True", "False", "Unknown"), if it has one.
+fn ready_status(node: &Node) -> Option<&str> {
+    ready_condition(node).map(|c| c.status.as_str())
 }
 
 /// Decides a node's health from whether it heartbeat within the grace period.
@@ -183,11 +187,7 @@ impl Heartbeats {
             .and_then(|l| l.spec.as_ref())
             .and_then(|s| s.renew_time.as_ref())
             .map(|t| t.0.to_string());
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        let ready = ready_condition(node)
             .and_then(|c| c.last_heartbeat_time.as_ref())
             .map(|t| t.0.to_string());
         let record = (renew, ready);

@@ -42,30 +42,17 @@ fn killing_the_leader_hands_over_within_15s_without_double_creation() {
         Some(Replica::start(&kubeconfig, "cm-a")),
         Some(Replica::start(&kubeconfig, "cm-b")),
     ];
-    let holder = || {
-        c.kubectl(&[
-            "get",
-            "lease",
-            "-n",
-            "kube-system",
-            "kube-controller-manager",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ])
-        .stdout
-    };
-    let first = c.eventually(
-        &[
-            "get",
-            "lease",
-            "-n",
-            "kube-system",
-            "kube-controller-manager",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ],
-        |o| o == "cm-a" || o == "cm-b",
-    );
+    let lease = [
+        "get",
+        "lease",
+        "-n",
+        "kube-system",
+        "kube-controller-manager",
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ];
+    let holder = || c.kubectl(&lease).stdout;
+    let first = c.eventually(&lease, |o| o == "cm-a" || o == "cm-b");
 
     // Watch the pod count the whole time: it must never pass replicas + maxSurge.
     let max_pods = Arc::new(AtomicUsize::new(0));
