@@ -13,6 +13,7 @@ pub mod leader;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
+pub mod process;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;

@@ -5,7 +5,6 @@ use clap::{Parser, Subcommand};
 use minik8s::UpConfig;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use tokio_util::sync::CancellationToken;
 
 /// A small, real Kubernetes.
 #[derive(Parser, Debug)]
@@ -84,12 +83,7 @@ impl TryFrom<UpArgs> for UpConfig {
 }
 
 fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    minik8s_controllers::process::init_tracing();
     match Cli::parse().command {
         Command::Pki {
             command: PkiCommand::Init(args),
@@ -105,19 +99,7 @@ fn main() -> anyhow::Result<()> {
             let cfg = UpConfig::try_from(args)?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(async move {
-                let shutdown = CancellationToken::new();
-                let signals = shutdown.clone();
-                tokio::spawn(async move {
-                    let mut term =
-                        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                            .expect("SIGTERM handler");
-                    tokio::select! {
-                        _ = tokio::signal::ctrl_c() => {}
-                        _ = term.recv() => {}
-                    }
-                    tracing::info!("shutting down");
-                    signals.cancel();
-                });
+                let shutdown = minik8s_controllers::process::shutdown_on_signal();
                 minik8s::up(cfg, shutdown, |kubeconfig| {
                     println!("minik8s is up. Point kubectl at it with:");
                     println!("export KUBECONFIG={}", kubeconfig.display());

@@ -3,7 +3,6 @@
 use clap::Parser;
 use minik8s_controllers::leader;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// Runs the scheduler and the workload controllers.
 #[derive(Parser)]
@@ -34,11 +33,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    minik8s_controllers::process::init_tracing();
     let args = Args::parse();
     let client = minik8s_kubeconfig::client(&args.kubeconfig).await?;
     let names: Vec<String> = if args.controllers.is_empty() {
@@ -49,12 +44,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         args.controllers
     };
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        stop.cancel();
-    });
+    let shutdown = minik8s_controllers::process::shutdown_on_signal();
     minik8s_controllers::manager::check(&names)?;
     if !args.leader_elect {
         return minik8s_controllers::manager::run(client, &names, shutdown).await;
@@ -77,13 +67,4 @@ async fn main() -> anyhow::Result<()> {
     })
     .await;
     Ok(())
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
 }

@@ -3,7 +3,6 @@
 
 use clap::Parser;
 use minik8s_controllers::simnodes::{SimConfig, run};
-use tokio_util::sync::CancellationToken;
 
 /// Simulated nodes.
 #[derive(Parser)]
@@ -30,21 +29,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    minik8s_controllers::process::init_tracing();
     let a = Args::parse();
     let client = minik8s_kubeconfig::client(&a.kubeconfig).await?;
-    let shutdown = CancellationToken::new();
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! { _ = term.recv() => {}, _ = tokio::signal::ctrl_c() => {} }
-        stop.cancel();
-    });
+    let shutdown = minik8s_controllers::process::shutdown_on_signal();
     let cfg = SimConfig {
         prefix: a.prefix,
         count: a.nodes,
