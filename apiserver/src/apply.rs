@@ -68,14 +68,9 @@ fn walk(lists: Lists, v: &Value, path: &mut Path, names: &mut Vec<String>, out: 
                     let mut dot = path.clone();
                     dot.push(".".into());
                     out.insert(dot);
-                    if let Some(m) = item.as_object() {
-                        for (k, child) in m {
-                            path.push(format!("f:{k}"));
-                            names.push(k.clone());
-                            walk(lists, child, path, names, out);
-                            names.pop();
-                            path.pop();
-                        }
+                    // The element's fields, as for any object (an empty one owns only its `.`).
+                    if item.as_object().is_some_and(|m| !m.is_empty()) {
+                        walk(lists, item, path, names, out);
                     }
                     path.pop();
                 }

@@ -37,7 +37,8 @@ pub enum Finish {
 /// What the Job's pods add up to.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Counts {
-    /// Pods running or pending (not terminal, not being deleted).
+    /// Pods running or pending (not terminal, not being deleted), most valuable first (the
+    /// ReplicaSet's ranking), so surplus pods are taken from the end.
     pub active: Vec<String>,
     /// Active pods that are Ready.
     pub ready: usize,
@@ -53,6 +54,7 @@ pub struct Counts {
 pub fn count(job: &Job, pods: &[&Pod]) -> Counts {
     let status = job.status.as_ref();
     let mut c = Counts::default();
+    let mut active: Vec<&Pod> = Vec::new();
     let (mut succeeded, mut failed) = (0, 0);
     for p in pods {
         if p.metadata.deletion_timestamp.is_some() {
@@ -62,7 +64,7 @@ pub fn count(job: &Job, pods: &[&Pod]) -> Counts {
             "Succeeded" => succeeded += 1,
             "Failed" => failed += 1,
             _ if p.metadata.deletion_timestamp.is_none() => {
-                c.active.push(p.name_any());
+                active.push(p);
                 c.ready += usize::from(util::is_ready(p));
             }
             _ => {}
@@ -75,7 +77,8 @@ pub fn count(job: &Job, pods: &[&Pod]) -> Counts {
                 .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum::<i32>());
         }
     }
-    c.active.sort();
+    active.sort_by_key(|p| std::cmp::Reverse(crate::replicaset::value(p)));
+    c.active = active.iter().map(|p| p.name_any()).collect();
     c.succeeded = succeeded.max(status.and_then(|s| s.succeeded).unwrap_or(0));
     c.failed = failed.max(status.and_then(|s| s.failed).unwrap_or(0));
     c
@@ -243,11 +246,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
             }
         }
     } else if active.len() < want {
-        let template = pod_from_template(&job)?;
         for _ in active.len()..want {
-            let mut pod = template.clone();
-            let name = format!("{}-{}", job.name_any(), util::random_suffix());
-            pod.metadata.name = Some(name.clone());
+            let pod = pod_from_template(&job)?;
+            let name = pod.name_any();
             ctx.expectations.expect(&uid, [name.clone()]);
             if let Err(e) = pods_api.create(&PostParams::default(), &pod).await {
                 ctx.expectations.forget(&uid, &name);
@@ -357,23 +358,10 @@ pub fn status_of(
         }
         None => {}
     }
+    // `start` is the stored startTime when there is one; a finished Job is not reconciled
+    // again, so completionTime is written once.
     if let Some(s) = start {
         status.insert("startTime".into(), json!(util::rfc3339(s)));
-    }
-    // Keep what upstream keeps once set (times are not re-rendered).
-    if let Some(old) = job.status.as_ref() {
-        if let Some(t) = &old.start_time {
-            status.insert(
-                "startTime".into(),
-                serde_json::to_value(t).unwrap_or_default(),
-            );
-        }
-        if let Some(t) = &old.completion_time {
-            status.insert(
-                "completionTime".into(),
-                serde_json::to_value(t).unwrap_or_default(),
-            );
-        }
     }
     if active > 0 {
         status.insert("active".into(), json!(active));

@@ -543,9 +543,6 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
             }
         }
         Err(message) => {
-            let now = jiff::Timestamp::now()
-                .round(jiff::Unit::Second)
-                .unwrap_or_else(|_| jiff::Timestamp::now());
             let already = pod
                 .status
                 .as_ref()
@@ -558,7 +555,7 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
                     "status": "False",
                     "reason": "Unschedulable",
                     "message": message,
-                    "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                    "lastTransitionTime": util::rfc3339(jiff::Timestamp::now()),
                 }]}});
                 api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
                     .await?;

@@ -53,9 +53,7 @@ impl Default for SimConfig {
 }
 
 fn now() -> String {
-    jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    crate::util::rfc3339(jiff::Timestamp::now())
 }
 
 fn micro_now() -> String {
