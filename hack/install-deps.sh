@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 
-packages=(etcd-server etcd-client protobuf-compiler ca-certificates)
+packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates)
 if [ "${1:-}" = "--node" ]; then
   packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev)
 fi
