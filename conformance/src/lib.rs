@@ -3,6 +3,7 @@
 //! store and kubectl cache, and runs kubectl against it.
 
 pub mod bench;
+pub mod node;
 pub mod scale;
 
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};

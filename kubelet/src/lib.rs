@@ -1,1 +1,170 @@
-//! minik8s kubelet: the node agent that runs pods on containerd through the CRI (see issue "Node"; not built yet).
+//! The minik8s kubelet: registers its Node, keeps its Lease, and runs the pods bound to it on
+//! containerd through the CRI (sandbox with a CNI bridge address, init containers, containers,
+//! restart policy with back-off, volumes, env), reporting their status as upstream does. A
+//! restarted kubelet adopts what the runtime already runs.
+
+pub mod containerd;
+pub mod cri;
+pub mod down;
+pub mod error;
+pub mod netguard;
+pub mod node;
+pub mod pod;
+
+pub use error::{Error, Result};
+
+use containerd::{Containerd, RuntimeConfig};
+use cri::{Cri, labels};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use pod::Worker;
+use pod::spec::Layout;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How the kubelet runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The node's name.
+    pub node_name: String,
+    /// The node's folder: pods, logs, and (when the kubelet starts it) containerd's runtime.
+    pub root: PathBuf,
+    /// The node's runtime; the kubelet starts (or adopts) this containerd.
+    pub runtime: RuntimeConfig,
+    /// Image archives to import into the runtime at start.
+    pub images: Vec<PathBuf>,
+    /// The node's InternalIP; found from the default route when `None`.
+    pub node_ip: Option<String>,
+    /// Parent cgroup of every pod (e.g. `/minik8s/<node>`).
+    pub cgroup_root: String,
+}
+
+impl Config {
+    /// A kubelet for `node_name` keeping everything under `root`.
+    pub fn new(node_name: &str, root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        Config {
+            node_name: node_name.to_owned(),
+            runtime: RuntimeConfig::new(root.join("containerd")),
+            root,
+            images: Vec::new(),
+            node_ip: None,
+            cgroup_root: format!("/minik8s/{node_name}"),
+        }
+    }
+
+    fn layout(&self) -> Layout {
+        Layout {
+            node: self.node_name.clone(),
+            root: self.root.clone(),
+            cgroup_root: self.cgroup_root.clone(),
+        }
+    }
+}
+
+fn error_policy(pod: Arc<Pod>, e: &Error, _: Arc<Worker>) -> Action {
+    tracing::warn!(pod = %pod.name_any(), error = %e, "pod pass failed");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// Removes sandboxes of this node whose pod is no longer in `live`.
+async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
+    let mine = HashMap::from([(labels::NODE.to_owned(), w.layout.node.clone())]);
+    let mut gone: HashSet<String> = HashSet::new();
+    for s in w.cri.sandboxes(mine).await? {
+        if let Some(uid) = s.labels.get(labels::POD_UID)
+            && !live.contains(uid)
+        {
+            gone.insert(uid.clone());
+        }
+    }
+    for uid in gone {
+        tracing::info!(%uid, "removing the sandbox of a pod that no longer exists");
+        w.teardown(&uid, 0).await?;
+    }
+    Ok(())
+}
+
+/// Runs the kubelet until `shutdown`. The runtime and its pods keep running after it stops.
+pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Result<()> {
+    netguard::install(&cfg.node_name).await?;
+    let runtime = Containerd::start(&cfg.runtime).await?;
+    for image in &cfg.images {
+        runtime.import(image).await?;
+    }
+    let cri = Cri::connect(&runtime.socket()).await?;
+    let facts = node::Facts::gather(
+        &cfg.node_name,
+        cfg.node_ip.clone(),
+        &cfg.runtime.pod_cidr,
+        &cfg.root,
+        &cri,
+    )
+    .await?;
+    node::register(&client, &facts).await?;
+    node::heartbeat(&client, &cfg.node_name, true).await?;
+    tracing::info!(node = %cfg.node_name, ip = %facts.ip, runtime = %facts.runtime, "node registered");
+    let worker = Arc::new(Worker::new(
+        client.clone(),
+        cri.clone(),
+        cfg.layout(),
+        facts.ip.clone(),
+    ));
+
+    let heartbeat = {
+        let client = client.clone();
+        let name = cfg.node_name.clone();
+        let cri = cri.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+                let ready = cri.ready().await.unwrap_or(false);
+                if let Err(e) = node::heartbeat(&client, &name, ready).await {
+                    tracing::warn!(error = %e, "node heartbeat");
+                }
+            }
+        }
+    };
+
+    let pods: Api<Pod> = Api::all(client.clone());
+    let selector = format!("spec.nodeName={}", cfg.node_name);
+    let controller = Controller::new(pods, watcher::Config::default().fields(&selector));
+    let store = controller.store();
+    let orphans = {
+        let worker = worker.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            // After the first full list, then every 10 s.
+            let _ = store.wait_until_ready().await;
+            loop {
+                let live: HashSet<String> = store.state().iter().filter_map(|p| p.uid()).collect();
+                if let Err(e) = remove_orphans(&worker, &live).await {
+                    tracing::warn!(error = %e, "removing orphaned sandboxes");
+                }
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+            }
+        }
+    };
+    let pods = {
+        let shutdown = shutdown.clone();
+        controller
+            .graceful_shutdown_on(async move { shutdown.cancelled().await })
+            .run(pod::reconcile, error_policy, worker)
+            .for_each(|_| async {})
+    };
+    tokio::join!(heartbeat, orphans, pods);
+    Ok(())
+}

@@ -248,6 +248,15 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     } else {
         object::decode_body(&ct, &body)?
     };
+    if !req.is_object()
+        || req
+            .get("spec")
+            .is_some_and(|s| !s.is_object() && !s.is_null())
+    {
+        return Err(ApiError::bad_request(
+            "the body of a TokenRequest must be an object with an object spec",
+        ));
+    }
     let seconds = req
         .pointer("/spec/expirationSeconds")
         .and_then(Value::as_i64)
@@ -300,6 +309,9 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     req["kind"] = json!("TokenRequest");
     req["metadata"] =
         json!({"name": ctx.name(), "namespace": ns, "creationTimestamp": object::now()});
+    if !req["spec"].is_object() {
+        req["spec"] = json!({});
+    }
     req["spec"]["audiences"] = audiences;
     req["spec"]["expirationSeconds"] = json!(seconds);
     req["status"] = json!({"token": issuer.sign(&claims), "expirationTimestamp": expires});

@@ -673,13 +673,16 @@ fn apply_patch(ctx: &Ctx, ty: PatchType, target: &mut Value, patch: &Value) -> A
     }
 }
 
+/// How often a write is re-read and retried after a concurrent write before it gives up.
+const MAX_RETRIES: usize = 16;
+
 /// PATCH: change an object (or its status) by a patch, retrying on concurrent writes.
 pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let ct = ctx.content_type().to_owned();
     let ty =
         PatchType::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
     let patch_body = object::decode_body(&ct, &body)?;
-    for _ in 0..16 {
+    for _ in 0..MAX_RETRIES {
         let found = ctx.api.store.get(&ctx.key()).await?;
         let (old, stored) = match found {
             Some(kv) => (ctx.res.read(&kv)?, kv.mod_revision),
@@ -877,7 +880,19 @@ fn delete_options(ctx: &Ctx, body: &Bytes) -> ApiResult<DeleteOptions> {
 }
 
 /// Deletes one object: immediately, or by marking it (finalizers, graceful pod deletion).
+/// DELETE one object, read-and-write again when another write slipped in between (a status
+/// update by the kubelet, say); preconditions are checked on every attempt.
 async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, Value)> {
+    for _ in 0..MAX_RETRIES {
+        if let Some(done) = try_delete(ctx, opts).await? {
+            return Ok(done);
+        }
+    }
+    Err(ApiError::stale(&ctx.res.group, &ctx.res.plural, ctx.name()))
+}
+
+/// One attempt at a DELETE; `Ok(None)` means a concurrent write, retry.
+async fn try_delete(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<Option<(StatusCode, Value)>> {
     let (mut obj, stored) = current(ctx).await?;
     let conflict =
         |why: String| ApiError::conflict(&ctx.res.group, &ctx.res.plural, ctx.name(), &why);
@@ -944,18 +959,18 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
     let already = meta(&obj).get("deletionTimestamp").is_some();
     if finalizers.is_empty() && grace == 0 {
         if opts.dry_run {
-            return Ok((StatusCode::OK, obj));
+            return Ok(Some((StatusCode::OK, obj)));
         }
-        let d = ctx
-            .api
-            .store
-            .delete(&ctx.key(), Some(stored))
-            .await
-            .map_err(|e| ctx.write_error(e))?;
+        let d = match ctx.api.store.delete(&ctx.key(), Some(stored)).await {
+            Err(minik8s_storage::Error::Conflict { .. }) if opts.resource_version.is_none() => {
+                return Ok(None);
+            }
+            other => other.map_err(|e| ctx.write_error(e))?,
+        };
         let mut gone = ctx.res.read(&d.prev)?;
         object::meta_mut(&mut gone).insert("resourceVersion".into(), json!(d.revision.to_string()));
         deleted(ctx).await?;
-        return Ok((StatusCode::OK, gone));
+        return Ok(Some((StatusCode::OK, gone)));
     }
     // Mark for deletion: finalizers or the kubelet finish it.
     {
@@ -979,16 +994,21 @@ async fn delete_one(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<(StatusCode, V
         obj["status"]["phase"] = json!("Terminating");
     }
     if opts.dry_run {
-        return Ok((StatusCode::OK, obj));
+        return Ok(Some((StatusCode::OK, obj)));
     }
-    let kv = ctx
+    let kv = match ctx
         .api
         .store
         .update(&ctx.key(), ctx.res.encode(&mut obj), stored)
         .await
-        .map_err(|e| ctx.write_error(e))?;
+    {
+        Err(minik8s_storage::Error::Conflict { .. }) if opts.resource_version.is_none() => {
+            return Ok(None);
+        }
+        other => other.map_err(|e| ctx.write_error(e))?,
+    };
     set_rv(&mut obj, &kv);
-    Ok((StatusCode::OK, obj))
+    Ok(Some((StatusCode::OK, obj)))
 }
 
 /// After an object is gone: quotas of its namespace count one less.

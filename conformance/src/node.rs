@@ -1,0 +1,110 @@
+//! Real nodes for the conformance suite: a kubelet on its own private containerd (started from
+//! Debian's packages), with the locally built images, torn down completely on drop.
+
+use crate::Cluster;
+use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
+
+/// A running kubelet and its runtime; everything it made is removed on drop.
+pub struct Node {
+    cfg: minik8s_kubelet::Config,
+    shutdown: CancellationToken,
+    done: Option<std::sync::mpsc::Receiver<()>>,
+    /// The node's name.
+    pub name: String,
+}
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
+}
+
+/// Builds (once) the local pause and busybox image archives; returns their paths.
+pub fn images() -> Vec<PathBuf> {
+    let root = repo_root();
+    let dir = root.join("target/images");
+    let status = std::process::Command::new("bash")
+        .arg(root.join("hack/images.sh"))
+        .arg(&dir)
+        .status()
+        .expect("hack/images.sh runs");
+    assert!(status.success(), "building the local images failed");
+    vec![dir.join("pause.tar"), dir.join("busybox.tar")]
+}
+
+impl Cluster {
+    /// Starts a real node `name` (bridge `mk8s<index>`, pods in 10.244.<index>.0/24) with the
+    /// kubelet's own identity, and waits until it is registered.
+    pub fn run_node(&self, name: &str, index: u8) -> Node {
+        let root = self.dir().join(format!("node-{name}"));
+        let mut cfg = minik8s_kubelet::Config::new(name, &root);
+        cfg.runtime.bridge = format!("mk8s{index}");
+        cfg.runtime.pod_cidr = format!("10.244.{index}.0/24");
+        cfg.images = images();
+        cfg.cgroup_root = format!("/minik8s-test/{name}");
+        let kubeconfig = self.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"]);
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let cfg = cfg.clone();
+            let shutdown = shutdown.clone();
+            self.spawn(async move {
+                let client = minik8s_kubeconfig::client(&kubeconfig)
+                    .await
+                    .expect("kubelet client");
+                if let Err(e) = minik8s_kubelet::run(client, cfg, shutdown).await {
+                    eprintln!("kubelet: {e}");
+                }
+                let _ = tx.send(());
+            });
+        }
+        self.eventually_within(
+            std::time::Duration::from_secs(60),
+            &[
+                "get",
+                "node",
+                name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            |s| s == "True",
+        );
+        Node {
+            cfg,
+            shutdown,
+            done: Some(rx),
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl Node {
+    /// The node's kubelet configuration.
+    pub fn config(&self) -> &minik8s_kubelet::Config {
+        &self.cfg
+    }
+
+    /// Stops the kubelet only (pods and runtime keep running).
+    pub fn stop_kubelet(&mut self) {
+        self.shutdown.cancel();
+        if let Some(rx) = self.done.take() {
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.stop_kubelet();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        if let Err(e) = rt.block_on(minik8s_kubelet::down::down(&self.cfg)) {
+            eprintln!("tearing down node {}: {e}", self.name);
+        }
+    }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the node's local images without a registry (node recipe): a static `pause` and a
+# `busybox` (with an httpd docroot at /www) as docker archives in DIR (default
+# target/images): pause.tar (registry.k8s.io/pause:3.9-local) and busybox.tar
+# (docker.io/library/busybox:latest). Idempotent: keeps archives that exist.
+source "$(dirname "$0")/lib.sh"
+DIR="$(realpath -m "${1:-$ROOT/target/images}")"
+mkdir -p "$DIR"
+if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ]; then
+  exit 0
+fi
+for tool in umoci skopeo gcc busybox; do
+  command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+log "building the pause and busybox images into $DIR"
+cat > pause.c <<'C'
+#include <signal.h>
+#include <unistd.h>
+#include <sys/wait.h>
+static void onterm(int s){(void)s;_exit(0);}
+static void onchld(int s){(void)s;while(waitpid(-1,0,WNOHANG)>0);}
+int main(void){signal(SIGINT,onterm);signal(SIGTERM,onterm);signal(SIGCHLD,onchld);for(;;)pause();}
+C
+gcc -static -Os -o pause pause.c && strip pause
+umoci init --layout layout
+umoci new --image layout:pause
+umoci unpack --rootless --image layout:pause b-pause >/dev/null
+cp pause b-pause/rootfs/pause
+umoci repack --image layout:pause b-pause
+umoci config --image layout:pause --config.entrypoint /pause --config.user 65535:65535 --os linux --architecture amd64
+umoci new --image layout:busybox
+umoci unpack --rootless --image layout:busybox b-bb >/dev/null
+mkdir -p b-bb/rootfs/bin b-bb/rootfs/www b-bb/rootfs/tmp b-bb/rootfs/etc b-bb/rootfs/root
+bb="$(command -v busybox)"
+cp "$bb" b-bb/rootfs/bin/busybox
+for a in $("$bb" --list); do [ "$a" = busybox ] || ln -sf busybox "b-bb/rootfs/bin/$a"; done
+echo 'root:x:0:0:root:/root:/bin/sh' > b-bb/rootfs/etc/passwd
+echo 'root:x:0:' > b-bb/rootfs/etc/group
+echo hello > b-bb/rootfs/www/index.html
+umoci repack --image layout:busybox b-bb
+umoci config --image layout:busybox --config.cmd /bin/sh --config.env PATH=/bin:/usr/bin:/sbin --os linux --architecture amd64
+skopeo copy -q oci:layout:pause "docker-archive:$DIR/pause.tar.tmp:registry.k8s.io/pause:3.9-local"
+skopeo copy -q oci:layout:busybox "docker-archive:$DIR/busybox.tar.tmp:docker.io/library/busybox:latest"
+mv "$DIR/pause.tar.tmp" "$DIR/pause.tar"
+mv "$DIR/busybox.tar.tmp" "$DIR/busybox.tar"
+log "images ready in $DIR"

@@ -1,0 +1,244 @@
+//! A private containerd for one node: its config (root, state, socket and runc state under the
+//! node's folder, the CNI bridge conflist), the process itself, and image import. A containerd
+//! left running by an earlier kubelet of the same folder is adopted, not restarted, so its pods
+//! keep running across kubelet restarts.
+
+use crate::cri::{Cri, socket_in};
+use crate::error::{Error, Result, io};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The runtime of one node.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// The node's runtime folder (root, state, socket, CNI config, IPAM state).
+    pub dir: PathBuf,
+    /// The CNI bridge's name (at most 15 bytes).
+    pub bridge: String,
+    /// The node's pod subnet, e.g. `10.244.0.0/24`.
+    pub pod_cidr: String,
+    /// The sandbox (pause) image.
+    pub sandbox_image: String,
+    /// Where `docker.io` images are pulled from instead (a loopback registry), if anywhere.
+    pub registry_mirror: Option<String>,
+}
+
+impl RuntimeConfig {
+    /// A node runtime in `dir` with the default bridge and subnet.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        RuntimeConfig {
+            dir: dir.into(),
+            bridge: "mk8s0".into(),
+            pod_cidr: "10.244.0.0/24".into(),
+            sandbox_image: PAUSE_IMAGE.into(),
+            registry_mirror: None,
+        }
+    }
+
+    fn config_toml(&self) -> String {
+        let d = self.dir.display();
+        format!(
+            r#"version = 2
+root = "{d}/root"
+state = "{d}/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "{d}/opt"
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "{image}"
+    netns_mounts_under_state_dir = true
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    enable_unprivileged_ports = true
+    enable_unprivileged_icmp = true
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "{d}/net.d"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = false
+          Root = "{d}/runc"
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "{d}/certs.d"
+"#,
+            image = self.sandbox_image
+        )
+    }
+
+    fn conflist(&self) -> String {
+        serde_json::json!({
+            "cniVersion": "1.0.0",
+            "name": format!("pods-{}", self.bridge),
+            "plugins": [
+                {"type": "bridge", "bridge": self.bridge, "isGateway": true, "ipMasq": false,
+                 "hairpinMode": true,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": self.pod_cidr}]],
+                          "routes": [{"dst": "0.0.0.0/0"}],
+                          "dataDir": self.dir.join("ipam")}},
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+            ],
+        })
+        .to_string()
+    }
+}
+
+/// The sandbox image built by `hack/images.sh`.
+pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.9-local";
+
+/// A running containerd, started here (stopped by [`Containerd::stop`]) or adopted.
+#[derive(Debug)]
+pub struct Containerd {
+    dir: PathBuf,
+    pid: u32,
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+    }
+    std::fs::write(path, text).map_err(io(path))
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() == "containerd")
+}
+
+impl Containerd {
+    /// Writes the configuration and starts containerd (or adopts the one already serving
+    /// this folder), then waits until its CRI answers ready.
+    pub async fn start(cfg: &RuntimeConfig) -> Result<Self> {
+        let dir = &cfg.dir;
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let pid_file = dir.join("containerd.pid");
+        let running = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok())
+            .filter(|p| alive(*p));
+        let pid = match running {
+            Some(pid) => {
+                tracing::info!(pid, dir = %dir.display(), "adopting the running containerd");
+                pid
+            }
+            None => {
+                write(&dir.join("config.toml"), &cfg.config_toml())?;
+                write(&dir.join("net.d/10-pods.conflist"), &cfg.conflist())?;
+                if let Some(mirror) = &cfg.registry_mirror {
+                    let hosts = format!(
+                        "server = \"http://{mirror}\"\n[host.\"http://{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+                    );
+                    write(&dir.join("certs.d/docker.io/hosts.toml"), &hosts)?;
+                }
+                let log = std::fs::File::create(dir.join("containerd.log"))
+                    .map_err(io(dir.join("containerd.log")))?;
+                let err = log.try_clone().map_err(io(dir.join("containerd.log")))?;
+                let _ = std::fs::remove_file(socket_in(dir));
+                // Its own process group: a Ctrl-C meant for the kubelet does not stop the
+                // runtime under running pods; `stop` does.
+                let child = std::process::Command::new("containerd")
+                    .arg("--config")
+                    .arg(dir.join("config.toml"))
+                    .stdin(std::process::Stdio::null())
+                    .stdout(log)
+                    .stderr(err)
+                    .process_group(0)
+                    .spawn()
+                    .map_err(|e| Error::Containerd(format!("starting containerd: {e}")))?;
+                let pid = child.id();
+                write(&pid_file, &pid.to_string())?;
+                // Reap it whenever it exits, so it does not linger as a zombie.
+                std::thread::spawn(move || {
+                    let mut child = child;
+                    let _ = child.wait();
+                });
+                tracing::info!(pid, dir = %dir.display(), "started containerd");
+                pid
+            }
+        };
+        let me = Containerd {
+            dir: dir.clone(),
+            pid,
+        };
+        me.wait_ready(Duration::from_secs(30)).await?;
+        Ok(me)
+    }
+
+    async fn wait_ready(&self, limit: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Ok(cri) = Cri::connect(&self.socket()).await
+                && cri.ready().await.unwrap_or(false)
+            {
+                return Ok(());
+            }
+            if !alive(self.pid) {
+                return Err(Error::Containerd(format!(
+                    "containerd exited; see {}",
+                    self.dir.join("containerd.log").display()
+                )));
+            }
+            if start.elapsed() > limit {
+                return Err(Error::Containerd(format!(
+                    "containerd not ready after {limit:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The CRI socket.
+    pub fn socket(&self) -> PathBuf {
+        socket_in(&self.dir)
+    }
+
+    /// Imports an image archive (docker-archive or OCI tar) into the `k8s.io` namespace.
+    pub async fn import(&self, archive: &Path) -> Result<()> {
+        let out = tokio::process::Command::new("ctr")
+            .arg("-a")
+            .arg(self.socket())
+            .args(["-n", "k8s.io", "images", "import"])
+            .arg(archive)
+            .output()
+            .await
+            .map_err(|e| Error::Containerd(format!("running ctr: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::Containerd(format!(
+                "importing {}: {}",
+                archive.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Stops containerd (SIGTERM, then SIGKILL after 10 s). Pods' shims outlive it.
+    pub async fn stop(self) {
+        let pid = self.pid.to_string();
+        let _ = tokio::process::Command::new("kill")
+            .arg(&pid)
+            .status()
+            .await;
+        for _ in 0..200 {
+            if !alive(self.pid) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if alive(self.pid) {
+            let _ = tokio::process::Command::new("kill")
+                .args(["-9", &pid])
+                .status()
+                .await;
+        }
+        let _ = std::fs::remove_file(self.dir.join("containerd.pid"));
+    }
+}

@@ -1,0 +1,101 @@
+//! Guard rules that keep pod and service traffic on the machine: whatever the proxy does (or
+//! fails to do), packets to the pod or service ranges never leave through an interface other
+//! than loopback and the cluster's own bridges and veths. Each node holding the guard leaves a
+//! mark file; the rules go when the last mark does.
+
+use crate::error::{Error, Result, io};
+use std::path::{Path, PathBuf};
+
+/// The pod range every node's subnet is cut from.
+pub const POD_RANGE: &str = "10.244.0.0/16";
+/// The service range.
+pub const SERVICE_RANGE: &str = "10.96.0.0/12";
+/// Prefix of the bridges nodes create.
+pub const BRIDGE_PREFIX: &str = "mk8s";
+const CHAIN: &str = "MINIK8S-GUARD";
+const MARKS: &str = "/run/minik8s/guard";
+
+/// The `iptables-restore` input that (re)writes the guard chain.
+pub fn rules() -> String {
+    let mut out = String::new();
+    for table in ["mangle", "filter"] {
+        out.push_str(&format!("*{table}\n:{CHAIN} - [0:0]\n"));
+        for iface in ["lo", &format!("{BRIDGE_PREFIX}+"), "veth+", "cni+"] {
+            out.push_str(&format!("-A {CHAIN} -o {iface} -j RETURN\n"));
+        }
+        for range in [POD_RANGE, SERVICE_RANGE] {
+            out.push_str(&format!(
+                "-A {CHAIN} -d {range} -m comment --comment \"minik8s: cluster traffic stays on this machine\" -j DROP\n"
+            ));
+        }
+        out.push_str("COMMIT\n");
+    }
+    out
+}
+
+async fn iptables(args: &[&str], input: Option<&str>) -> Result<bool> {
+    use tokio::io::AsyncWriteExt;
+    let program = if input.is_some() {
+        "iptables-restore"
+    } else {
+        "iptables"
+    };
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(io(program))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    if let Some(text) = input {
+        stdin
+            .write_all(text.as_bytes())
+            .await
+            .map_err(io(program))?;
+    }
+    drop(stdin);
+    let out = child.wait_with_output().await.map_err(io(program))?;
+    Ok(out.status.success())
+}
+
+/// The jumps into the guard chain: (table, hook chain).
+const HOOKS: [(&str, &str); 2] = [("mangle", "POSTROUTING"), ("filter", "FORWARD")];
+
+/// Installs the guard (idempotent) and marks `holder` as holding it.
+pub async fn install(holder: &str) -> Result<()> {
+    if !iptables(&["--noflush", "-w"], Some(&rules())).await? {
+        return Err(Error::Pod(
+            "iptables-restore refused the guard rules".into(),
+        ));
+    }
+    for (table, hook) in HOOKS {
+        let jump = ["-w", "-t", table, "-C", hook, "-j", CHAIN];
+        if !iptables(&jump, None).await? {
+            iptables(&["-w", "-t", table, "-I", hook, "1", "-j", CHAIN], None).await?;
+        }
+    }
+    std::fs::create_dir_all(MARKS).map_err(io(MARKS))?;
+    let mark = mark(holder);
+    std::fs::write(&mark, b"").map_err(io(&mark))?;
+    Ok(())
+}
+
+fn mark(holder: &str) -> PathBuf {
+    Path::new(MARKS).join(holder.replace('/', "_"))
+}
+
+/// Drops `holder`'s mark; removes the rules when no holder is left.
+pub async fn release(holder: &str) -> Result<()> {
+    let _ = std::fs::remove_file(mark(holder));
+    let left = std::fs::read_dir(MARKS).map(|d| d.count()).unwrap_or(0);
+    if left > 0 {
+        return Ok(());
+    }
+    for (table, hook) in HOOKS {
+        while iptables(&["-w", "-t", table, "-D", hook, "-j", CHAIN], None).await? {}
+        iptables(&["-w", "-t", table, "-F", CHAIN], None).await?;
+        iptables(&["-w", "-t", table, "-X", CHAIN], None).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! The kubelet's Node: registration with the machine's real capacity, addresses and runtime
+//! version, then a heartbeat (Lease renewal and Ready condition) every 10 s.
+
+use crate::cri::Cri;
+use crate::error::Result;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::path::Path;
+
+/// Field manager of the kubelet's writes.
+pub const MANAGER: &str = "minik8s-kubelet";
+/// The kubelet version it reports.
+pub const VERSION: &str = "v1.33.0-minik8s";
+/// Pods per node, as upstream's default `maxPods`.
+pub const MAX_PODS: u32 = 110;
+
+/// What the node reports about itself.
+#[derive(Clone, Debug)]
+pub struct Facts {
+    /// Node name.
+    pub name: String,
+    /// InternalIP.
+    pub ip: String,
+    /// The node's pod subnet.
+    pub pod_cidr: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// Memory in bytes.
+    pub memory: u64,
+    /// Size of the filesystem holding the node's data, in bytes.
+    pub ephemeral_storage: u64,
+    /// `containerd://1.6.20~ds1`.
+    pub runtime: String,
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Total memory from `/proc/meminfo`, in bytes.
+fn memory() -> u64 {
+    read("/proc/meminfo")
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Size of the filesystem under `dir` (from `df`), in bytes.
+async fn disk(dir: &Path) -> u64 {
+    let out = tokio::process::Command::new("df")
+        .args(["-B1", "--output=size"])
+        .arg(dir)
+        .output()
+        .await;
+    out.ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().nth(1)?.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The source address of the default route (the node's InternalIP).
+pub async fn default_ip() -> String {
+    let out = tokio::process::Command::new("ip")
+        .args(["-4", "route", "get", "1.1.1.1"])
+        .output()
+        .await;
+    out.ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| {
+            let mut words = s.split_whitespace();
+            words.find(|w| *w == "src")?;
+            words.next().map(str::to_owned)
+        })
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+impl Facts {
+    /// Reads the machine's facts.
+    pub async fn gather(
+        name: &str,
+        ip: Option<String>,
+        pod_cidr: &str,
+        dir: &Path,
+        cri: &Cri,
+    ) -> Result<Self> {
+        let v = cri.version().await?;
+        Ok(Facts {
+            name: name.to_owned(),
+            ip: match ip {
+                Some(ip) => ip,
+                None => default_ip().await,
+            },
+            pod_cidr: pod_cidr.to_owned(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            memory: memory(),
+            ephemeral_storage: disk(dir).await,
+            runtime: format!("{}://{}", v.runtime_name, v.runtime_version),
+        })
+    }
+}
+
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+fn conditions(ready: bool) -> serde_json::Value {
+    let t = now();
+    let pressure = |kind: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": "False", "reason": reason, "message": message,
+               "lastHeartbeatTime": t, "lastTransitionTime": t})
+    };
+    json!([
+        pressure("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        pressure("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        pressure("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        {"type": "Ready", "status": if ready { "True" } else { "False" },
+         "reason": if ready { "KubeletReady" } else { "KubeletNotReady" },
+         "message": if ready { "kubelet is posting ready status" } else { "container runtime is not ready" },
+         "lastHeartbeatTime": t, "lastTransitionTime": t},
+    ])
+}
+
+/// Creates or refreshes the Node object and its status.
+pub async fn register(client: &Client, f: &Facts) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": f.name, "labels": {
+            "kubernetes.io/hostname": f.name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64"}},
+        "spec": {"podCIDR": f.pod_cidr, "podCIDRs": [f.pod_cidr]},
+    });
+    nodes.patch(&f.name, &pp, &Patch::Apply(&node)).await?;
+    let resources = json!({
+        "cpu": f.cpus.to_string(),
+        "memory": format!("{}Ki", f.memory / 1024),
+        "pods": MAX_PODS.to_string(),
+        "ephemeral-storage": format!("{}Ki", f.ephemeral_storage / 1024),
+    });
+    let info = |p: &str| read(p);
+    let os_image = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|s| s.trim_matches('"').to_owned())
+        .unwrap_or_else(|| "Linux".into());
+    let status = json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": f.name},
+        "status": {
+            "capacity": resources, "allocatable": resources,
+            "addresses": [{"type": "InternalIP", "address": f.ip}, {"type": "Hostname", "address": f.name}],
+            "conditions": conditions(true),
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {"kubeletVersion": VERSION, "containerRuntimeVersion": f.runtime,
+                "kernelVersion": info("/proc/sys/kernel/osrelease"), "osImage": os_image,
+                "operatingSystem": "linux", "architecture": "amd64",
+                "machineID": info("/etc/machine-id"), "systemUUID": info("/etc/machine-id"),
+                "bootID": info("/proc/sys/kernel/random/boot_id"), "kubeProxyVersion": ""},
+        },
+    });
+    nodes
+        .patch_status(&f.name, &pp, &Patch::Apply(&status))
+        .await?;
+    Ok(())
+}
+
+/// Renews the node's Lease and its Ready heartbeat.
+pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let pp = PatchParams::apply(MANAGER).force();
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                 "renewTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()},
+    });
+    leases.patch(name, &pp, &Patch::Apply(&lease)).await?;
+    // A strategic merge: the conditions merge by type, and the rest of the status that
+    // `register` applied stays owned by the kubelet.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let status = json!({"status": {"conditions": conditions(ready)}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,405 @@
+//! The per-pod worker: one reconcile pass reads what the runtime holds for the pod, works out
+//! its [`plan::State`], takes the steps that state calls for (sandbox, images, init
+//! containers, containers, teardown) and writes the pod's status when it changed. kube-runtime's
+//! `Controller` never runs two passes for one pod at once, so each pod's changes are serialised.
+
+pub mod env;
+pub mod observed;
+pub mod plan;
+pub mod spec;
+pub mod status;
+pub mod volumes;
+
+use crate::cri::Cri;
+use crate::error::{Error, Result};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::{Api, Client, ResourceExt};
+use observed::Observed;
+use plan::{RestartPolicy, Shape, State};
+use spec::Layout;
+use status::Failures;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often a live pod is looked at again when nothing happens (the PLEG-like relist).
+pub const RELIST: Duration = Duration::from_secs(1);
+
+/// What every pod worker shares.
+pub struct Worker {
+    /// The kubelet's API client.
+    pub client: Client,
+    /// The runtime.
+    pub cri: Cri,
+    /// Folders and cgroups.
+    pub layout: Layout,
+    /// The node's address (hostIP).
+    pub host_ip: String,
+    /// The last create/start failure per pod uid and container.
+    failures: Mutex<HashMap<String, Failures>>,
+}
+
+impl Worker {
+    /// A worker set for one node.
+    pub fn new(client: Client, cri: Cri, layout: Layout, host_ip: String) -> Self {
+        Worker {
+            client,
+            cri,
+            layout,
+            host_ip,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn failures(&self, uid: &str) -> Failures {
+        self.failures
+            .lock()
+            .expect("failures lock")
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn set_failure(&self, uid: &str, container: &str, failure: Option<(String, String)>) {
+        let mut all = self.failures.lock().expect("failures lock");
+        let entry = all.entry(uid.to_owned()).or_default();
+        match failure {
+            Some(f) => {
+                entry.insert(container.to_owned(), f);
+            }
+            None => {
+                entry.remove(container);
+            }
+        }
+    }
+
+    fn forget(&self, uid: &str) {
+        self.failures.lock().expect("failures lock").remove(uid);
+    }
+}
+
+fn now_ns() -> i64 {
+    jiff::Timestamp::now().as_nanosecond() as i64
+}
+
+/// The planner's view of the pod spec.
+pub fn shape(pod: &Pod) -> Shape {
+    let spec = pod.spec.clone().unwrap_or_default();
+    Shape {
+        init: spec
+            .init_containers
+            .iter()
+            .flatten()
+            .map(|c| c.name.clone())
+            .collect(),
+        containers: spec.containers.iter().map(|c| c.name.clone()).collect(),
+        restart: RestartPolicy::parse(spec.restart_policy.as_deref()),
+    }
+}
+
+/// Makes sure the container's image is present, pulling it as its pull policy says.
+async fn ensure_image(cri: &Cri, c: &Container) -> Result<String, (String, String)> {
+    let image = c.image.clone().unwrap_or_default();
+    let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
+        if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
+            "Always".into()
+        } else {
+            "IfNotPresent".into()
+        }
+    });
+    let present = cri
+        .image_id(&image)
+        .await
+        .map_err(|e| ("ErrImagePull".to_owned(), e.to_string()))?;
+    match (policy.as_str(), present) {
+        ("Never", Some(id)) => Ok(id),
+        ("Never", None) => Err((
+            "ErrImageNeverPull".into(),
+            format!("Container image \"{image}\" is not present with pull policy of Never"),
+        )),
+        ("IfNotPresent", Some(id)) => Ok(id),
+        (_, present) => match cri.pull_image(&image).await {
+            Ok(r) => Ok(r),
+            // A local image stands in when the registry cannot be reached.
+            Err(_) if present.is_some() => Ok(present.unwrap_or_default()),
+            Err(e) => Err(("ErrImagePull".into(), e.to_string())),
+        },
+    }
+}
+
+impl Worker {
+    /// Creates and starts attempt `attempt` of container `c` in the pod's sandbox.
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        attempt: u32,
+        observed: &Observed,
+        prepared: &volumes::Prepared,
+    ) -> Result<(), (String, String)> {
+        let sandbox = observed
+            .sandbox
+            .as_ref()
+            .ok_or_else(|| ("ContainerCreating".to_owned(), "no sandbox".to_owned()))?;
+        ensure_image(&self.cri, c).await?;
+        let pod_ip = sandbox.ip.as_deref();
+        let envs = env::resolve(&self.client, pod, c, pod_ip, Some(&self.host_ip))
+            .await
+            .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
+        let mounts = volumes::mounts(c, prepared)
+            .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
+        let config = spec::container_config(pod, c, attempt, envs, mounts, &self.layout.node);
+        let sandbox_config = spec::sandbox_config(pod, &self.layout, sandbox.attempt);
+        let id = self
+            .cri
+            .create_container(&sandbox.id, config, sandbox_config)
+            .await
+            .map_err(|e| ("CreateContainerError".to_owned(), e.to_string()))?;
+        if let Err(e) = self.cri.start_container(&id).await {
+            let _ = self.cri.remove_container(&id).await;
+            return Err(("RunContainerError".to_owned(), e.to_string()));
+        }
+        // Keep the newest exited container (for `lastState` and `logs --previous`) only.
+        for old in observed
+            .containers
+            .get(&c.name)
+            .into_iter()
+            .flatten()
+            .skip(1)
+        {
+            let _ = self.cri.remove_container(&old.id).await;
+        }
+        Ok(())
+    }
+
+    /// Starts container `name` (init or app) and records the outcome.
+    async fn start(
+        &self,
+        pod: &Pod,
+        name: &str,
+        observed: &Observed,
+        prepared: &volumes::Prepared,
+    ) -> bool {
+        let uid = pod.uid().unwrap_or_default();
+        let spec = pod.spec.clone().unwrap_or_default();
+        let Some(c) = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(spec.containers.iter())
+            .find(|c| c.name == name)
+        else {
+            return false;
+        };
+        let attempt = observed.latest(name).map_or(0, |r| r.attempt + 1);
+        match self
+            .start_container(pod, c, attempt, observed, prepared)
+            .await
+        {
+            Ok(()) => {
+                self.set_failure(&uid, name, None);
+                true
+            }
+            Err((reason, message)) => {
+                tracing::warn!(pod = %pod.name_any(), container = name, %reason, %message, "container did not start");
+                self.set_failure(&uid, name, Some((reason, message)));
+                false
+            }
+        }
+    }
+
+    /// Starts a new sandbox (after stopping a dead one).
+    async fn start_sandbox(&self, pod: &Pod, attempt: u32, observed: &Observed) -> Result<()> {
+        if let Some(old) = &observed.sandbox {
+            let _ = self.cri.stop_sandbox(&old.id).await;
+        }
+        let config = spec::sandbox_config(pod, &self.layout, attempt);
+        std::fs::create_dir_all(&config.log_directory)
+            .map_err(crate::error::io(&config.log_directory))?;
+        self.cri.run_sandbox(config).await?;
+        Ok(())
+    }
+
+    /// Stops the pod's containers within `grace` seconds, removes its sandboxes and folder.
+    pub async fn teardown(&self, uid: &str, grace: i64) -> Result<()> {
+        let observed = Observed::read(&self.cri, uid).await?;
+        let running: Vec<_> = observed
+            .containers
+            .values()
+            .flatten()
+            .filter(|c| matches!(c.run, observed::Run::Running { .. }))
+            .map(|c| self.cri.stop_container(&c.id, grace.max(0)))
+            .collect();
+        for r in futures::future::join_all(running).await {
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "stopping a container");
+            }
+        }
+        for id in observed
+            .sandbox
+            .iter()
+            .map(|s| &s.id)
+            .chain(observed.old_sandboxes.iter())
+        {
+            self.cri.stop_sandbox(id).await?;
+            self.cri.remove_sandbox(id).await?;
+        }
+        volumes::remove(&self.layout, uid).await?;
+        self.forget(uid);
+        Ok(())
+    }
+
+    async fn write_status(
+        &self,
+        pod: &Pod,
+        status: k8s_openapi::api::core::v1::PodStatus,
+    ) -> Result<()> {
+        if !status::changed(pod.status.as_ref(), &status) {
+            return Ok(());
+        }
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let patch = serde_json::json!({"status": status});
+        match api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// One pass over one pod.
+pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
+    let uid = pod.uid().unwrap_or_default();
+    let ns = pod.namespace().unwrap_or_default();
+    if pod.metadata.deletion_timestamp.is_some() {
+        let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
+        w.teardown(&uid, grace).await?;
+        let api: Api<Pod> = Api::namespaced(w.client.clone(), &ns);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Action::await_change());
+    }
+    let shape = shape(&pod);
+    let mut prepared: Option<volumes::Prepared> = None;
+    let mut requeue = Some(RELIST);
+    let mut observed = Observed::read(&w.cri, &uid).await?;
+    // A few steps per pass: sandbox, then init containers or the app containers, so that a
+    // new pod reaches Running in one pass.
+    for _ in 0..8 {
+        let state = plan::state(&shape, &observed, now_ns());
+        let acted = match &state {
+            State::NoSandbox { attempt } => {
+                w.start_sandbox(&pod, *attempt, &observed).await?;
+                true
+            }
+            State::Initializing { index, wait } => {
+                if wait.is_zero() {
+                    let ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone());
+                    if prepared.is_none() {
+                        prepared = Some(
+                            volumes::prepare(&w.client, &w.layout, &pod, ip.as_deref())
+                                .await
+                                .map_err(|e| Error::Pod(e.to_string()))?,
+                        );
+                    }
+                    let ok = w
+                        .start(
+                            &pod,
+                            &shape.init[*index],
+                            &observed,
+                            prepared.as_ref().expect("prepared"),
+                        )
+                        .await;
+                    if !ok {
+                        requeue = Some(plan::BACKOFF_BASE);
+                    }
+                    ok
+                } else {
+                    requeue = Some(*wait);
+                    false
+                }
+            }
+            State::InitRunning { .. } => false,
+            State::Running { start, wait } => {
+                if let Some(wait) = wait {
+                    requeue = Some((*wait).min(RELIST));
+                }
+                if start.is_empty() {
+                    false
+                } else {
+                    let ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone());
+                    if prepared.is_none() {
+                        prepared = Some(
+                            volumes::prepare(&w.client, &w.layout, &pod, ip.as_deref())
+                                .await
+                                .map_err(|e| Error::Pod(e.to_string()))?,
+                        );
+                    }
+                    let mut any = false;
+                    for i in start {
+                        any |= w
+                            .start(
+                                &pod,
+                                &shape.containers[*i],
+                                &observed,
+                                prepared.as_ref().expect("prepared"),
+                            )
+                            .await;
+                    }
+                    if !any {
+                        requeue = Some(plan::BACKOFF_BASE);
+                    }
+                    any
+                }
+            }
+            State::Finished { .. } => {
+                if let Some(s) = observed.sandbox.as_ref().filter(|s| s.ready) {
+                    w.cri.stop_sandbox(&s.id).await?;
+                    true
+                } else {
+                    requeue = None;
+                    false
+                }
+            }
+        };
+        if !acted {
+            break;
+        }
+        observed = Observed::read(&w.cri, &uid).await?;
+    }
+    let state = plan::state(&shape, &observed, now_ns());
+    let failures = w.failures(&uid);
+    let new = status::compute(
+        &pod,
+        &shape,
+        &observed,
+        &state,
+        &failures,
+        &w.host_ip,
+        spec::host_network(&pod),
+        now_ns(),
+    );
+    w.write_status(&pod, new).await?;
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}

@@ -1,0 +1,149 @@
+//! What the runtime holds for one pod: its newest sandbox and, per container name, that
+//! sandbox's containers newest first. Read from the CRI on every pass, so a restarted kubelet
+//! sees exactly what its predecessor left.
+
+use crate::cri::{self, Cri, labels};
+use crate::error::Result;
+use std::collections::HashMap;
+
+/// A container's state as the runtime reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Run {
+    /// Created, not started.
+    Created,
+    /// Running since `started` (ns since the epoch).
+    Running {
+        /// Start time.
+        started: i64,
+    },
+    /// Exited.
+    Exited {
+        /// Exit code.
+        code: i32,
+        /// The runtime's reason (`Completed`, `Error`, `OOMKilled`).
+        reason: String,
+        /// Start time (ns since the epoch).
+        started: i64,
+        /// Exit time (ns since the epoch).
+        finished: i64,
+    },
+    /// Unknown to the runtime's state machine.
+    Unknown,
+}
+
+/// One container of the pod's sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerRun {
+    /// Runtime id.
+    pub id: String,
+    /// Attempt (= restarts before it).
+    pub attempt: u32,
+    /// Its state.
+    pub run: Run,
+    /// The image's digest reference.
+    pub image_ref: String,
+}
+
+/// The pod's sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sandbox {
+    /// Runtime id.
+    pub id: String,
+    /// Attempt.
+    pub attempt: u32,
+    /// Whether its network namespace is up.
+    pub ready: bool,
+    /// The pod IP.
+    pub ip: Option<String>,
+}
+
+/// The runtime's view of one pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// The newest sandbox.
+    pub sandbox: Option<Sandbox>,
+    /// Sandboxes older than the newest (to remove).
+    pub old_sandboxes: Vec<String>,
+    /// Containers of the newest sandbox by spec name, newest first.
+    pub containers: HashMap<String, Vec<ContainerRun>>,
+}
+
+impl Observed {
+    /// The newest container named `name`.
+    pub fn latest(&self, name: &str) -> Option<&ContainerRun> {
+        self.containers.get(name).and_then(|c| c.first())
+    }
+
+    /// The container before the newest (for `lastState`).
+    pub fn previous(&self, name: &str) -> Option<&ContainerRun> {
+        self.containers.get(name).and_then(|c| c.get(1))
+    }
+
+    /// Reads the pod `uid`'s sandboxes and containers from the runtime.
+    pub async fn read(cri: &Cri, uid: &str) -> Result<Self> {
+        let by_uid = HashMap::from([(labels::POD_UID.to_owned(), uid.to_owned())]);
+        let mut sandboxes = cri.sandboxes(by_uid.clone()).await?;
+        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        let mut observed = Observed::default();
+        let Some(newest) = sandboxes.first() else {
+            return Ok(observed);
+        };
+        observed.old_sandboxes = sandboxes[1..].iter().map(|s| s.id.clone()).collect();
+        let ready = newest.state == cri::PodSandboxState::SandboxReady as i32;
+        let ip = if ready {
+            cri.sandbox_status(&newest.id)
+                .await?
+                .and_then(|s| s.network)
+                .map(|n| n.ip)
+                .filter(|ip| !ip.is_empty())
+        } else {
+            None
+        };
+        observed.sandbox = Some(Sandbox {
+            id: newest.id.clone(),
+            attempt: newest.metadata.as_ref().map_or(0, |m| m.attempt),
+            ready,
+            ip,
+        });
+        let mut containers = cri.containers(by_uid).await?;
+        containers.retain(|c| c.pod_sandbox_id == newest.id);
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        for c in containers {
+            let Some(name) = c.labels.get(labels::CONTAINER_NAME).cloned() else {
+                continue;
+            };
+            let run = if c.state == cri::ContainerState::ContainerExited as i32 {
+                match cri.container_status(&c.id).await? {
+                    Some(s) => Run::Exited {
+                        code: s.exit_code,
+                        reason: s.reason,
+                        started: s.started_at,
+                        finished: s.finished_at,
+                    },
+                    None => Run::Unknown,
+                }
+            } else if c.state == cri::ContainerState::ContainerRunning as i32 {
+                let started = cri
+                    .container_status(&c.id)
+                    .await?
+                    .map_or(0, |s| s.started_at);
+                Run::Running { started }
+            } else if c.state == cri::ContainerState::ContainerCreated as i32 {
+                Run::Created
+            } else {
+                Run::Unknown
+            };
+            observed
+                .containers
+                .entry(name)
+                .or_default()
+                .push(ContainerRun {
+                    id: c.id,
+                    attempt: c.metadata.map_or(0, |m| m.attempt),
+                    run,
+                    image_ref: c.image_ref,
+                });
+        }
+        Ok(observed)
+    }
+}

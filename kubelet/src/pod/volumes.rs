@@ -1,0 +1,349 @@
+//! Pod volumes on the node: emptyDir (on disk or tmpfs), hostPath, configMap, secret,
+//! downwardAPI and projected (with bound service-account tokens), written under the pod's
+//! folder and mounted into containers through the CRI.
+
+use super::env::{self, config_map_entries, secret_entries};
+use super::spec::Layout;
+use crate::cri;
+use crate::error::{Error, Result, io};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, ServiceAccount, Volume};
+use kube::api::PostParams;
+use kube::{Api, Client, ResourceExt};
+use std::collections::{BTreeMap, HashMap};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+/// Each volume's folder (or file) on the node, by volume name.
+pub type Prepared = HashMap<String, PathBuf>;
+
+fn mounted(path: &Path) -> bool {
+    let p = path.display().to_string();
+    std::fs::read_to_string("/proc/self/mounts")
+        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(1) == Some(p.as_str())))
+}
+
+async fn run(cmd: &str, args: &[&str]) -> Result<()> {
+    let out = tokio::process::Command::new(cmd)
+        .args(args)
+        .output()
+        .await
+        .map_err(io(cmd))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(Error::Pod(format!(
+            "{cmd} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// Writes `files` (relative path → bytes, mode) into `dir`, replacing what was there.
+fn write_files(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(io(dir))?;
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    for (rel, (data, mode)) in files {
+        if rel.split('/').any(|p| p == ".." || p.is_empty()) {
+            return Err(Error::Pod(format!("invalid volume path {rel:?}")));
+        }
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        std::fs::write(&path, data).map_err(io(&path))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+            .map_err(io(&path))?;
+    }
+    Ok(())
+}
+
+/// Selects `items` (or every key) of `data` as files.
+fn pick(
+    data: BTreeMap<String, Vec<u8>>,
+    items: Option<&Vec<KeyToPath>>,
+    mode: u32,
+    what: &str,
+) -> Result<BTreeMap<String, (Vec<u8>, u32)>> {
+    match items {
+        None => Ok(data.into_iter().map(|(k, v)| (k, (v, mode))).collect()),
+        Some(items) => items
+            .iter()
+            .map(|i| {
+                let v = data
+                    .get(&i.key)
+                    .cloned()
+                    .ok_or_else(|| Error::Pod(format!("couldn't find key {} in {what}", i.key)))?;
+                Ok((i.path.clone(), (v, i.mode.map_or(mode, |m| m as u32))))
+            })
+            .collect(),
+    }
+}
+
+async fn token(
+    client: &Client,
+    pod: &Pod,
+    audience: Option<String>,
+    seconds: Option<i64>,
+) -> Result<String> {
+    let ns = pod.namespace().unwrap_or_default();
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .unwrap_or_else(|| "default".into());
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audience.into_iter().collect(),
+            expiration_seconds: Some(seconds.unwrap_or(3600)),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: Some(pod.name_any()),
+                uid: pod.uid(),
+            }),
+        },
+        ..Default::default()
+    };
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let out: TokenRequest = api
+        .create_subresource("token", &sa, &PostParams::default(), &req)
+        .await?;
+    Ok(out.status.map(|s| s.token).unwrap_or_default())
+}
+
+/// Files of a downward API volume or projection.
+fn downward(
+    pod: &Pod,
+    items: &[k8s_openapi::api::core::v1::DownwardAPIVolumeFile],
+    mode: u32,
+    pod_ip: Option<&str>,
+) -> Result<BTreeMap<String, (Vec<u8>, u32)>> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    items
+        .iter()
+        .map(|i| {
+            let value = if let Some(f) = &i.field_ref {
+                env::field(pod, &f.field_path, pod_ip, None)?
+            } else if let Some(r) = &i.resource_field_ref {
+                let c = spec
+                    .containers
+                    .iter()
+                    .find(|c| Some(&c.name) == r.container_name.as_ref())
+                    .cloned()
+                    .unwrap_or_default();
+                env::resource_field(&c, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()))?
+            } else {
+                String::new()
+            };
+            Ok((
+                i.path.clone(),
+                (value.into_bytes(), i.mode.map_or(mode, |m| m as u32)),
+            ))
+        })
+        .collect()
+}
+
+async fn prepare_one(
+    client: &Client,
+    pod: &Pod,
+    v: &Volume,
+    dir: &Path,
+    pod_ip: Option<&str>,
+) -> Result<PathBuf> {
+    let ns = pod.namespace().unwrap_or_default();
+    if let Some(h) = &v.host_path {
+        let path = PathBuf::from(&h.path);
+        match h.type_.as_deref() {
+            Some("DirectoryOrCreate") => std::fs::create_dir_all(&path).map_err(io(&path))?,
+            Some("FileOrCreate") if !path.exists() => {
+                std::fs::write(&path, b"").map_err(io(&path))?
+            }
+            Some("Directory") if !path.is_dir() => {
+                return Err(Error::Pod(format!(
+                    "hostPath type check failed: {} is not a directory",
+                    h.path
+                )));
+            }
+            Some("File") if !path.is_file() => {
+                return Err(Error::Pod(format!(
+                    "hostPath type check failed: {} is not a file",
+                    h.path
+                )));
+            }
+            _ => {}
+        }
+        return Ok(path);
+    }
+    let path = dir.join(&v.name);
+    if let Some(e) = &v.empty_dir {
+        std::fs::create_dir_all(&path).map_err(io(&path))?;
+        if e.medium.as_deref() == Some("Memory") && !mounted(&path) {
+            let size = e
+                .size_limit
+                .as_ref()
+                .map(|q| {
+                    format!(
+                        "size={}",
+                        minik8s_types::Quantity::parse(&q.0).map_or(0, |q| q.units())
+                    )
+                })
+                .filter(|s| s != "size=0");
+            let mut args = vec!["-t", "tmpfs"];
+            if let Some(s) = &size {
+                args.extend(["-o", s.as_str()]);
+            }
+            let p = path.display().to_string();
+            args.extend(["tmpfs", p.as_str()]);
+            run("mount", &args).await?;
+        }
+        return Ok(path);
+    }
+    let files = if let Some(c) = &v.config_map {
+        let mode = c.default_mode.unwrap_or(0o644) as u32;
+        match config_map_entries(client, &ns, &c.name).await? {
+            Some(data) => pick(
+                data,
+                c.items.as_ref(),
+                mode,
+                &format!("ConfigMap {ns}/{}", c.name),
+            )?,
+            None if c.optional == Some(true) => BTreeMap::new(),
+            None => return Err(Error::Pod(format!("configmap \"{}\" not found", c.name))),
+        }
+    } else if let Some(s) = &v.secret {
+        let name = s.secret_name.clone().unwrap_or_default();
+        let mode = s.default_mode.unwrap_or(0o644) as u32;
+        match secret_entries(client, &ns, &name).await? {
+            Some(data) => pick(data, s.items.as_ref(), mode, &format!("Secret {ns}/{name}"))?,
+            None if s.optional == Some(true) => BTreeMap::new(),
+            None => return Err(Error::Pod(format!("secret \"{name}\" not found"))),
+        }
+    } else if let Some(d) = &v.downward_api {
+        let mode = d.default_mode.unwrap_or(0o644) as u32;
+        downward(pod, d.items.as_deref().unwrap_or_default(), mode, pod_ip)?
+    } else if let Some(p) = &v.projected {
+        let mode = p.default_mode.unwrap_or(0o644) as u32;
+        let mut files = BTreeMap::new();
+        for s in p.sources.iter().flatten() {
+            if let Some(c) = &s.config_map {
+                match config_map_entries(client, &ns, &c.name).await? {
+                    Some(data) => files.extend(pick(
+                        data,
+                        c.items.as_ref(),
+                        mode,
+                        &format!("ConfigMap {ns}/{}", c.name),
+                    )?),
+                    None if c.optional == Some(true) => {}
+                    None => return Err(Error::Pod(format!("configmap \"{}\" not found", c.name))),
+                }
+            }
+            if let Some(c) = &s.secret {
+                match secret_entries(client, &ns, &c.name).await? {
+                    Some(data) => files.extend(pick(
+                        data,
+                        c.items.as_ref(),
+                        mode,
+                        &format!("Secret {ns}/{}", c.name),
+                    )?),
+                    None if c.optional == Some(true) => {}
+                    None => return Err(Error::Pod(format!("secret \"{}\" not found", c.name))),
+                }
+            }
+            if let Some(d) = &s.downward_api {
+                files.extend(downward(
+                    pod,
+                    d.items.as_deref().unwrap_or_default(),
+                    mode,
+                    pod_ip,
+                )?);
+            }
+            if let Some(t) = &s.service_account_token {
+                let jwt = token(client, pod, t.audience.clone(), t.expiration_seconds).await?;
+                files.insert(t.path.clone(), (jwt.into_bytes(), mode));
+            }
+        }
+        files
+    } else {
+        return Err(Error::Pod(format!(
+            "volume {:?}: unsupported volume type",
+            v.name
+        )));
+    };
+    write_files(&path, &files)?;
+    Ok(path)
+}
+
+/// Writes or creates every volume of the pod under its folder.
+pub async fn prepare(
+    client: &Client,
+    layout: &Layout,
+    pod: &Pod,
+    pod_ip: Option<&str>,
+) -> Result<Prepared> {
+    let dir = layout
+        .pod_dir(&pod.uid().unwrap_or_default())
+        .join("volumes");
+    let mut out = Prepared::new();
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        out.insert(
+            v.name.clone(),
+            prepare_one(client, pod, v, &dir, pod_ip).await?,
+        );
+    }
+    Ok(out)
+}
+
+/// The container's mounts from its volumeMounts.
+pub fn mounts(c: &Container, prepared: &Prepared) -> Result<Vec<cri::Mount>> {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| {
+            let base = prepared
+                .get(&m.name)
+                .ok_or_else(|| Error::Pod(format!("volume {:?} not found", m.name)))?;
+            let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                Some(sub) if sub.split('/').any(|p| p == "..") => {
+                    return Err(Error::Pod(format!("invalid subPath {sub:?}")));
+                }
+                Some(sub) => {
+                    let p = base.join(sub);
+                    if !p.exists() {
+                        std::fs::create_dir_all(&p).map_err(io(&p))?;
+                    }
+                    p
+                }
+                None => base.clone(),
+            };
+            Ok(cri::Mount {
+                container_path: m.mount_path.clone(),
+                host_path: host.display().to_string(),
+                readonly: m.read_only.unwrap_or(false),
+                ..Default::default()
+            })
+        })
+        .collect()
+}
+
+/// Removes the pod's folder, unmounting its tmpfs volumes first.
+pub async fn remove(layout: &Layout, uid: &str) -> Result<()> {
+    let dir = layout.pod_dir(uid);
+    let prefix = dir.display().to_string();
+    let mounts: Vec<String> = std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1).map(str::to_owned))
+        .filter(|m| m.starts_with(&prefix))
+        .collect();
+    for m in mounts {
+        run("umount", &[&m]).await?;
+    }
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
+    }
+    Ok(())
+}
