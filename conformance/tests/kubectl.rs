@@ -857,6 +857,15 @@ fn service_account_tokens_authenticate_until_they_expire() {
         .trim()
         .to_owned();
     assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    let bad = c.with_manifest(
+        &["create", "--raw", "/api/v1/namespaces/default/serviceaccounts/default/token"],
+        "[1, 2, 3]",
+    );
+    assert!(
+        !bad.ok && bad.stderr.contains("BadRequest"),
+        "a TokenRequest that is not an object is refused: {}",
+        bad.stderr
+    );
     let whoami = |token: &str| {
         std::process::Command::new("kubectl")
             .args([
