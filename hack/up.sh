@@ -3,12 +3,13 @@
 # Idempotent: installs only missing packages, reuses the build, keeps the CA and the store.
 #   DATA_DIR (default /var/lib/minik8s) holds the PKI, the store and admin.kubeconfig.
 #   PORT (default 6443), STORAGE (default embedded, or etcd://HOST:PORT).
-# Stop it with Ctrl-C (SIGINT) or SIGTERM.
+# Stop it with Ctrl-C (SIGINT) or SIGTERM; pods keep running until `bash hack/down.sh`.
 source "$(dirname "$0")/lib.sh"
 need_root
-"$ROOT/hack/install-deps.sh"
+"$ROOT/hack/install-deps.sh" --node
 cd "$ROOT"
 DATA_DIR="${DATA_DIR:-/var/lib/minik8s}"
+"$ROOT/hack/images.sh" "$DATA_DIR/images"
 log "building minik8s (release)"
 cargo build --release -p minik8s --quiet
 log "starting minik8s (data in $DATA_DIR)"

@@ -78,7 +78,7 @@ impl Server {
             .port();
         let started = Instant::now();
         let child = Command::new(binary)
-            .args(["up", "--data-dir"])
+            .args(["up", "--no-node", "--data-dir"])
             .arg(dir)
             .args(["--port", &port.to_string(), "--audit-level", "None"])
             .env("RUST_LOG", "warn")

@@ -61,6 +61,13 @@ impl Cluster {
                 let _ = tx.send(());
             });
         }
+        // Made before waiting, so a node that never gets Ready is still torn down.
+        let node = Node {
+            cfg,
+            shutdown,
+            done: Some(rx),
+            name: name.to_owned(),
+        };
         self.eventually_within(
             std::time::Duration::from_secs(60),
             &[
@@ -72,12 +79,7 @@ impl Cluster {
             ],
             |s| s == "True",
         );
-        Node {
-            cfg,
-            shutdown,
-            done: Some(rx),
-            name: name.to_owned(),
-        }
+        node
     }
 }
 
@@ -85,6 +87,22 @@ impl Node {
     /// The node's kubelet configuration.
     pub fn config(&self) -> &minik8s_kubelet::Config {
         &self.cfg
+    }
+
+    /// Tears the node down and returns what is left of it (nothing, when all went well).
+    pub fn down(mut self) -> Vec<String> {
+        self.stop_kubelet();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let cfg = self.cfg.clone();
+        rt.block_on(async {
+            if let Err(e) = minik8s_kubelet::down::down(&cfg).await {
+                eprintln!("tearing down node {}: {e}", cfg.node_name);
+            }
+            minik8s_kubelet::down::leftovers(&cfg).await
+        })
     }
 
     /// Stops the kubelet only (pods and runtime keep running).

@@ -858,7 +858,11 @@ fn service_account_tokens_authenticate_until_they_expire() {
         .to_owned();
     assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
     let bad = c.with_manifest(
-        &["create", "--raw", "/api/v1/namespaces/default/serviceaccounts/default/token"],
+        &[
+            "create",
+            "--raw",
+            "/api/v1/namespaces/default/serviceaccounts/default/token",
+        ],
         "[1, 2, 3]",
     );
     assert!(

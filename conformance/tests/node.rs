@@ -140,6 +140,55 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         |s| s == "CrashLoopBackOff",
     );
 
+    // Two containers share localhost and an emptyDir; a ConfigMap and a Secret are mounted
+    // and visible as env. The results land in a hostPath folder the test reads.
+    let out = c.dir().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    c.ok(&["create", "configmap", "cfg", "--from-literal=greeting=hi"]);
+    c.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "sec",
+        "--from-literal=password=s3cret",
+    ]);
+    let manifest = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "pair"}},
+  "spec": {{"volumes": [{{"name": "shared", "emptyDir": {{}}}}, {{"name": "cfg", "configMap": {{"name": "cfg"}}}},
+                      {{"name": "sec", "secret": {{"secretName": "sec"}}}},
+                      {{"name": "out", "hostPath": {{"path": "{out}"}}}}],
+    "containers": [
+      {{"name": "web", "image": "busybox", "command": ["sh", "-c",
+        "echo \"$GREETING $PASSWORD $POD\" > /shared/env; cat /cfg/greeting /sec/password > /shared/files; exec httpd -f -p 8080 -h /shared"],
+        "env": [{{"name": "GREETING", "valueFrom": {{"configMapKeyRef": {{"name": "cfg", "key": "greeting"}}}}}},
+                {{"name": "PASSWORD", "valueFrom": {{"secretKeyRef": {{"name": "sec", "key": "password"}}}}}},
+                {{"name": "POD", "valueFrom": {{"fieldRef": {{"fieldPath": "metadata.name"}}}}}}],
+        "volumeMounts": [{{"name": "shared", "mountPath": "/shared"}}, {{"name": "cfg", "mountPath": "/cfg"}},
+                         {{"name": "sec", "mountPath": "/sec"}}]}},
+      {{"name": "peer", "image": "busybox", "command": ["sh", "-c",
+        "until wget -qO /out/over-localhost http://127.0.0.1:8080/env; do sleep 0.2; done; cp /shared/files /out/files; exec sleep 3600"],
+        "volumeMounts": [{{"name": "shared", "mountPath": "/shared"}}, {{"name": "out", "mountPath": "/out"}}]}}]}}}}"#,
+        out = out.display()
+    );
+    let r = c.with_manifest(&["apply"], &manifest);
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &["get", "pod", "pair", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !out.join("files").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(
+        std::fs::read_to_string(out.join("over-localhost")).unwrap_or_default(),
+        "hi s3cret pair\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("files")).unwrap_or_default(),
+        "his3cret"
+    );
+
     // Deleting a pod stops its container within the grace period and removes it.
     let start = std::time::Instant::now();
     c.ok(&["delete", "pod", "hello", "--grace-period=2"]);
@@ -149,5 +198,7 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         start.elapsed()
     );
     assert!(c.fails(&["get", "pod", "hello"]).contains("NotFound"));
-    drop(node);
+    // Tearing the node down leaves no bridge, netns, mount, cgroup, process or chain of ours.
+    let left = node.down();
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

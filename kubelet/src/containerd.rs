@@ -107,8 +107,17 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(io(path))
 }
 
+/// Whether process `pid` lives (and is not a zombie).
 fn alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// Whether process `pid` is a containerd (for adopting one from its pid file).
+fn is_containerd(pid: u32) -> bool {
+    alive(pid)
         && std::fs::read_to_string(format!("/proc/{pid}/comm"))
             .is_ok_and(|c| c.trim() == "containerd")
 }
@@ -123,7 +132,7 @@ impl Containerd {
         let running = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|p| p.trim().parse::<u32>().ok())
-            .filter(|p| alive(*p));
+            .filter(|p| is_containerd(*p));
         let pid = match running {
             Some(pid) => {
                 tracing::info!(pid, dir = %dir.display(), "adopting the running containerd");

@@ -82,6 +82,56 @@ pub async fn down(cfg: &Config) -> Result<()> {
     remove_cgroups(&cfg.cgroup_root);
     let _ = std::fs::remove_dir_all(cfg.runtime.dir.join("ipam"));
     let _ = std::fs::remove_dir_all(cfg.root.join("pods"));
+    let _ = std::fs::remove_dir_all(cfg.root.join("logs"));
     crate::netguard::release(&cfg.node_name).await?;
     Ok(())
+}
+
+/// What of the node is still there: its bridge, cgroups, mounts, network namespaces, runtime
+/// process, and (when no other node holds it) the guard chain. Empty after [`down`].
+pub async fn leftovers(cfg: &Config) -> Vec<String> {
+    let mut left = Vec::new();
+    if Path::new("/sys/class/net")
+        .join(&cfg.runtime.bridge)
+        .exists()
+    {
+        left.push(format!("bridge {}", cfg.runtime.bridge));
+    }
+    if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+        for h in hierarchies.flatten() {
+            let dir = h.path().join(cfg.cgroup_root.trim_start_matches('/'));
+            if dir.exists() {
+                left.push(format!("cgroup {}", dir.display()));
+            }
+        }
+    }
+    let prefix = cfg.root.display().to_string();
+    for m in std::fs::read_to_string("/proc/self/mounts")
+        .unwrap_or_default()
+        .lines()
+    {
+        if let Some(point) = m.split(' ').nth(1)
+            && point.starts_with(&prefix)
+        {
+            left.push(format!("mount {point}"));
+        }
+    }
+    let netns = cfg
+        .runtime
+        .dir
+        .join("state/io.containerd.grpc.v1.cri/netns");
+    if std::fs::read_dir(&netns).is_ok_and(|mut d| d.next().is_some()) {
+        left.push(format!("network namespaces in {}", netns.display()));
+    }
+    let pid = std::fs::read_to_string(cfg.runtime.dir.join("containerd.pid")).unwrap_or_default();
+    if !pid.trim().is_empty() && Path::new("/proc").join(pid.trim()).exists() {
+        left.push(format!("containerd process {}", pid.trim()));
+    }
+    if crate::netguard::held_by_none() {
+        let out = tokio::process::Command::new("iptables-save").output().await;
+        if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("MINIK8S-GUARD")) {
+            left.push("iptables chain MINIK8S-GUARD".into());
+        }
+    }
+    left
 }

@@ -85,11 +85,15 @@ fn mark(holder: &str) -> PathBuf {
     Path::new(MARKS).join(holder.replace('/', "_"))
 }
 
+/// Whether no node holds the guard now.
+pub fn held_by_none() -> bool {
+    std::fs::read_dir(MARKS).map_or(true, |mut d| d.next().is_none())
+}
+
 /// Drops `holder`'s mark; removes the rules when no holder is left.
 pub async fn release(holder: &str) -> Result<()> {
     let _ = std::fs::remove_file(mark(holder));
-    let left = std::fs::read_dir(MARKS).map(|d| d.count()).unwrap_or(0);
-    if left > 0 {
+    if !held_by_none() {
         return Ok(());
     }
     for (table, hook) in HOOKS {

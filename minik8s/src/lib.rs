@@ -1,5 +1,6 @@
-//! The all-in-one minik8s: `up` runs a single-node cluster in one process (for now the
-//! apiserver on the embedded store) after writing its PKI and kubeconfigs.
+//! The all-in-one minik8s: `up` runs a single-node cluster in one process (apiserver on the
+//! embedded store, controllers, kubelet on a private containerd) after writing its PKI and
+//! kubeconfigs; `down` stops it and removes everything its node made.
 
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
 use minik8s_storage::Endpoint;
@@ -26,6 +27,25 @@ pub struct UpConfig {
     pub node_name: String,
     /// Audit log level (`None`, `Metadata`, `Request`); the log is `data_dir/audit.log`.
     pub audit_level: minik8s_apiserver::audit::Level,
+    /// Whether this process also runs the node (kubelet on containerd); off for a control
+    /// plane alone (the benchmarks).
+    pub run_node: bool,
+    /// Image archives the node imports at start (the local pause and busybox).
+    pub images: Vec<PathBuf>,
+}
+
+impl UpConfig {
+    /// The node's kubelet configuration (everything under `data_dir/node`).
+    pub fn kubelet(&self) -> minik8s_kubelet::Config {
+        let mut cfg = minik8s_kubelet::Config::new(&self.node_name, self.data_dir.join("node"));
+        cfg.images = self.images.clone();
+        cfg
+    }
+
+    /// The file holding the running `up`'s process id.
+    pub fn pid_file(&self) -> PathBuf {
+        self.data_dir.join("minik8s.pid")
+    }
 }
 
 /// Why `up` failed.
@@ -40,6 +60,9 @@ pub enum UpError {
     /// The controllers' client.
     #[error("connecting the controllers")]
     Controllers(#[from] minik8s_kubeconfig::ClientError),
+    /// The node.
+    #[error(transparent)]
+    Kubelet(#[from] minik8s_kubelet::Error),
     /// Copying the admin kubeconfig.
     #[error("writing {path}")]
     Io {
@@ -125,13 +148,67 @@ pub async fn up(
         .iter()
         .map(|s| s.to_string())
         .collect();
-    let controllers = tokio::spawn(async move {
-        if let Err(e) = minik8s_controllers::manager::run(client, &names, shutdown).await {
-            tracing::error!(error = %e, "controllers stopped");
-        }
-    });
+    let tasks = tokio_util::task::TaskTracker::new();
+    {
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = minik8s_controllers::manager::run(client, &names, shutdown).await {
+                tracing::error!(error = %e, "controllers stopped");
+            }
+        });
+    }
+    if cfg.run_node {
+        let kubelet = Identity::components(&cfg.node_name)
+            .into_iter()
+            .find(|i| i.file == "kubelet")
+            .expect("the kubelet identity");
+        let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
+        let node = cfg.kubelet();
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = minik8s_kubelet::run(client, node, shutdown.clone()).await {
+                tracing::error!(error = %e, "the kubelet stopped");
+                shutdown.cancel();
+            }
+        });
+    }
+    let pid = cfg.pid_file();
+    std::fs::write(&pid, std::process::id().to_string()).map_err(|source| UpError::Io {
+        path: pid.clone(),
+        source,
+    })?;
     ready(&link);
-    let _ = controllers.await;
+    tasks.close();
+    tasks.wait().await;
     server.wait().await;
+    let _ = std::fs::remove_file(&pid);
+    Ok(())
+}
+
+/// Stops a running `up` on this data folder (SIGTERM, waiting up to 30 s), then removes every
+/// pod, the runtime, bridge, cgroups, mounts and guard rules of its node. Harmless when
+/// nothing runs.
+pub async fn down(cfg: &UpConfig) -> Result<(), UpError> {
+    let pid_file = cfg.pid_file();
+    if let Some(pid) = std::fs::read_to_string(&pid_file)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+    {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        if proc_dir.exists() {
+            let _ = tokio::process::Command::new("kill")
+                .arg(pid.to_string())
+                .status()
+                .await;
+            for _ in 0..300 {
+                if !proc_dir.exists() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+        let _ = std::fs::remove_file(&pid_file);
+    }
+    minik8s_kubelet::down::down(&cfg.kubelet()).await?;
     Ok(())
 }

@@ -18,6 +18,9 @@ struct Cli {
 enum Command {
     /// Runs a single-node cluster in the foreground until SIGINT/SIGTERM.
     Up(UpArgs),
+    /// Stops the cluster running on DATA_DIR and removes its pods, runtime, bridge, cgroups,
+    /// mounts and iptables rules (the store and PKI stay).
+    Down(UpArgs),
     /// Certificates and kubeconfigs.
     Pki {
         #[command(subcommand)]
@@ -59,6 +62,12 @@ struct UpArgs {
     /// Audit log level (None, Metadata, Request); the log is DATA_DIR/audit.log.
     #[arg(long, env = "MINIK8S_AUDIT_LEVEL", default_value = "Metadata")]
     audit_level: minik8s_apiserver::audit::Level,
+    /// Run the control plane only, without this machine's node (kubelet and containerd).
+    #[arg(long, env = "MINIK8S_NO_NODE")]
+    no_node: bool,
+    /// Image archives the node imports at start (default: DATA_DIR/images/*.tar).
+    #[arg(long = "image", env = "MINIK8S_IMAGES", value_delimiter = ',')]
+    images: Vec<PathBuf>,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -70,7 +79,6 @@ impl TryFrom<UpArgs> for UpConfig {
             other => Some(other.parse()?),
         };
         Ok(UpConfig {
-            data_dir: a.data_dir,
             storage,
             bind: a.bind,
             port: a.port,
@@ -78,8 +86,29 @@ impl TryFrom<UpArgs> for UpConfig {
             ips: a.ips,
             node_name: a.node_name,
             audit_level: a.audit_level,
+            run_node: !a.no_node,
+            images: if a.images.is_empty() {
+                archives(&a.data_dir.join("images"))
+            } else {
+                a.images
+            },
+            data_dir: a.data_dir,
         })
     }
+}
+
+/// The `.tar` archives in `dir`, sorted (none if it does not exist).
+fn archives(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "tar"))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
 }
 
 fn main() -> anyhow::Result<()> {
@@ -93,6 +122,12 @@ fn main() -> anyhow::Result<()> {
             let link = cfg.data_dir.join("admin.kubeconfig");
             std::fs::copy(&admin, &link)?;
             println!("export KUBECONFIG={}", link.display());
+            Ok(())
+        }
+        Command::Down(args) => {
+            let cfg = UpConfig::try_from(args)?;
+            tokio::runtime::Runtime::new()?.block_on(minik8s::down(&cfg))?;
+            println!("minik8s is down; its node left nothing behind");
             Ok(())
         }
         Command::Up(args) => {
