@@ -1,1 +1,242 @@
-//! minik8s proxy: turns Services and EndpointSlices into iptables rules, and serves cluster DNS (not built yet).
+//! The minik8s service proxy: watches Services and EndpointSlices, renders the full rule set
+//! from a pure model ([`model::render`]) and loads it into iptables in one transaction, after
+//! a short debounce and on a resync timer. The rules stay when it stops (or the apiserver is
+//! down); [`iptables::cleanup`] removes them.
+
+pub mod error;
+pub mod iptables;
+pub mod model;
+
+pub use error::{Error, Result};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use model::{Endpoint, Protocol, ServicePort};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// How the proxy runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This node's name (endpoints on it are local).
+    pub node_name: String,
+    /// The cluster's pod range.
+    pub pod_cidr: String,
+    /// Prefix of the node bridges (localhost NodePorts need `route_localnet` on them).
+    pub bridge_prefix: String,
+    /// Full resync period.
+    pub resync: Duration,
+    /// How long a burst of changes is collected before one sync.
+    pub debounce: Duration,
+}
+
+impl Config {
+    /// The defaults for node `node_name`.
+    pub fn new(node_name: &str) -> Self {
+        Config {
+            node_name: node_name.to_owned(),
+            pod_cidr: "10.244.0.0/16".into(),
+            bridge_prefix: "mk8s".into(),
+            resync: Duration::from_secs(30),
+            debounce: Duration::from_millis(50),
+        }
+    }
+}
+
+/// The model from the informers' stores.
+pub fn service_ports(
+    services: &Store<Service>,
+    slices: &Store<EndpointSlice>,
+    node: &str,
+) -> Vec<ServicePort> {
+    let slices = slices.state();
+    let mut out = Vec::new();
+    for svc in services.state() {
+        let Some(spec) = svc.spec.as_ref() else {
+            continue;
+        };
+        let cluster_ip = spec
+            .cluster_ip
+            .clone()
+            .filter(|ip| !ip.is_empty() && ip != "None");
+        if cluster_ip.is_none() || spec.type_.as_deref() == Some("ExternalName") {
+            continue;
+        }
+        let ns = svc.namespace().unwrap_or_default();
+        let name = svc.name_any();
+        let affinity = (spec.session_affinity.as_deref() == Some("ClientIP")).then(|| {
+            spec.session_affinity_config
+                .as_ref()
+                .and_then(|c| c.client_ip.as_ref())
+                .and_then(|c| c.timeout_seconds)
+                .unwrap_or(10800) as u32
+        });
+        let mine: Vec<&Arc<EndpointSlice>> = slices
+            .iter()
+            .filter(|s| {
+                s.namespace().as_deref() == Some(ns.as_str())
+                    && s.labels().get("kubernetes.io/service-name") == Some(&name)
+            })
+            .collect();
+        for port in spec.ports.iter().flatten() {
+            let protocol = Protocol::parse(port.protocol.as_deref());
+            let port_name = port.name.clone().unwrap_or_default();
+            let mut endpoints = Vec::new();
+            for slice in &mine {
+                let Some(target) = slice.ports.iter().flatten().find(|p| {
+                    p.name.clone().unwrap_or_default() == port_name
+                        && Protocol::parse(p.protocol.as_deref()) == protocol
+                }) else {
+                    continue;
+                };
+                let Some(target_port) = target.port else {
+                    continue;
+                };
+                for ep in &slice.endpoints {
+                    if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                        continue;
+                    }
+                    if let Some(ip) = ep.addresses.first() {
+                        endpoints.push(Endpoint {
+                            ip: ip.clone(),
+                            port: target_port as u16,
+                            local: ep.node_name.as_deref() == Some(node),
+                        });
+                    }
+                }
+            }
+            endpoints.sort();
+            endpoints.dedup();
+            out.push(ServicePort {
+                service: format!("{ns}/{name}"),
+                port_name,
+                cluster_ip: cluster_ip.clone(),
+                port: port.port as u16,
+                protocol,
+                node_port: port.node_port.map(|p| p as u16),
+                affinity_seconds: affinity,
+                external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
+                endpoints,
+            });
+        }
+    }
+    out
+}
+
+/// Sets a sysctl under /proc/sys (best effort; logged when it fails).
+fn sysctl(path: &str, value: &str) {
+    let file = format!("/proc/sys/{path}");
+    if std::fs::read_to_string(&file).is_ok_and(|v| v.trim() != value)
+        && let Err(e) = std::fs::write(&file, value)
+    {
+        tracing::warn!(%file, error = %e, "setting a sysctl");
+    }
+}
+
+/// Kernel settings the rules rely on: bridged traffic through iptables, forwarding, and
+/// `route_localnet` on the node bridges for NodePorts on 127.0.0.1.
+fn kernel_settings(bridge_prefix: &str) {
+    sysctl("net/bridge/bridge-nf-call-iptables", "1");
+    sysctl("net/ipv4/ip_forward", "1");
+    if let Ok(ifaces) = std::fs::read_dir("/proc/sys/net/ipv4/conf") {
+        for i in ifaces.flatten() {
+            let name = i.file_name().to_string_lossy().into_owned();
+            if name.starts_with(bridge_prefix) {
+                sysctl(&format!("net/ipv4/conf/{name}/route_localnet"), "1");
+            }
+        }
+    }
+}
+
+/// Renders and loads the rules unless they equal `last`; returns what is loaded now.
+pub async fn sync(cfg: &Config, ports: &[ServicePort], last: &str) -> Result<String> {
+    kernel_settings(&cfg.bridge_prefix);
+    let cluster = model::Cluster {
+        pod_cidr: cfg.pod_cidr.clone(),
+    };
+    let wanted = model::render(&cluster, ports, &[]);
+    if wanted == last {
+        return Ok(wanted);
+    }
+    let keep = model::service_chains(&wanted);
+    let stale: Vec<(String, String)> = iptables::present_service_chains()
+        .await?
+        .into_iter()
+        .filter(|c| !keep.contains(c))
+        .collect();
+    let started = Instant::now();
+    iptables::restore(&model::render(&cluster, ports, &stale)).await?;
+    iptables::ensure_jumps().await?;
+    tracing::debug!(services = ports.len(), took = ?started.elapsed(), "iptables synced");
+    Ok(wanted)
+}
+
+/// Runs the proxy until `shutdown`; the rules stay in place afterwards.
+pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Result<()> {
+    let changed = Arc::new(Notify::new());
+    let (services, svc_writer) = reflector::store::<Service>();
+    let (slices, slice_writer) = reflector::store::<EndpointSlice>();
+    let svc_feed = {
+        let changed = changed.clone();
+        reflector::reflector(
+            svc_writer,
+            watcher(
+                Api::<Service>::all(client.clone()),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .for_each(move |_| {
+            changed.notify_one();
+            futures::future::ready(())
+        })
+    };
+    let slice_feed = {
+        let changed = changed.clone();
+        reflector::reflector(
+            slice_writer,
+            watcher(
+                Api::<EndpointSlice>::all(client),
+                watcher::Config::default(),
+            ),
+        )
+        .default_backoff()
+        .for_each(move |_| {
+            changed.notify_one();
+            futures::future::ready(())
+        })
+    };
+    let syncer = async {
+        let _ = services.wait_until_ready().await;
+        let _ = slices.wait_until_ready().await;
+        let mut last = String::new();
+        loop {
+            let ports = service_ports(&services, &slices, &cfg.node_name);
+            match sync(&cfg, &ports, &last).await {
+                Ok(loaded) => last = loaded,
+                Err(e) => {
+                    tracing::warn!(error = %e, "iptables sync failed; retrying");
+                    last.clear();
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(cfg.resync) => last.clear(),
+            }
+            tokio::time::sleep(cfg.debounce).await;
+        }
+    };
+    tokio::select! {
+        _ = svc_feed => {}
+        _ = slice_feed => {}
+        _ = syncer => {}
+    }
+    Ok(())
+}
