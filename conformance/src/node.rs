@@ -5,7 +5,8 @@ use crate::Cluster;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
-/// A running kubelet and its runtime; everything it made is removed on drop.
+/// A running kubelet (with its runtime) and service proxy; everything they made is removed on
+/// drop.
 pub struct Node {
     cfg: minik8s_kubelet::Config,
     shutdown: CancellationToken,
@@ -61,6 +62,19 @@ impl Cluster {
                 let _ = tx.send(());
             });
         }
+        {
+            let kubeconfig = self.user_kubeconfig("system:kube-proxy", &[]);
+            let proxy = minik8s_proxy::Config::new(name);
+            let shutdown = shutdown.clone();
+            self.spawn(async move {
+                let client = minik8s_kubeconfig::client(&kubeconfig)
+                    .await
+                    .expect("proxy client");
+                if let Err(e) = minik8s_proxy::run(client, proxy, shutdown).await {
+                    eprintln!("proxy: {e}");
+                }
+            });
+        }
         // Made before waiting, so a node that never gets Ready is still torn down.
         let node = Node {
             cfg,
@@ -98,10 +112,15 @@ impl Node {
             .expect("runtime");
         let cfg = self.cfg.clone();
         rt.block_on(async {
+            if let Err(e) = minik8s_proxy::iptables::cleanup().await {
+                eprintln!("removing the proxy's rules: {e}");
+            }
             if let Err(e) = minik8s_kubelet::down::down(&cfg).await {
                 eprintln!("tearing down node {}: {e}", cfg.node_name);
             }
-            minik8s_kubelet::down::leftovers(&cfg).await
+            let mut left = minik8s_kubelet::down::leftovers(&cfg).await;
+            left.extend(minik8s_proxy::iptables::leftovers().await);
+            left
         })
     }
 
@@ -121,8 +140,11 @@ impl Drop for Node {
             .enable_all()
             .build()
             .expect("runtime");
-        if let Err(e) = rt.block_on(minik8s_kubelet::down::down(&self.cfg)) {
-            eprintln!("tearing down node {}: {e}", self.name);
-        }
+        rt.block_on(async {
+            let _ = minik8s_proxy::iptables::cleanup().await;
+            if let Err(e) = minik8s_kubelet::down::down(&self.cfg).await {
+                eprintln!("tearing down node {}: {e}", self.name);
+            }
+        });
     }
 }

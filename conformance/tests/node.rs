@@ -3,6 +3,21 @@
 
 use minik8s_conformance::Cluster;
 
+/// One HTTP GET with a short timeout: the body, or `None`.
+fn http_get(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = addr.parse().ok()?;
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.trim().to_owned())
+}
+
 fn jsonpath(c: &Cluster, what: &[&str], path: &str) -> String {
     let mut args = vec!["get"];
     args.extend_from_slice(what);
@@ -187,6 +202,95 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
     assert_eq!(
         std::fs::read_to_string(out.join("files")).unwrap_or_default(),
         "his3cret"
+    );
+
+    // A Deployment of 3 httpd pods behind a ClusterIP Service answers from the host and from
+    // another pod, and traffic reaches all 3; a NodePort answers on localhost.
+    c.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=busybox",
+        "--replicas=3",
+        "--",
+        "sh",
+        "-c",
+        "hostname > /www/index.html; exec httpd -f -p 8080 -h /www",
+    ]);
+    c.ok(&[
+        "expose",
+        "deployment",
+        "web",
+        "--port=80",
+        "--target-port=8080",
+    ]);
+    c.ok(&[
+        "expose",
+        "deployment",
+        "web",
+        "--name=web-np",
+        "--type=NodePort",
+        "--port=80",
+        "--target-port=8080",
+    ]);
+    c.ok(&["rollout", "status", "deployment/web", "--timeout=60s"]);
+    let vip = jsonpath(&c, &["service", "web"], "{.spec.clusterIP}");
+    let node_port = jsonpath(&c, &["service", "web-np"], "{.spec.ports[0].nodePort}");
+    let pods: std::collections::BTreeSet<String> = c
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(pods.len(), 3);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = std::collections::BTreeSet::new();
+    while seen != pods && std::time::Instant::now() < deadline {
+        if let Some(body) = http_get(&format!("{vip}:80")) {
+            seen.insert(body);
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    assert_eq!(seen, pods, "the ClusterIP reaches every pod");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut via_node_port = None;
+    while via_node_port.is_none() && std::time::Instant::now() < deadline {
+        via_node_port = http_get(&format!("127.0.0.1:{node_port}"));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        via_node_port.as_ref().is_some_and(|b| pods.contains(b)),
+        "NodePort on localhost: {via_node_port:?}"
+    );
+    let from_pod = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "client"}},
+  "spec": {{"volumes": [{{"name": "out", "hostPath": {{"path": "{out}"}}}}],
+    "containers": [{{"name": "c", "image": "busybox", "command": ["sh", "-c",
+      "for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do wget -qO- http://{vip}/ >> /out/via-service; done; exec sleep 3600"],
+      "volumeMounts": [{{"name": "out", "mountPath": "/out"}}]}}]}}}}"#,
+        out = out.display()
+    );
+    let r = c.with_manifest(&["apply"], &from_pod);
+    assert!(r.ok, "{}", r.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let answers = loop {
+        let text = std::fs::read_to_string(out.join("via-service")).unwrap_or_default();
+        if text.lines().count() >= 20 || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+    let from_pod: std::collections::BTreeSet<String> = answers.lines().map(str::to_owned).collect();
+    assert!(
+        from_pod.len() >= 2 && from_pod.is_subset(&pods),
+        "a pod reaches the service's pods: {answers:?}"
     );
 
     // Deleting a pod stops its container within the grace period and removes it.

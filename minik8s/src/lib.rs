@@ -164,11 +164,25 @@ pub async fn up(
             .expect("the kubelet identity");
         let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
         let node = cfg.kubelet();
+        {
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move {
+                if let Err(e) = minik8s_kubelet::run(client, node, shutdown.clone()).await {
+                    tracing::error!(error = %e, "the kubelet stopped");
+                    shutdown.cancel();
+                }
+            });
+        }
+        let proxy = Identity::components(&cfg.node_name)
+            .into_iter()
+            .find(|i| i.file == "proxy")
+            .expect("the proxy identity");
+        let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
+        let proxy = minik8s_proxy::Config::new(&cfg.node_name);
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
-            if let Err(e) = minik8s_kubelet::run(client, node, shutdown.clone()).await {
-                tracing::error!(error = %e, "the kubelet stopped");
-                shutdown.cancel();
+            if let Err(e) = minik8s_proxy::run(client, proxy, shutdown).await {
+                tracing::error!(error = %e, "the proxy stopped");
             }
         });
     }
@@ -208,6 +222,9 @@ pub async fn down(cfg: &UpConfig) -> Result<(), UpError> {
             }
         }
         let _ = std::fs::remove_file(&pid_file);
+    }
+    if let Err(e) = minik8s_proxy::iptables::cleanup().await {
+        tracing::warn!(error = %e, "removing the proxy's rules");
     }
     minik8s_kubelet::down::down(&cfg.kubelet()).await?;
     Ok(())

@@ -144,6 +144,26 @@ pub async fn cleanup() -> Result<()> {
     Ok(())
 }
 
+/// Chains of ours still in the kernel (empty after [`cleanup`]).
+pub async fn leftovers() -> Vec<String> {
+    let mut left = Vec::new();
+    for table in ["nat", "filter"] {
+        if let Ok((true, text)) = run("iptables-save", &["-t", table], None).await {
+            for line in text.lines() {
+                if let Some(decl) = line.strip_prefix(':')
+                    && decl.starts_with("KUBE-")
+                {
+                    left.push(format!(
+                        "iptables {table} chain {}",
+                        decl.split(' ').next().unwrap_or_default()
+                    ));
+                }
+            }
+        }
+    }
+    left
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
