@@ -19,6 +19,7 @@ mod discovery;
 pub mod error;
 pub mod follow;
 mod handlers;
+pub mod kubelet;
 pub mod object;
 pub mod openapi;
 pub mod patch;
@@ -73,6 +74,8 @@ pub struct Config {
     /// Seconds pods tolerate `node.kubernetes.io/not-ready` and `unreachable` (NoExecute)
     /// unless they say otherwise (upstream's DefaultTolerationSeconds, 300).
     pub default_toleration_seconds: i64,
+    /// Client certificate and key for calling kubelets (`pods/log`, …); none: those fail.
+    pub kubelet_client: Option<(PathBuf, PathBuf)>,
 }
 
 /// Why the apiserver could not start.
@@ -136,6 +139,8 @@ pub struct Api {
     pub request_timeout: std::time::Duration,
     /// Default tolerations' seconds for not-ready/unreachable nodes.
     pub default_toleration_seconds: i64,
+    /// The client for kubelets.
+    pub kubelet: Option<kubelet::KubeletClient>,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -207,6 +212,10 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
         request_timeout: config.request_timeout,
         default_toleration_seconds: config.default_toleration_seconds,
+        kubelet: match &config.kubelet_client {
+            Some((cert, key)) => Some(kubelet::KubeletClient::load(cert, key)?),
+            None => None,
+        },
         tokens: match &config.service_account_key {
             Some((path, min)) => Some(tokens::Issuer::load(path, *min)?),
             None => None,

@@ -27,6 +27,13 @@ pub struct TlsError {
     what: String,
 }
 
+impl TlsError {
+    /// A TLS setup error saying `what` went wrong.
+    pub fn new(what: impl std::fmt::Display) -> Self {
+        tls_err(what)
+    }
+}
+
 fn tls_err(what: impl std::fmt::Display) -> TlsError {
     TlsError {
         what: what.to_string(),

@@ -96,6 +96,11 @@ impl Cluster {
         })
         .expect("PKI");
         pki.issue_serving_cert().expect("serving cert");
+        for id in Identity::components("none") {
+            if id.file == "apiserver-kubelet-client" {
+                pki.ensure_identity(&id).expect("kubelet client identity");
+            }
+        }
         let shutdown = CancellationToken::new();
         let storage = storage
             .unwrap_or_else(|| minik8s_storage::Endpoint::Embedded(dir.path().join("store")));
@@ -118,6 +123,10 @@ impl Cluster {
             max_inflight: 400,
             request_timeout: std::time::Duration::from_secs(60),
             default_toleration_seconds: 300,
+            kubelet_client: Some((
+                pki_dir.join("apiserver-kubelet-client.crt"),
+                pki_dir.join("apiserver-kubelet-client.key"),
+            )),
         };
         let admin = pki
             .ensure_identity(&Identity::admin())
@@ -312,6 +321,11 @@ impl Cluster {
         use base64::Engine;
         let pem = std::fs::read(&self.config.client_ca).expect("CA");
         base64::engine::general_purpose::STANDARD.encode(pem)
+    }
+
+    /// The cluster CA's certificate file.
+    pub fn ca_path(&self) -> &Path {
+        &self.config.client_ca
     }
 
     /// The cluster's private folder.

@@ -46,6 +46,8 @@ impl Cluster {
         cfg.runtime.pod_cidr = format!("10.244.{index}.0/24");
         cfg.images = images();
         cfg.cgroup_root = format!("/minik8s-test/{name}");
+        cfg.listen = ([0, 0, 0, 0], 0).into();
+        cfg.client_ca = Some(self.ca_path().to_path_buf());
         let kubeconfig = self.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"]);
         let shutdown = CancellationToken::new();
         let (tx, rx) = std::sync::mpsc::channel();

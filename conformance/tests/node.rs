@@ -86,6 +86,34 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "True"
     );
 
+    // kubectl logs shows what the container printed; -f follows it until it ends.
+    assert_eq!(c.ok(&["logs", "hello"]), "hello from a pod\n");
+    c.ok(&[
+        "run",
+        "counter",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "for i in 1 2 3 4; do echo line $i; sleep 1; done",
+    ]);
+    c.eventually(
+        &["get", "pod", "counter", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    let followed = c.ok(&["logs", "-f", "counter"]);
+    assert_eq!(
+        followed, "line 1\nline 2\nline 3\nline 4\n",
+        "logs -f follows until the container ends"
+    );
+    assert_eq!(c.ok(&["logs", "counter", "--tail=1"]), "line 4\n");
+    assert!(
+        c.ok(&["logs", "counter", "--timestamps"])
+            .lines()
+            .all(|l| l.contains("Z line "))
+    );
+
     // restartPolicy Never: a failing container ends the pod Failed with its exit code; a
     // succeeding one Succeeded.
     c.ok(&[
@@ -131,7 +159,7 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "--",
         "sh",
         "-c",
-        "exit 1",
+        "echo crashing; exit 1",
     ]);
     c.eventually_within(
         std::time::Duration::from_secs(90),
@@ -153,6 +181,11 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
             "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
         ],
         |s| s == "CrashLoopBackOff",
+    );
+    assert_eq!(
+        c.ok(&["logs", "crash", "--previous"]),
+        "crashing\n",
+        "the previous container's log"
     );
 
     // Two containers share localhost and an emptyDir; a ConfigMap and a Secret are mounted

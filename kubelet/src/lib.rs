@@ -7,9 +7,11 @@ pub mod containerd;
 pub mod cri;
 pub mod down;
 pub mod error;
+pub mod logs;
 pub mod netguard;
 pub mod node;
 pub mod pod;
+pub mod server;
 
 pub use error::{Error, Result};
 
@@ -43,6 +45,10 @@ pub struct Config {
     pub node_ip: Option<String>,
     /// Parent cgroup of every pod (e.g. `/minik8s/<node>`).
     pub cgroup_root: String,
+    /// Where the kubelet's HTTPS server listens (port 0: any free port).
+    pub listen: std::net::SocketAddr,
+    /// The cluster CA its clients' certificates must chain to; no server without it.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl Config {
@@ -56,6 +62,8 @@ impl Config {
             images: Vec::new(),
             node_ip: None,
             cgroup_root: format!("/minik8s/{node_name}"),
+            listen: ([0, 0, 0, 0], 10250).into(),
+            client_ca: None,
         }
     }
 
@@ -107,15 +115,39 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
         &cri,
     )
     .await?;
-    node::register(&client, &facts).await?;
+    let pods: Api<Pod> = Api::all(client.clone());
+    let selector = format!("spec.nodeName={}", cfg.node_name);
+    let controller = Controller::new(pods, watcher::Config::default().fields(&selector));
+    let store = controller.store();
+    let (port, server) = match &cfg.client_ca {
+        Some(ca) => {
+            let (addr, serve) = server::bind(
+                cfg.listen,
+                ca,
+                &cfg.node_name,
+                cri.clone(),
+                store.clone(),
+                shutdown.clone(),
+            )
+            .await?;
+            (addr.port(), Some(serve))
+        }
+        None => (0, None),
+    };
+    node::register(&client, &facts, port).await?;
     node::heartbeat(&client, &cfg.node_name, true).await?;
-    tracing::info!(node = %cfg.node_name, ip = %facts.ip, runtime = %facts.runtime, "node registered");
+    tracing::info!(node = %cfg.node_name, ip = %facts.ip, runtime = %facts.runtime, port, "node registered");
     let worker = Arc::new(Worker::new(
         client.clone(),
         cri.clone(),
         cfg.layout(),
         facts.ip.clone(),
     ));
+    let server = async move {
+        if let Some(serve) = server {
+            serve.await;
+        }
+    };
 
     let heartbeat = {
         let client = client.clone();
@@ -136,10 +168,6 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
         }
     };
 
-    let pods: Api<Pod> = Api::all(client.clone());
-    let selector = format!("spec.nodeName={}", cfg.node_name);
-    let controller = Controller::new(pods, watcher::Config::default().fields(&selector));
-    let store = controller.store();
     let orphans = {
         let worker = worker.clone();
         let shutdown = shutdown.clone();
@@ -165,6 +193,6 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
             .run(pod::reconcile, error_policy, worker)
             .for_each(|_| async {})
     };
-    tokio::join!(heartbeat, orphans, pods);
+    tokio::join!(heartbeat, orphans, pods, server);
     Ok(())
 }

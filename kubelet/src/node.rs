@@ -129,8 +129,8 @@ fn conditions(ready: bool) -> serde_json::Value {
     ])
 }
 
-/// Creates or refreshes the Node object and its status.
-pub async fn register(client: &Client, f: &Facts) -> Result<()> {
+/// Creates or refreshes the Node object and its status (`port`: the kubelet server's).
+pub async fn register(client: &Client, f: &Facts, port: u16) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(MANAGER).force();
     let node = json!({
@@ -159,7 +159,7 @@ pub async fn register(client: &Client, f: &Facts) -> Result<()> {
             "capacity": resources, "allocatable": resources,
             "addresses": [{"type": "InternalIP", "address": f.ip}, {"type": "Hostname", "address": f.name}],
             "conditions": conditions(true),
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {"kubeletVersion": VERSION, "containerRuntimeVersion": f.runtime,
                 "kernelVersion": info("/proc/sys/kernel/osrelease"), "osImage": os_image,
                 "operatingSystem": "linux", "architecture": "amd64",

@@ -129,6 +129,10 @@ pub async fn up(
             max_inflight: 400,
             request_timeout: std::time::Duration::from_secs(60),
             default_toleration_seconds: 300,
+            kubelet_client: Some((
+                dir.join("apiserver-kubelet-client.crt"),
+                dir.join("apiserver-kubelet-client.key"),
+            )),
         },
         shutdown.clone(),
     )
@@ -163,7 +167,8 @@ pub async fn up(
             .find(|i| i.file == "kubelet")
             .expect("the kubelet identity");
         let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
-        let node = cfg.kubelet();
+        let mut node = cfg.kubelet();
+        node.client_ca = Some(pki.ca_path());
         {
             let shutdown = shutdown.clone();
             tasks.spawn(async move {

@@ -5,7 +5,7 @@ mod params;
 mod read;
 mod review;
 mod subresource;
-mod write;
+pub(crate) mod write;
 
 pub use params::{FieldValidation, Params};
 

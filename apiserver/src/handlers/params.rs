@@ -50,7 +50,28 @@ pub struct Params {
     pub grace_period_seconds: Option<i64>,
     /// `includeObject` for Table output (`None`, `Metadata`, `Object`).
     pub include_object: Option<String>,
+    /// The options of the streaming pod subresources (`log`, `exec`, …) passed on to the
+    /// kubelet as given: `container`, `follow`, `tailLines`, `command`, …
+    pub streaming: Vec<(String, String)>,
 }
+
+/// Query parameters of the streaming pod subresources.
+const STREAMING: [&str; 14] = [
+    "container",
+    "follow",
+    "tailLines",
+    "timestamps",
+    "previous",
+    "sinceSeconds",
+    "sinceTime",
+    "limitBytes",
+    "command",
+    "stdin",
+    "stdout",
+    "stderr",
+    "tty",
+    "ports",
+];
 
 fn truthy(v: &str) -> bool {
     matches!(v, "true" | "1" | "True" | "TRUE")
@@ -59,13 +80,17 @@ fn truthy(v: &str) -> bool {
 impl Params {
     /// Parses a query string.
     pub fn parse(query: Option<&str>) -> ApiResult<Self> {
-        let map: HashMap<String, String> = match query {
+        let pairs: Vec<(String, String)> = match query {
             Some(q) => serde_urlencoded::from_str::<Vec<(String, String)>>(q)
-                .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?
-                .into_iter()
-                .collect(),
-            None => HashMap::new(),
+                .map_err(|e| ApiError::bad_request(format!("invalid query: {e}")))?,
+            None => Vec::new(),
         };
+        let streaming = pairs
+            .iter()
+            .filter(|(k, _)| STREAMING.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        let map: HashMap<String, String> = pairs.into_iter().collect();
         let num = |k: &str| -> ApiResult<Option<i64>> {
             map.get(k)
                 .filter(|v| !v.is_empty())
@@ -95,6 +120,7 @@ impl Params {
             }
         };
         Ok(Params {
+            streaming,
             label_selector: map.get("labelSelector").cloned().filter(|s| !s.is_empty()),
             field_selector: map.get("fieldSelector").cloned().filter(|s| !s.is_empty()),
             limit: num("limit")?.unwrap_or(0).max(0) as usize,

@@ -1,6 +1,6 @@
 //! Subresources: `status` (GET/PUT/PATCH of the parent, changing only status), `scale`
 //! (an autoscaling/v1 Scale view of the replicas), pod `binding` and `eviction`, and
-//! namespace `finalize`. Streaming subresources (log, exec, …) are answered by the kubelet.
+//! namespace `finalize`, and pod `log`, which the pod's kubelet answers (see [`crate::kubelet`]).
 
 use super::{Ctx, json_response, write};
 use crate::error::{ApiError, ApiResult};
@@ -23,6 +23,9 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         ("eviction", Verb::Create) => eviction(ctx).await,
         ("finalize", Verb::Update) => write::update(ctx, body).await,
         ("token", Verb::Create) => token(ctx, body).await,
+        ("log", Verb::Get) if ctx.res.group.is_empty() && ctx.res.kind == "Pod" => {
+            crate::kubelet::log(ctx).await
+        }
         _ => Err(ApiError::method_not_supported(
             &ctx.res.group,
             &format!("{}/{sub}", ctx.res.plural),

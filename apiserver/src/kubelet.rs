@@ -1,0 +1,227 @@
+//! The apiserver's side of the streaming pod subresources: it finds the pod's node and the
+//! node's kubelet endpoint, calls the kubelet over HTTPS with the apiserver's kubelet-client
+//! certificate, and streams the answer back (`pods/log` as upstream's `kubectl logs` uses it).
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::Ctx;
+use crate::object;
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use axum::response::Response;
+use http_body_util::{BodyExt, Empty};
+use minik8s_storage::Store;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Accepts any kubelet serving certificate, as upstream's apiserver does when no
+/// `--kubelet-certificate-authority` is set (kubelets sign their own).
+#[derive(Debug)]
+struct AnyKubelet(Arc<rustls::crypto::CryptoProvider>);
+
+impl ServerCertVerifier for AnyKubelet {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// An HTTPS client for kubelets, presenting the apiserver's kubelet-client certificate.
+pub struct KubeletClient {
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl KubeletClient {
+    /// Loads the client certificate and key (PEM files).
+    pub fn load(cert: &Path, key: &Path) -> Result<Self, crate::server::TlsError> {
+        let err = |e: String| crate::server::TlsError::new(format!("kubelet client: {e}"));
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .map_err(|e| err(e.to_string()))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| err(e.to_string()))?;
+        let key = PrivateKeyDer::from_pem_file(key).map_err(|e| err(e.to_string()))?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| err(e.to_string()))?
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyKubelet(provider)))
+            .with_client_auth_cert(certs, key)
+            .map_err(|e| err(e.to_string()))?;
+        Ok(KubeletClient { tls: Arc::new(tls) })
+    }
+
+    /// GETs `path` (with its query) from the kubelet at `host:port`; the body streams.
+    async fn get(&self, host: &str, port: u16, path: &str) -> Result<Response, String> {
+        let tcp = tokio::net::TcpStream::connect((host, port))
+            .await
+            .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+        let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
+        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("tls: {e}"))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let req = Request::get(path)
+            .header(header::HOST, format!("{host}:{port}"))
+            .body(Empty::<bytes::Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let (parts, body) = resp.into_parts();
+        Ok(Response::from_parts(
+            parts,
+            Body::new(body.map_err(axum::Error::new)),
+        ))
+    }
+}
+
+/// The pod (from the store) and where its kubelet listens: (pod, host, port).
+async fn kubelet_of(ctx: &Ctx) -> ApiResult<(Value, String, u16)> {
+    let (pod, _) = crate::handlers::write::current(ctx).await?;
+    let node = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("pod {} does not have a host assigned", ctx.name()))
+        })?
+        .to_owned();
+    let kv = ctx
+        .api
+        .store
+        .get(&format!("/registry/core/nodes/{node}"))
+        .await?
+        .ok_or_else(|| ApiError::not_found("", "nodes", &node))?;
+    let node_obj = object::from_store(&kv)?;
+    let port = node_obj
+        .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
+        .and_then(Value::as_u64)
+        .filter(|p| *p > 0)
+        .ok_or_else(|| ApiError::bad_request(format!("node {node} has no kubelet endpoint")))?
+        as u16;
+    let addresses = node_obj
+        .pointer("/status/addresses")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let address = |kind: &str| {
+        addresses
+            .iter()
+            .find(|a| a.get("type").and_then(Value::as_str) == Some(kind))
+            .and_then(|a| a.get("address").and_then(Value::as_str))
+            .map(str::to_owned)
+    };
+    let host = address("InternalIP")
+        .or_else(|| address("Hostname"))
+        .ok_or_else(|| ApiError::bad_request(format!("node {node} has no address")))?;
+    Ok((pod, host, port))
+}
+
+/// The container a request means: `container` if given, else the pod's only one.
+fn container_of(ctx: &Ctx, pod: &Value) -> ApiResult<String> {
+    if let Some((_, c)) = ctx.params.streaming.iter().find(|(k, _)| k == "container") {
+        return Ok(c.clone());
+    }
+    let names: Vec<String> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(ApiError::bad_request(format!(
+            "a container name must be specified for pod {}, choose one of: [{}]",
+            ctx.name(),
+            names.join(" ")
+        ))),
+    }
+}
+
+/// `GET pods/{name}/log`: the container's log from its kubelet.
+pub async fn log(ctx: Ctx) -> ApiResult<Response> {
+    let Some(client) = ctx.api.kubelet.as_ref() else {
+        return Err(ApiError::unavailable(
+            "this apiserver has no kubelet client certificate",
+        ));
+    };
+    let (pod, host, port) = kubelet_of(&ctx).await?;
+    let container = container_of(&ctx, &pod)?;
+    let query: Vec<(String, String)> = ctx
+        .params
+        .streaming
+        .iter()
+        .filter(|(k, _)| k != "container")
+        .cloned()
+        .collect();
+    let query = serde_urlencoded::to_string(&query).unwrap_or_default();
+    let ns = ctx.namespace().unwrap_or_default();
+    let path = format!("/containerLogs/{ns}/{}/{container}?{query}", ctx.name());
+    let resp = client
+        .get(&host, port, &path)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("reaching the kubelet: {e}")))?;
+    if resp.status() == StatusCode::OK {
+        return Ok(resp);
+    }
+    let code = resp.status();
+    let message = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+        .unwrap_or_default();
+    Err(if code == StatusCode::NOT_FOUND {
+        ApiError::not_found("", "pods", ctx.name())
+    } else {
+        ApiError::bad_request(message)
+    })
+}

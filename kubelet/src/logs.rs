@@ -1,0 +1,142 @@
+//! Container logs as the kubelet serves them: the CRI log file format (`<RFC 3339 time>
+//! <stream> <P|F> <text>`, partial lines joined) turned back into what the container wrote,
+//! with upstream's options (tail, timestamps, since, limitBytes, follow).
+
+/// One line a container wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Line {
+    /// When the runtime logged it (RFC 3339 with nanoseconds).
+    pub time: String,
+    /// The text, with its newline if the container wrote one.
+    pub text: String,
+}
+
+/// Parses CRI log text into whole lines; a trailing partial line (no `F` yet) is returned
+/// separately, with the count of bytes consumed.
+pub fn parse(text: &str) -> (Vec<Line>, usize) {
+    let mut out = Vec::new();
+    let mut partial = String::new();
+    let mut first_time = String::new();
+    let mut consumed = 0;
+    let mut pos = 0;
+    for raw in text.split_inclusive('\n') {
+        pos += raw.len();
+        if !raw.ends_with('\n') {
+            break;
+        }
+        let line = raw.trim_end_matches('\n');
+        let mut parts = line.splitn(4, ' ');
+        let (Some(time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            consumed = pos;
+            continue;
+        };
+        let content = parts.next().unwrap_or("");
+        if partial.is_empty() {
+            first_time = time.to_owned();
+        }
+        partial.push_str(content);
+        if tag == "F" {
+            out.push(Line {
+                time: std::mem::take(&mut first_time),
+                text: std::mem::take(&mut partial) + "\n",
+            });
+            consumed = pos;
+        }
+    }
+    (out, consumed)
+}
+
+/// What the client asked for.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Only the last N lines.
+    pub tail: Option<usize>,
+    /// Prefix each line with its time.
+    pub timestamps: bool,
+    /// Only lines at or after this time (RFC 3339).
+    pub since: Option<jiff::Timestamp>,
+    /// Stop after this many bytes.
+    pub limit_bytes: Option<usize>,
+}
+
+/// Renders lines as the client gets them.
+pub fn render(lines: &[Line], opts: &Options) -> String {
+    let selected: Vec<&Line> = lines
+        .iter()
+        .filter(|l| match (&opts.since, l.time.parse::<jiff::Timestamp>()) {
+            (Some(since), Ok(t)) => t >= *since,
+            _ => true,
+        })
+        .collect();
+    let start = opts.tail.map_or(0, |n| selected.len().saturating_sub(n));
+    let mut out = String::new();
+    for l in &selected[start..] {
+        if opts.timestamps {
+            out.push_str(&l.time);
+            out.push(' ');
+        }
+        out.push_str(&l.text);
+    }
+    if let Some(limit) = opts.limit_bytes
+        && out.len() > limit
+    {
+        let mut cut = limit;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "2026-01-01T00:00:01.000000001Z stdout F one\n\
+2026-01-01T00:00:02.000000001Z stderr P tw\n\
+2026-01-01T00:00:02.500000001Z stderr F o\n\
+2026-01-01T00:00:03.000000001Z stdout F three\n\
+2026-01-01T00:00:04.000000001Z stdout P fo";
+
+    #[test]
+    fn partial_lines_are_joined_and_an_unfinished_one_waits() {
+        let (lines, consumed) = parse(LOG);
+        let texts: Vec<&str> = lines.iter().map(|l| l.text.as_str()).collect();
+        assert_eq!(texts, ["one\n", "two\n", "three\n"]);
+        assert_eq!(
+            &LOG[consumed..],
+            "2026-01-01T00:00:04.000000001Z stdout P fo"
+        );
+    }
+
+    #[test]
+    fn tail_timestamps_since_and_limit_bytes_select_as_upstream() {
+        let (lines, _) = parse(LOG);
+        let tail = Options {
+            tail: Some(2),
+            ..Default::default()
+        };
+        assert_eq!(render(&lines, &tail), "two\nthree\n");
+        let stamped = Options {
+            tail: Some(1),
+            timestamps: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            render(&lines, &stamped),
+            "2026-01-01T00:00:03.000000001Z three\n"
+        );
+        let since = Options {
+            since: "2026-01-01T00:00:02Z".parse().ok(),
+            ..Default::default()
+        };
+        assert_eq!(render(&lines, &since), "two\nthree\n");
+        let limited = Options {
+            limit_bytes: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(render(&lines, &limited), "one\nt");
+    }
+}

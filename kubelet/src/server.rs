@@ -1,0 +1,273 @@
+//! The kubelet's HTTPS server (port 10250 by default): container logs for the apiserver's
+//! `pods/log`, and `/healthz`. Clients must present a certificate from the cluster CA in the
+//! `system:masters` group (the apiserver's kubelet-client identity); the serving certificate
+//! is self-signed, as upstream's kubelet makes one when none is given.
+
+use crate::cri::{Cri, labels};
+use crate::error::{Error, Result, io};
+use crate::logs;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::runtime::reflector::Store;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What the handlers share.
+#[derive(Clone)]
+struct Shared {
+    cri: Cri,
+    pods: Store<Pod>,
+}
+
+/// The group a client certificate must carry.
+const ALLOWED_GROUP: &str = "system:masters";
+
+fn tls(client_ca: &std::path::Path, node: &str) -> Result<rustls::ServerConfig> {
+    let tls_err = |e: String| Error::Pod(format!("kubelet TLS: {e}"));
+    let key = rcgen::KeyPair::generate().map_err(|e| tls_err(e.to_string()))?;
+    let mut params = rcgen::CertificateParams::new(vec![node.to_owned(), "localhost".to_owned()])
+        .map_err(|e| tls_err(e.to_string()))?;
+    params.subject_alt_names.push(rcgen::SanType::IpAddress(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+    ));
+    let cert = params
+        .self_signed(&key)
+        .map_err(|e| tls_err(e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_file_iter(client_ca).map_err(|e| tls_err(e.to_string()))? {
+        roots
+            .add(ca.map_err(|e| tls_err(e.to_string()))?)
+            .map_err(|e| tls_err(e.to_string()))?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| tls_err(e.to_string()))?;
+    let key_der = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
+        .map_err(|e| tls_err(e.to_string()))?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_err(e.to_string()))?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![cert.der().clone()], key_der)
+        .map_err(|e| tls_err(e.to_string()))?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Whether the peer's certificate names [`ALLOWED_GROUP`] among its organizations.
+fn allowed(certs: Option<&[CertificateDer<'_>]>) -> bool {
+    let Some(cert) = certs.and_then(|c| c.first()) else {
+        return false;
+    };
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return false;
+    };
+    parsed
+        .subject()
+        .iter_organization()
+        .any(|o| o.as_str().is_ok_and(|o| o == ALLOWED_GROUP))
+}
+
+/// Binds the server; returns the bound address and the future that serves until `shutdown`.
+pub async fn bind(
+    listen: SocketAddr,
+    client_ca: &std::path::Path,
+    node: &str,
+    cri: Cri,
+    pods: Store<Pod>,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
+    let tls = Arc::new(tls(client_ca, node)?);
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(io(format!("{listen}")))?;
+    let addr = listener.local_addr().map_err(io(format!("{listen}")))?;
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .with_state(Shared { cri, pods });
+    let serve = async move {
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let conns = tokio_util::task::TaskTracker::new();
+        loop {
+            let (tcp, _) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "kubelet server accept");
+                        continue;
+                    }
+                },
+            };
+            let acceptor = acceptor.clone();
+            let app = app.clone();
+            let shutdown = shutdown.clone();
+            conns.spawn(async move {
+                let Ok(stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if !allowed(stream.get_ref().1.peer_certificates()) {
+                    tracing::warn!("kubelet server: client certificate not in {ALLOWED_GROUP}");
+                    return;
+                }
+                let service = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let app = app.clone();
+                        async move {
+                            use tower::ServiceExt;
+                            app.oneshot(req.map(Body::new)).await
+                        }
+                    },
+                );
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                tokio::select! {
+                    _ = conn => {}
+                    _ = shutdown.cancelled() => {}
+                }
+            });
+        }
+        conns.close();
+        conns.wait().await;
+    };
+    Ok((addr, serve))
+}
+
+fn status(code: StatusCode, message: String) -> Response {
+    (code, message).into_response()
+}
+
+/// `GET /containerLogs/{ns}/{pod}/{container}?follow&tailLines&timestamps&previous&sinceSeconds&sinceTime&limitBytes`
+async fn container_logs(
+    State(s): State<Shared>,
+    Path((ns, name, container)): Path<(String, String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+    let Some(pod) = s
+        .pods
+        .state()
+        .into_iter()
+        .find(|p| p.namespace().as_deref() == Some(ns.as_str()) && p.name_any() == name)
+    else {
+        return status(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{name} is not on this node"),
+        );
+    };
+    let uid = pod.uid().unwrap_or_default();
+    let by = HashMap::from([
+        (labels::POD_UID.to_owned(), uid),
+        (labels::CONTAINER_NAME.to_owned(), container.clone()),
+    ]);
+    let mut found = match s.cri.containers(by).await {
+        Ok(c) => c,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    found.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    let previous = truthy("previous");
+    let Some(target) = found.get(usize::from(previous)) else {
+        let what = if previous {
+            "previous terminated container"
+        } else {
+            "container"
+        };
+        return status(
+            StatusCode::BAD_REQUEST,
+            format!("{what} \"{container}\" in pod \"{name}\" not found"),
+        );
+    };
+    let id = target.id.clone();
+    let path = match s.cri.container_status(&id).await {
+        Ok(Some(st)) => st.log_path,
+        Ok(None) => return status(StatusCode::NOT_FOUND, format!("container {id} is gone")),
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let since = q
+        .get("sinceTime")
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .or_else(|| {
+            q.get("sinceSeconds")
+                .and_then(|n| n.parse::<i64>().ok())
+                .map(|n| jiff::Timestamp::now() - jiff::SignedDuration::from_secs(n))
+        });
+    let opts = logs::Options {
+        tail: q.get("tailLines").and_then(|n| n.parse().ok()),
+        timestamps: truthy("timestamps"),
+        since,
+        limit_bytes: q.get("limitBytes").and_then(|n| n.parse().ok()),
+    };
+    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+    let (lines, consumed) = logs::parse(&text);
+    let first = logs::render(&lines, &opts);
+    if !truthy("follow") {
+        return (StatusCode::OK, [("content-type", "text/plain")], first).into_response();
+    }
+    // Follow: what is there now, then new lines as they come, until the container stops.
+    let cri = s.cri.clone();
+    let stream = futures::stream::unfold(
+        (Some(first), consumed, path, false),
+        move |(pending, mut offset, path, done)| {
+            let cri = cri.clone();
+            let id = id.clone();
+            let opts = logs::Options {
+                tail: None,
+                ..opts.clone()
+            };
+            async move {
+                if let Some(p) = pending {
+                    return Some((
+                        Ok::<_, std::io::Error>(bytes::Bytes::from(p)),
+                        (None, offset, path, done),
+                    ));
+                }
+                if done {
+                    return None;
+                }
+                loop {
+                    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+                    if text.len() > offset {
+                        let (lines, consumed) = logs::parse(&text[offset..]);
+                        if consumed > 0 {
+                            offset += consumed;
+                            let chunk = logs::render(&lines, &opts);
+                            return Some((
+                                Ok(bytes::Bytes::from(chunk)),
+                                (None, offset, path, false),
+                            ));
+                        }
+                    }
+                    let running = matches!(
+                        cri.container_status(&id).await,
+                        Ok(Some(st)) if st.state == crate::cri::ContainerState::ContainerRunning as i32
+                    );
+                    if !running {
+                        return None;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        },
+    );
+    (
+        StatusCode::OK,
+        [("content-type", "text/plain")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
