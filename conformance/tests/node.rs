@@ -326,6 +326,80 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "a pod reaches the service's pods: {answers:?}"
     );
 
+    // A failing readiness probe keeps a pod Running but not Ready and out of its Service's
+    // endpoints; a failing liveness probe restarts the container.
+    let probed = |name: &str, readiness: &str, liveness: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "{name}", "labels": {{"app": "probed"}}}},
+  "spec": {{"terminationGracePeriodSeconds": 2,
+    "containers": [{{"name": "web", "image": "busybox", "command": ["httpd", "-f", "-p", "8080", "-h", "/www"],
+    "ports": [{{"name": "http", "containerPort": 8080}}],
+    "readinessProbe": {readiness}, "livenessProbe": {liveness}}}]}}}}"#
+        )
+    };
+    let http_ok = r#"{"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}"#;
+    let tcp_ok = r#"{"tcpSocket": {"port": 8080}, "periodSeconds": 1}"#;
+    let never = r#"{"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1}"#;
+    for (name, readiness, liveness) in [
+        ("ready", http_ok, tcp_ok),
+        ("unready", never, tcp_ok),
+        ("unlive", http_ok, never),
+    ] {
+        let r = c.with_manifest(&["apply"], &probed(name, readiness, liveness));
+        assert!(r.ok, "{}", r.stderr);
+    }
+    c.ok(&["create", "service", "clusterip", "probed", "--tcp=80:8080"]);
+    c.ok(&[
+        "patch",
+        "service",
+        "probed",
+        "-p",
+        r#"{"spec": {"selector": {"app": "probed"}}}"#,
+    ]);
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "ready",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        |s| s == "True",
+    );
+    let ready_ip = jsonpath(&c, &["pod", "ready"], "{.status.podIP}");
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "unlive",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ],
+        |s| s.parse::<u32>().unwrap_or(0) >= 1,
+    );
+    assert_eq!(
+        jsonpath(&c, &["pod", "unready"], "{.status.phase}"),
+        "Running"
+    );
+    assert_eq!(
+        jsonpath(
+            &c,
+            &["pod", "unready"],
+            "{.status.conditions[?(@.type==\"Ready\")].status}"
+        ),
+        "False"
+    );
+    c.eventually(
+        &[
+            "get",
+            "endpoints",
+            "probed",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ],
+        |s| s == ready_ip,
+    );
+
     // Deleting a pod stops its container within the grace period and removes it.
     let start = std::time::Instant::now();
     c.ok(&["delete", "pod", "hello", "--grace-period=2"]);

@@ -81,7 +81,8 @@ fn error_policy(pod: Arc<Pod>, e: &Error, _: Arc<Worker>) -> Action {
     Action::requeue(Duration::from_secs(1))
 }
 
-/// Removes sandboxes of this node whose pod is no longer in `live`.
+/// Removes sandboxes of this node whose pod is no longer in `live`, and forgets the probes
+/// of containers that are gone.
 async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
     let mine = HashMap::from([(labels::NODE.to_owned(), w.layout.node.clone())]);
     let mut gone: HashSet<String> = HashSet::new();
@@ -92,6 +93,17 @@ async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
             gone.insert(uid.clone());
         }
     }
+    let live: HashSet<String> = w
+        .cri
+        .containers(HashMap::from([(
+            labels::NODE.to_owned(),
+            w.layout.node.clone(),
+        )]))
+        .await?
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    w.probes.retain(&live);
     for uid in gone {
         tracing::info!(%uid, "removing the sandbox of a pod that no longer exists");
         w.teardown(&uid, 0).await?;

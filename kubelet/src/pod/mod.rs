@@ -6,6 +6,7 @@
 pub mod env;
 pub mod observed;
 pub mod plan;
+pub mod probe;
 pub mod spec;
 pub mod status;
 pub mod volumes;
@@ -39,6 +40,8 @@ pub struct Worker {
     pub host_ip: String,
     /// The last create/start failure per pod uid and container.
     failures: Mutex<HashMap<String, Failures>>,
+    /// Probe results per container.
+    pub probes: probe::Probes,
 }
 
 impl Worker {
@@ -50,6 +53,7 @@ impl Worker {
             layout,
             host_ip,
             failures: Mutex::new(HashMap::new()),
+            probes: probe::Probes::default(),
         }
     }
 
@@ -388,14 +392,55 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         }
         observed = Observed::read(&w.cri, &uid).await?;
     }
-    let state = plan::state(&shape, &observed, now_ns());
+    let mut state = plan::state(&shape, &observed, now_ns());
+    // Probes of the running app containers; a failed liveness probe restarts the container.
+    let mut verdicts: HashMap<String, probe::Verdict> = HashMap::new();
+    if matches!(state, State::Running { .. }) {
+        let ip = if spec::host_network(&pod) {
+            w.host_ip.clone()
+        } else {
+            observed
+                .sandbox
+                .as_ref()
+                .and_then(|s| s.ip.clone())
+                .unwrap_or_default()
+        };
+        let grace = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        let mut killed = false;
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            let Some(run) = observed.latest(&c.name) else {
+                continue;
+            };
+            let observed::Run::Running { started } = run.run else {
+                continue;
+            };
+            let verdict = w.probes.check(&w.cri, c, &run.id, started, &ip).await;
+            if verdict.kill {
+                tracing::info!(pod = %pod.name_any(), container = %c.name, "probe failed; restarting the container");
+                w.cri.stop_container(&run.id, grace).await?;
+                killed = true;
+            }
+            verdicts.insert(c.name.clone(), verdict);
+        }
+        if killed {
+            observed = Observed::read(&w.cri, &uid).await?;
+            state = plan::state(&shape, &observed, now_ns());
+        }
+    }
     let failures = w.failures(&uid);
     let new = status::compute(
         &pod,
         &shape,
         &observed,
         &state,
-        &failures,
+        &status::Reports {
+            failures: &failures,
+            probes: &verdicts,
+        },
         &w.host_ip,
         spec::host_network(&pod),
         now_ns(),

@@ -89,7 +89,8 @@ pub enum State {
 }
 
 /// The back-off left before a container that exited at `finished` after `restarts` restarts
-/// may start again (ns since the epoch; `now` likewise).
+/// may start again (ns since the epoch; `now` likewise): none after the first exit, then 10 s
+/// doubling.
 pub fn backoff_left(restarts: u32, started: i64, finished: i64, now: i64) -> Duration {
     if restarts == 0 {
         return Duration::ZERO;
@@ -154,7 +155,7 @@ pub fn state(shape: &Shape, observed: &Observed, now: i64) -> State {
                 } => {
                     return State::Initializing {
                         index,
-                        wait: backoff_left(c.attempt + 1, *started, *finished, now),
+                        wait: backoff_left(c.attempt, *started, *finished, now),
                     };
                 }
                 Run::Running { .. } | Run::Created | Run::Unknown => {
@@ -177,7 +178,7 @@ pub fn state(shape: &Shape, observed: &Observed, now: i64) -> State {
                 } = &c.run
                     && shape.restart.restarts(*code)
                 {
-                    let left = backoff_left(c.attempt + 1, *started, *finished, now);
+                    let left = backoff_left(c.attempt, *started, *finished, now);
                     if left.is_zero() {
                         start.push(index);
                     } else {
@@ -281,6 +282,15 @@ mod tests {
         assert_eq!(
             state(&s, &o, S),
             State::Running {
+                start: vec![0],
+                wait: None
+            },
+            "the first exit restarts at once"
+        );
+        let o = with(sandboxed(), "x", 1, exited(1, 0, S));
+        assert_eq!(
+            state(&s, &o, S),
+            State::Running {
                 start: vec![],
                 wait: Some(Duration::from_secs(10))
             }
@@ -294,7 +304,7 @@ mod tests {
             Duration::ZERO,
             "ten minutes of running resets the back-off"
         );
-        let o = with(sandboxed(), "x", 0, exited(1, 0, S));
+        let o = with(sandboxed(), "x", 1, exited(1, 0, S));
         assert_eq!(
             state(&s, &o, 12 * S),
             State::Running {

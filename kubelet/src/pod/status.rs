@@ -13,6 +13,15 @@ use std::collections::HashMap;
 /// Why a container could not be created or started (reason, message), by container name.
 pub type Failures = HashMap<String, (String, String)>;
 
+/// What the worker learnt besides the runtime's view: start failures and probe verdicts, by
+/// container name.
+pub struct Reports<'a> {
+    /// Start failures.
+    pub failures: &'a Failures,
+    /// Probe verdicts of running containers.
+    pub probes: &'a HashMap<String, super::probe::Verdict>,
+}
+
 fn time(ns: i64) -> Option<Time> {
     (ns > 0).then(|| Time(jiff::Timestamp::from_nanosecond(ns as i128).unwrap_or_default()))
 }
@@ -55,6 +64,7 @@ struct Ctx<'a> {
     observed: &'a Observed,
     shape: &'a Shape,
     failures: &'a Failures,
+    probes: &'a HashMap<String, super::probe::Verdict>,
     now: i64,
     initializing: bool,
 }
@@ -93,7 +103,7 @@ fn container_status(ctx: &Ctx, c: &Container, init: bool) -> ContainerStatus {
                     finished,
                     ..
                 } if restart_applies(restart, *code) => {
-                    let left = backoff_left(run.attempt + 1, *started, *finished, ctx.now);
+                    let left = backoff_left(run.attempt, *started, *finished, ctx.now);
                     let pod = ctx.pod;
                     let message = format!(
                         "back-off {}s restarting failed container={} pod={}_{}({})",
@@ -122,13 +132,14 @@ fn container_status(ctx: &Ctx, c: &Container, init: bool) -> ContainerStatus {
         }
     };
     let running = state.running.is_some();
+    let verdict = ctx.probes.get(&c.name);
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
         image_id: latest.map(|r| r.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|r| format!("containerd://{}", r.id)),
-        ready: running && !init,
-        started: Some(running),
+        ready: running && !init && verdict.is_none_or(|v| v.ready),
+        started: Some(running && verdict.is_none_or(|v| v.started)),
         restart_count: latest.map_or(0, |r| r.attempt as i32),
         state: Some(state),
         last_state: Some(
@@ -188,7 +199,7 @@ pub fn compute(
     shape: &Shape,
     observed: &Observed,
     state: &State,
-    failures: &Failures,
+    reports: &Reports,
     host_ip: &str,
     host_network: bool,
     now: i64,
@@ -203,7 +214,8 @@ pub fn compute(
         pod,
         observed,
         shape,
-        failures,
+        failures: reports.failures,
+        probes: reports.probes,
         now,
         initializing,
     };
