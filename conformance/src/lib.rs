@@ -176,6 +176,14 @@ impl Cluster {
         self.serve();
     }
 
+    /// Stops the apiserver for good (what runs on the cluster's nodes keeps running).
+    pub fn stop_apiserver(&mut self) {
+        self.shutdown.cancel();
+        if let Some(server) = self.server.take() {
+            self.rt.block_on(server.wait());
+        }
+    }
+
     /// The store the apiserver runs on (for tests that compact or inspect it).
     pub fn store(&self) -> minik8s_storage::Storage {
         self.server.as_ref().expect("running").api.store.clone()

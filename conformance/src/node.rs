@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 pub struct Node {
     cfg: minik8s_kubelet::Config,
     shutdown: CancellationToken,
+    kubelet: CancellationToken,
     done: Option<std::sync::mpsc::Receiver<()>>,
     /// The node's name.
     pub name: String,
@@ -37,6 +38,37 @@ pub fn images() -> Vec<PathBuf> {
 }
 
 impl Cluster {
+    /// Runs a kubelet with `cfg` (as the node's own identity) until `shutdown`; the receiver
+    /// hears when it has stopped.
+    fn spawn_kubelet(
+        &self,
+        cfg: &minik8s_kubelet::Config,
+        shutdown: CancellationToken,
+    ) -> std::sync::mpsc::Receiver<()> {
+        let kubeconfig =
+            self.user_kubeconfig(&format!("system:node:{}", cfg.node_name), &["system:nodes"]);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cfg = cfg.clone();
+        self.spawn(async move {
+            let client = minik8s_kubeconfig::client(&kubeconfig)
+                .await
+                .expect("kubelet client");
+            if let Err(e) = minik8s_kubelet::run(client, cfg, shutdown).await {
+                eprintln!("kubelet: {e}");
+            }
+            let _ = tx.send(());
+        });
+        rx
+    }
+
+    /// Stops the node's kubelet and starts a new one on the same runtime and folders (its
+    /// pods keep running throughout).
+    pub fn restart_kubelet(&self, node: &mut Node) {
+        node.stop_kubelet();
+        node.kubelet = CancellationToken::new();
+        node.done = Some(self.spawn_kubelet(&node.cfg, node.kubelet.clone()));
+    }
+
     /// Starts a real node `name` (bridge `mk8s<index>`, pods in 10.244.<index>.0/24) with the
     /// kubelet's own identity, and waits until it is registered.
     pub fn run_node(&self, name: &str, index: u8) -> Node {
@@ -48,22 +80,9 @@ impl Cluster {
         cfg.cgroup_root = format!("/minik8s-test/{name}");
         cfg.listen = ([0, 0, 0, 0], 0).into();
         cfg.client_ca = Some(self.ca_path().to_path_buf());
-        let kubeconfig = self.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"]);
         let shutdown = CancellationToken::new();
-        let (tx, rx) = std::sync::mpsc::channel();
-        {
-            let cfg = cfg.clone();
-            let shutdown = shutdown.clone();
-            self.spawn(async move {
-                let client = minik8s_kubeconfig::client(&kubeconfig)
-                    .await
-                    .expect("kubelet client");
-                if let Err(e) = minik8s_kubelet::run(client, cfg, shutdown).await {
-                    eprintln!("kubelet: {e}");
-                }
-                let _ = tx.send(());
-            });
-        }
+        let kubelet = shutdown.child_token();
+        let rx = self.spawn_kubelet(&cfg, kubelet.clone());
         {
             let kubeconfig = self.user_kubeconfig("system:kube-proxy", &[]);
             let proxy = minik8s_proxy::Config::new(name);
@@ -80,6 +99,7 @@ impl Cluster {
         // Made before waiting, so a node that never gets Ready is still torn down.
         let node = Node {
             cfg,
+            kubelet,
             shutdown,
             done: Some(rx),
             name: name.to_owned(),
@@ -107,6 +127,7 @@ impl Node {
 
     /// Tears the node down and returns what is left of it (nothing, when all went well).
     pub fn down(mut self) -> Vec<String> {
+        self.shutdown.cancel();
         self.stop_kubelet();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -128,7 +149,7 @@ impl Node {
 
     /// Stops the kubelet only (pods and runtime keep running).
     pub fn stop_kubelet(&mut self) {
-        self.shutdown.cancel();
+        self.kubelet.cancel();
         if let Some(rx) = self.done.take() {
             let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
         }
@@ -137,6 +158,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        self.shutdown.cancel();
         self.stop_kubelet();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

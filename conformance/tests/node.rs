@@ -28,9 +28,9 @@ fn jsonpath(c: &Cluster, what: &[&str], path: &str) -> String {
 
 #[test]
 fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
-    let c = Cluster::start();
+    let mut c = Cluster::start();
     c.run_controllers(0);
-    let node = c.run_node("n1", 1);
+    let mut node = c.run_node("n1", 1);
 
     // The node is Ready with the machine's real capacity and runtime.
     let cpus = std::thread::available_parallelism()
@@ -326,6 +326,32 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "a pod reaches the service's pods: {answers:?}"
     );
 
+    // A restarted kubelet adopts the running containers: same container ids, no restarts.
+    let ids = || {
+        jsonpath(
+            &c,
+            &["pods", "-l", "app=web"],
+            "{.items[*].status.containerStatuses[0].containerID}",
+        )
+    };
+    let before = ids();
+    c.restart_kubelet(&mut node);
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        ids(),
+        before,
+        "the restarted kubelet left the running containers alone"
+    );
+    assert_eq!(
+        jsonpath(
+            &c,
+            &["pods", "-l", "app=web"],
+            "{.items[*].status.containerStatuses[0].restartCount}"
+        ),
+        "0 0 0"
+    );
+    assert!(http_get(&format!("{vip}:80")).is_some_and(|b| pods.contains(&b)));
+
     // A failing readiness probe keeps a pod Running but not Ready and out of its Service's
     // endpoints; a failing liveness probe restarts the container.
     let probed = |name: &str, readiness: &str, liveness: &str| {
@@ -409,6 +435,15 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         start.elapsed()
     );
     assert!(c.fails(&["get", "pod", "hello"]).contains("NotFound"));
+    // With the apiserver gone, Services keep working: the rules stay in place.
+    c.stop_apiserver();
+    for _ in 0..5 {
+        assert!(
+            http_get(&format!("{vip}:80")).is_some_and(|b| pods.contains(&b)),
+            "the ClusterIP answers without an apiserver"
+        );
+    }
+
     // Tearing the node down leaves no bridge, netns, mount, cgroup, process or chain of ours.
     let left = node.down();
     assert!(left.is_empty(), "left behind: {left:?}");
