@@ -73,12 +73,25 @@ pub struct Server {
 impl Server {
     /// Starts `minik8s up` on a free port with a fresh data folder and waits until it answers.
     pub async fn start(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
+        Self::start_with(binary, dir, &["--no-node"]).await
+    }
+
+    /// Starts `minik8s up` with this machine's node (kubelet, containerd, proxy) too, importing
+    /// the given image archives; stop it with [`Server::down`].
+    pub async fn start_with_node(binary: &Path, dir: &Path, images: &[std::path::PathBuf]) -> anyhow::Result<Self> {
+        let list = images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(",");
+        Self::start_with(binary, dir, &["--image", &list]).await
+    }
+
+    async fn start_with(binary: &Path, dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
         let started = Instant::now();
         let child = Command::new(binary)
-            .args(["up", "--no-node", "--data-dir"])
+            .arg("up")
+            .args(extra)
+            .arg("--data-dir")
             .arg(dir)
             .args(["--port", &port.to_string(), "--audit-level", "None"])
             .env("RUST_LOG", "warn")

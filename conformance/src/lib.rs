@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod node;
+pub mod nodebench;
 pub mod scale;
 
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};

@@ -1,0 +1,196 @@
+//! The node benchmarks behind `node-bench`: pod start latency through the whole cluster
+//! (create → Running as a watch sees it) next to the CRI floor measured directly on the same
+//! containerd, and the proxy's full rule sync for many Services.
+
+use crate::bench::{Server, percentiles};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams, WatchEvent, WatchParams};
+use minik8s_kubelet::cri::{self, Cri};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"bench": "pods"}},
+        "spec": {"terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
+                                 "command": ["sleep", "3600"]}]},
+    }))
+    .expect("pod")
+}
+
+/// Creates `n` pods one after another, each once the previous is Running; returns each
+/// create → Running latency as the watch saw it.
+async fn pod_starts(client: kube::Client, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let mut watch = pods
+        .watch(&WatchParams::default().labels("bench=pods"), "0")
+        .await?
+        .boxed();
+    let mut samples = Vec::new();
+    for i in 0..n {
+        let name = format!("bench-{i}");
+        let started = Instant::now();
+        pods.create(&PostParams::default(), &pod(&name)).await?;
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(60), watch.next())
+                .await
+                .map_err(|_| anyhow::anyhow!("pod {name} not Running after 60 s"))?
+                .ok_or_else(|| anyhow::anyhow!("watch ended"))??;
+            if let WatchEvent::Modified(p) | WatchEvent::Added(p) = event
+                && p.metadata.name.as_deref() == Some(name.as_str())
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            {
+                samples.push(started.elapsed());
+                break;
+            }
+        }
+    }
+    pods.delete_collection(&DeleteParams::default(), &kube::api::ListParams::default().labels("bench=pods"))
+        .await?;
+    Ok(samples)
+}
+
+/// Sandbox + container start straight on the runtime, `n` times: the floor a kubelet sits on.
+async fn cri_floor(socket: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let cri = Cri::connect(socket).await?;
+    let mut samples = Vec::new();
+    for i in 0..n {
+        let uid = format!("floor-{i}-{}", std::process::id());
+        let sandbox = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata { name: uid.clone(), uid: uid.clone(), namespace: "bench".into(), attempt: 0 }),
+            hostname: format!("floor-{i}"),
+            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: format!("/minik8s-bench/{uid}"), ..Default::default() }),
+            ..Default::default()
+        };
+        let started = Instant::now();
+        let id = cri.run_sandbox(sandbox.clone()).await?;
+        let container = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata { name: "c".into(), attempt: 0 }),
+            image: Some(cri::ImageSpec { image: "docker.io/library/busybox:latest".into(), ..Default::default() }),
+            command: vec!["sleep".into(), "3600".into()],
+            ..Default::default()
+        };
+        let cid = cri.create_container(&id, container, sandbox).await?;
+        cri.start_container(&cid).await?;
+        loop {
+            let st = cri.container_status(&cid).await?;
+            if st.is_some_and(|s| s.state == cri::ContainerState::ContainerRunning as i32) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        samples.push(started.elapsed());
+        cri.stop_sandbox(&id).await?;
+        cri.remove_sandbox(&id).await?;
+    }
+    for h in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+        let dir = h.path().join("minik8s-bench");
+        if let Ok(children) = std::fs::read_dir(&dir) {
+            for c in children.flatten() {
+                let _ = std::fs::remove_dir(c.path());
+            }
+        }
+        let _ = std::fs::remove_dir(dir);
+    }
+    Ok(samples)
+}
+
+/// Pod start latency through `minik8s up` (with its node) and the CRI floor, in one run.
+pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start_with_node(binary, dir.path(), images).await?;
+    let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
+    // Wait for the node, then one pod to warm the image and the caches.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while nodes.list(&Default::default()).await?.items.is_empty() {
+        anyhow::ensure!(Instant::now() < deadline, "the node did not register");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = pod_starts(client.clone(), 1).await?;
+    let mut through_cluster = pod_starts(client, n).await?;
+    let socket = dir.path().join("node/containerd/containerd.sock");
+    let mut floor = cri_floor(&socket, 10).await?;
+    let down = std::process::Command::new(binary)
+        .args(["down", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
+    drop(server);
+    anyhow::ensure!(down.status.success(), "minik8s down failed: {}", String::from_utf8_lossy(&down.stderr));
+    Ok(json!({
+        "pods": n,
+        "create_to_running": percentiles(&mut through_cluster),
+        "cri_floor_sandbox_and_container": percentiles(&mut floor),
+    }))
+}
+
+/// Renders and loads `services` Services × `endpoints` endpoints into a private network
+/// namespace's iptables (twice: first load, then a sync with every endpoint moved).
+pub async fn rules(services: usize, endpoints: usize) -> anyhow::Result<Value> {
+    use minik8s_proxy::model::{Cluster, Endpoint, Protocol, ServicePort, render, service_chains};
+    let ns = format!("mk8s-bench-{}", std::process::id());
+    anyhow::ensure!(
+        std::process::Command::new("ip").args(["netns", "add", &ns]).status()?.success(),
+        "ip netns add failed"
+    );
+    let model = |shift: usize| -> Vec<ServicePort> {
+        (0..services)
+            .map(|i| ServicePort {
+                service: format!("default/svc-{i}"),
+                port_name: String::new(),
+                cluster_ip: Some(format!("10.96.{}.{}", i / 250, i % 250 + 1)),
+                port: 80,
+                protocol: Protocol::Tcp,
+                node_port: None,
+                affinity_seconds: None,
+                external_local: false,
+                endpoints: (0..endpoints)
+                    .map(|e| {
+                        let n = i * endpoints + e + shift;
+                        Endpoint { ip: format!("10.244.{}.{}", n / 250, n % 250 + 2), port: 8080, local: true }
+                    })
+                    .collect(),
+            })
+            .collect()
+    };
+    let cluster = Cluster { pod_cidr: "10.244.0.0/16".into() };
+    let load = |text: String| -> anyhow::Result<()> {
+        use std::io::Write;
+        let mut child = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns, "iptables-restore", "--noflush", "-w"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        child.stdin.take().expect("stdin").write_all(text.as_bytes())?;
+        let out = child.wait_with_output()?;
+        anyhow::ensure!(out.status.success(), "iptables-restore: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
+    };
+    let mut results = HashMap::new();
+    let started = Instant::now();
+    let first = render(&cluster, &model(0), &[]);
+    let render_first = started.elapsed();
+    load(first.clone())?;
+    results.insert("first_sync_ms", started.elapsed());
+    results.insert("first_render_ms", render_first);
+    let started = Instant::now();
+    let second = render(&cluster, &model(1), &[]);
+    let keep = service_chains(&second);
+    let stale: Vec<(String, String)> = service_chains(&first).into_iter().filter(|c| !keep.contains(c)).collect();
+    load(render(&cluster, &model(1), &stale))?;
+    results.insert("changed_sync_ms", started.elapsed());
+    let rules = first.lines().filter(|l| l.starts_with("-A")).count();
+    let _ = std::process::Command::new("ip").args(["netns", "del", &ns]).status();
+    let ms = |d: &Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
+    Ok(json!({
+        "services": services, "endpoints_per_service": endpoints, "rules": rules,
+        "first_render_ms": ms(&results["first_render_ms"]),
+        "first_sync_ms": ms(&results["first_sync_ms"]),
+        "changed_sync_ms": ms(&results["changed_sync_ms"]),
+    }))
+}
