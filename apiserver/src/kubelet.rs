@@ -92,8 +92,16 @@ impl KubeletClient {
         Ok(KubeletClient { tls: Arc::new(tls) })
     }
 
-    /// GETs `path` (with its query) from the kubelet at `host:port`; the body streams.
-    async fn get(&self, host: &str, port: u16, path: &str) -> Result<Response, String> {
+    /// Sends `GET path` (with its query and `headers`) to the kubelet at `host:port`; the
+    /// answer's body streams, and an upgraded answer can be taken over with
+    /// `hyper::upgrade::on`.
+    async fn get(
+        &self,
+        host: &str,
+        port: u16,
+        path: &str,
+        headers: &[(header::HeaderName, header::HeaderValue)],
+    ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
         let tcp = tokio::net::TcpStream::connect((host, port))
             .await
             .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
@@ -107,19 +115,113 @@ impl KubeletClient {
                 .await
                 .map_err(|e| e.to_string())?;
         tokio::spawn(async move {
-            let _ = conn.await;
+            let _ = conn.with_upgrades().await;
         });
-        let req = Request::get(path)
-            .header(header::HOST, format!("{host}:{port}"))
+        let mut req = Request::get(path).header(header::HOST, format!("{host}:{port}"));
+        for (name, value) in headers {
+            req = req.header(name, value);
+        }
+        let req = req
             .body(Empty::<bytes::Bytes>::new())
             .map_err(|e| e.to_string())?;
-        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        sender.send_request(req).await.map_err(|e| e.to_string())
+    }
+}
+
+/// Headers of an upgrade request that go on to the kubelet.
+const UPGRADE_HEADERS: [&str; 7] = [
+    "upgrade",
+    "connection",
+    "sec-websocket-key",
+    "sec-websocket-version",
+    "sec-websocket-protocol",
+    "sec-websocket-extensions",
+    "x-stream-protocol-version",
+];
+
+/// `pods/exec`, `pods/attach`, `pods/portforward`: the client's upgraded connection (WebSocket
+/// or SPDY) relayed to the pod's kubelet, which relays it on to the runtime.
+pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
+    let Some(client) = ctx.api.kubelet.as_ref() else {
+        return Err(ApiError::unavailable(
+            "this apiserver has no kubelet client certificate",
+        ));
+    };
+    let Some(upgrade) = ctx.upgrade.take() else {
+        return Err(ApiError::bad_request(format!(
+            "{sub} needs an upgraded connection (WebSocket or SPDY)"
+        )));
+    };
+    // The runtime's stream server speaks the channel protocol up to v4 over WebSocket, which
+    // cannot close stdin alone (v5 can), and port-forward over WebSocket tunnels SPDY. Those
+    // WebSocket requests are refused, which makes kubectl fall back to SPDY, relayed as is.
+    let websocket = ctx
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let stdin = ctx
+        .params
+        .streaming
+        .iter()
+        .any(|(k, v)| k == "stdin" && (v == "true" || v == "1"));
+    if websocket && (stdin || sub == "portforward") {
+        return Err(ApiError::bad_request(format!(
+            "{sub} with stdin or port-forward over WebSocket is not served; use SPDY"
+        )));
+    }
+    let (pod, host, port) = kubelet_of(&ctx).await?;
+    let ns = ctx.namespace().unwrap_or_default().to_owned();
+    let query: Vec<(String, String)> = ctx
+        .params
+        .streaming
+        .iter()
+        .filter(|(k, _)| k != "container")
+        .cloned()
+        .collect();
+    let query = serde_urlencoded::to_string(&query).unwrap_or_default();
+    let path = if sub == "portforward" {
+        format!("/portForward/{ns}/{}?{query}", ctx.name())
+    } else {
+        let container = container_of(&ctx, &pod)?;
+        let verb = if sub == "exec" { "exec" } else { "attach" };
+        format!("/{verb}/{ns}/{}/{container}?{query}", ctx.name())
+    };
+    let headers: Vec<(header::HeaderName, header::HeaderValue)> = UPGRADE_HEADERS
+        .iter()
+        .flat_map(|name| {
+            ctx.headers
+                .get_all(*name)
+                .iter()
+                .map(|v| (header::HeaderName::from_static(name), v.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut resp = client
+        .get(&host, port, &path, &headers)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("reaching the kubelet: {e}")))?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = resp.into_parts();
-        Ok(Response::from_parts(
+        return Ok(Response::from_parts(
             parts,
             Body::new(body.map_err(axum::Error::new)),
-        ))
+        ));
     }
+    let mut answer = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
+    for (name, value) in resp.headers() {
+        answer = answer.header(name, value);
+    }
+    let kubelet_side = hyper::upgrade::on(&mut resp);
+    ctx.api.tasks.spawn(async move {
+        let (Ok(client), Ok(kubelet)) = (upgrade.await, kubelet_side.await) else {
+            return;
+        };
+        let mut client = hyper_util::rt::TokioIo::new(client);
+        let mut kubelet = hyper_util::rt::TokioIo::new(kubelet);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut kubelet).await;
+    });
+    answer.body(Body::empty()).map_err(ApiError::internal)
 }
 
 /// The pod (from the store) and where its kubelet listens: (pod, host, port).
@@ -206,11 +308,15 @@ pub async fn log(ctx: Ctx) -> ApiResult<Response> {
     let ns = ctx.namespace().unwrap_or_default();
     let path = format!("/containerLogs/{ns}/{}/{container}?{query}", ctx.name());
     let resp = client
-        .get(&host, port, &path)
+        .get(&host, port, &path, &[])
         .await
         .map_err(|e| ApiError::unavailable(format!("reaching the kubelet: {e}")))?;
     if resp.status() == StatusCode::OK {
-        return Ok(resp);
+        let (parts, body) = resp.into_parts();
+        return Ok(Response::from_parts(
+            parts,
+            Body::new(body.map_err(axum::Error::new)),
+        ));
     }
     let code = resp.status();
     let message = resp

@@ -78,8 +78,16 @@ impl Server {
 
     /// Starts `minik8s up` with this machine's node (kubelet, containerd, proxy) too, importing
     /// the given image archives; stop it with [`Server::down`].
-    pub async fn start_with_node(binary: &Path, dir: &Path, images: &[std::path::PathBuf]) -> anyhow::Result<Self> {
-        let list = images.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(",");
+    pub async fn start_with_node(
+        binary: &Path,
+        dir: &Path,
+        images: &[std::path::PathBuf],
+    ) -> anyhow::Result<Self> {
+        let list = images
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
         Self::start_with(binary, dir, &["--image", &list]).await
     }
 

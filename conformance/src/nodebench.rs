@@ -50,8 +50,11 @@ async fn pod_starts(client: kube::Client, n: usize) -> anyhow::Result<Vec<Durati
             }
         }
     }
-    pods.delete_collection(&DeleteParams::default(), &kube::api::ListParams::default().labels("bench=pods"))
-        .await?;
+    pods.delete_collection(
+        &DeleteParams::default(),
+        &kube::api::ListParams::default().labels("bench=pods"),
+    )
+    .await?;
     Ok(samples)
 }
 
@@ -62,16 +65,30 @@ async fn cri_floor(socket: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
     for i in 0..n {
         let uid = format!("floor-{i}-{}", std::process::id());
         let sandbox = cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata { name: uid.clone(), uid: uid.clone(), namespace: "bench".into(), attempt: 0 }),
+            metadata: Some(cri::PodSandboxMetadata {
+                name: uid.clone(),
+                uid: uid.clone(),
+                namespace: "bench".into(),
+                attempt: 0,
+            }),
             hostname: format!("floor-{i}"),
-            linux: Some(cri::LinuxPodSandboxConfig { cgroup_parent: format!("/minik8s-bench/{uid}"), ..Default::default() }),
+            linux: Some(cri::LinuxPodSandboxConfig {
+                cgroup_parent: format!("/minik8s-bench/{uid}"),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let started = Instant::now();
         let id = cri.run_sandbox(sandbox.clone()).await?;
         let container = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata { name: "c".into(), attempt: 0 }),
-            image: Some(cri::ImageSpec { image: "docker.io/library/busybox:latest".into(), ..Default::default() }),
+            metadata: Some(cri::ContainerMetadata {
+                name: "c".into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: "docker.io/library/busybox:latest".into(),
+                ..Default::default()
+            }),
             command: vec!["sleep".into(), "3600".into()],
             ..Default::default()
         };
@@ -88,7 +105,11 @@ async fn cri_floor(socket: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
         cri.stop_sandbox(&id).await?;
         cri.remove_sandbox(&id).await?;
     }
-    for h in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+    for h in std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let dir = h.path().join("minik8s-bench");
         if let Ok(children) = std::fs::read_dir(&dir) {
             for c in children.flatten() {
@@ -121,7 +142,11 @@ pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> any
         .arg(dir.path())
         .output()?;
     drop(server);
-    anyhow::ensure!(down.status.success(), "minik8s down failed: {}", String::from_utf8_lossy(&down.stderr));
+    anyhow::ensure!(
+        down.status.success(),
+        "minik8s down failed: {}",
+        String::from_utf8_lossy(&down.stderr)
+    );
     Ok(json!({
         "pods": n,
         "create_to_running": percentiles(&mut through_cluster),
@@ -135,7 +160,10 @@ pub async fn rules(services: usize, endpoints: usize) -> anyhow::Result<Value> {
     use minik8s_proxy::model::{Cluster, Endpoint, Protocol, ServicePort, render, service_chains};
     let ns = format!("mk8s-bench-{}", std::process::id());
     anyhow::ensure!(
-        std::process::Command::new("ip").args(["netns", "add", &ns]).status()?.success(),
+        std::process::Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()?
+            .success(),
         "ip netns add failed"
     );
     let model = |shift: usize| -> Vec<ServicePort> {
@@ -152,13 +180,19 @@ pub async fn rules(services: usize, endpoints: usize) -> anyhow::Result<Value> {
                 endpoints: (0..endpoints)
                     .map(|e| {
                         let n = i * endpoints + e + shift;
-                        Endpoint { ip: format!("10.244.{}.{}", n / 250, n % 250 + 2), port: 8080, local: true }
+                        Endpoint {
+                            ip: format!("10.244.{}.{}", n / 250, n % 250 + 2),
+                            port: 8080,
+                            local: true,
+                        }
                     })
                     .collect(),
             })
             .collect()
     };
-    let cluster = Cluster { pod_cidr: "10.244.0.0/16".into() };
+    let cluster = Cluster {
+        pod_cidr: "10.244.0.0/16".into(),
+    };
     let load = |text: String| -> anyhow::Result<()> {
         use std::io::Write;
         let mut child = std::process::Command::new("ip")
@@ -166,9 +200,17 @@ pub async fn rules(services: usize, endpoints: usize) -> anyhow::Result<Value> {
             .stdin(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()?;
-        child.stdin.take().expect("stdin").write_all(text.as_bytes())?;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())?;
         let out = child.wait_with_output()?;
-        anyhow::ensure!(out.status.success(), "iptables-restore: {}", String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success(),
+            "iptables-restore: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(())
     };
     let mut results = HashMap::new();
@@ -181,11 +223,16 @@ pub async fn rules(services: usize, endpoints: usize) -> anyhow::Result<Value> {
     let started = Instant::now();
     let second = render(&cluster, &model(1), &[]);
     let keep = service_chains(&second);
-    let stale: Vec<(String, String)> = service_chains(&first).into_iter().filter(|c| !keep.contains(c)).collect();
+    let stale: Vec<(String, String)> = service_chains(&first)
+        .into_iter()
+        .filter(|c| !keep.contains(c))
+        .collect();
     load(render(&cluster, &model(1), &stale))?;
     results.insert("changed_sync_ms", started.elapsed());
     let rules = first.lines().filter(|l| l.starts_with("-A")).count();
-    let _ = std::process::Command::new("ip").args(["netns", "del", &ns]).status();
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", &ns])
+        .status();
     let ms = |d: &Duration| (d.as_secs_f64() * 1e4).round() / 10.0;
     Ok(json!({
         "services": services, "endpoints_per_service": endpoints, "rules": rules,

@@ -114,6 +114,47 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
             .all(|l| l.contains("Z line "))
     );
 
+    // kubectl exec runs commands in the container (WebSocket v5 through the apiserver and
+    // the kubelet to the runtime), with stdin, and reports the exit code.
+    assert_eq!(
+        c.ok(&["exec", "hello", "--", "sh", "-c", "echo hi"]),
+        "hi\n"
+    );
+    let piped = c.kubectl_stdin(
+        &["exec", "-i", "hello", "--", "cat"],
+        Some("through stdin\n"),
+    );
+    assert_eq!(piped.stdout, "through stdin\n", "{}", piped.stderr);
+    let failed = c.kubectl(&["exec", "hello", "--", "sh", "-c", "exit 7"]);
+    assert!(
+        !failed.ok && failed.stderr.contains("exit code 7"),
+        "{}",
+        failed.stderr
+    );
+
+    let tty = c.kubectl_stdin(
+        &["exec", "-it", "hello", "--", "sh", "-c", "echo interactive"],
+        Some(""),
+    );
+    assert!(
+        tty.ok && tty.stdout.contains("interactive"),
+        "{} {}",
+        tty.stdout,
+        tty.stderr
+    );
+
+    // kubectl cp, both ways (tar through exec).
+    let local = c.dir().join("note.txt");
+    std::fs::write(&local, "copied\n").unwrap();
+    c.ok(&["cp", local.to_str().unwrap(), "hello:/tmp/note.txt"]);
+    assert_eq!(
+        c.ok(&["exec", "hello", "--", "cat", "/tmp/note.txt"]),
+        "copied\n"
+    );
+    let back = c.dir().join("back.txt");
+    c.ok(&["cp", "hello:/tmp/note.txt", back.to_str().unwrap()]);
+    assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied\n");
+
     // restartPolicy Never: a failing container ends the pod Failed with its exit code; a
     // succeeding one Succeeded.
     c.ok(&[
@@ -324,6 +365,31 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
     assert!(
         from_pod.len() >= 2 && from_pod.is_subset(&pods),
         "a pod reaches the service's pods: {answers:?}"
+    );
+
+    // kubectl port-forward serves a pod's httpd on a local port.
+    let target = pods.iter().next().unwrap().clone();
+    let mut forward = std::process::Command::new("kubectl")
+        .args(["port-forward", &format!("pod/{target}"), "18080:8080"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut forwarded = None;
+    while forwarded.is_none() && std::time::Instant::now() < deadline {
+        forwarded = http_get("127.0.0.1:18080");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let _ = forward.kill();
+    let out = forward.wait_with_output().unwrap();
+    assert_eq!(
+        forwarded.as_deref(),
+        Some(target.as_str()),
+        "port-forward: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 
     // A restarted kubelet adopts the running containers: same container ids, no restarts.

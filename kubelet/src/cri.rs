@@ -286,6 +286,46 @@ impl Cri {
             .into_inner())
     }
 
+    /// A streaming URL (on the runtime's stream server) that runs `cmd` in the container.
+    pub async fn exec(&self, req: ExecRequest) -> Result<String> {
+        Ok(self
+            .runtime
+            .clone()
+            .exec(req)
+            .await
+            .map_err(cri("Exec"))?
+            .into_inner()
+            .url)
+    }
+
+    /// A streaming URL that attaches to the container's main process.
+    pub async fn attach(&self, req: AttachRequest) -> Result<String> {
+        Ok(self
+            .runtime
+            .clone()
+            .attach(req)
+            .await
+            .map_err(cri("Attach"))?
+            .into_inner()
+            .url)
+    }
+
+    /// A streaming URL that forwards ports into the sandbox's network namespace.
+    pub async fn port_forward(&self, sandbox: &str, ports: Vec<i32>) -> Result<String> {
+        let req = PortForwardRequest {
+            pod_sandbox_id: sandbox.into(),
+            port: ports,
+        };
+        Ok(self
+            .runtime
+            .clone()
+            .port_forward(req)
+            .await
+            .map_err(cri("PortForward"))?
+            .into_inner()
+            .url)
+    }
+
     /// The image's id if the runtime has it.
     pub async fn image_id(&self, image: &str) -> Result<Option<String>> {
         let req = ImageStatusRequest {

@@ -12,6 +12,7 @@ pub mod netguard;
 pub mod node;
 pub mod pod;
 pub mod server;
+pub mod stream;
 
 pub use error::{Error, Result};
 

@@ -1,5 +1,6 @@
 //! The kubelet's HTTPS server (port 10250 by default): container logs for the apiserver's
-//! `pods/log`, and `/healthz`. Clients must present a certificate from the cluster CA in the
+//! `pods/log`, `exec`, `attach` and `portForward` (relayed to the runtime's stream server),
+//! and `/healthz`. Clients must present a certificate from the cluster CA in the
 //! `system:masters` group (the apiserver's kubelet-client identity); the serving certificate
 //! is self-signed, as upstream's kubelet makes one when none is given.
 
@@ -99,6 +100,12 @@ pub async fn bind(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
+        .route("/attach/{ns}/{pod}/{container}", get(attach).post(attach))
+        .route(
+            "/portForward/{ns}/{pod}",
+            get(port_forward).post(port_forward),
+        )
         .with_state(Shared { cri, pods });
     let serve = async move {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -135,7 +142,8 @@ pub async fn bind(
                     },
                 );
                 let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .with_upgrades();
                 tokio::select! {
                     _ = conn => {}
                     _ = shutdown.cancelled() => {}
@@ -146,6 +154,150 @@ pub async fn bind(
         conns.wait().await;
     };
     Ok((addr, serve))
+}
+
+/// The pod `ns/name` if it is on this node.
+fn pod_of(s: &Shared, ns: &str, name: &str) -> Option<std::sync::Arc<Pod>> {
+    s.pods
+        .state()
+        .into_iter()
+        .find(|p| p.namespace().as_deref() == Some(ns) && p.name_any() == name)
+}
+
+/// The id of the pod's newest container named `container`.
+async fn container_id(s: &Shared, pod: &Pod, container: &str) -> Result<String, Response> {
+    let by = HashMap::from([
+        (labels::POD_UID.to_owned(), pod.uid().unwrap_or_default()),
+        (labels::CONTAINER_NAME.to_owned(), container.to_owned()),
+    ]);
+    let mut found = s
+        .cri
+        .containers(by)
+        .await
+        .map_err(|e| status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    found.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    found.first().map(|c| c.id.clone()).ok_or_else(|| {
+        status(
+            StatusCode::NOT_FOUND,
+            format!("container {container} not found in pod {}", pod.name_any()),
+        )
+    })
+}
+
+fn flag(q: &[(String, String)], key: &str) -> bool {
+    q.iter().any(|(k, v)| k == key && (v == "true" || v == "1"))
+}
+
+/// `exec`: runs `command` in the container over an upgraded connection.
+async fn exec(
+    State(s): State<Shared>,
+    Path((ns, name, container)): Path<(String, String, String)>,
+    Query(q): Query<Vec<(String, String)>>,
+    mut req: axum::http::Request<Body>,
+) -> Response {
+    let Some(pod) = pod_of(&s, &ns, &name) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{name} is not on this node"),
+        );
+    };
+    let id = match container_id(&s, &pod, &container).await {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let cmd: Vec<String> = q
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let request = crate::cri::ExecRequest {
+        container_id: id,
+        cmd,
+        tty: flag(&q, "tty"),
+        stdin: flag(&q, "stdin"),
+        stdout: flag(&q, "stdout"),
+        stderr: flag(&q, "stderr"),
+    };
+    let url = match s.cri.exec(request).await {
+        Ok(u) => u,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    crate::stream::relay(&url, req.headers(), upgrade).await
+}
+
+/// `attach`: the container's main process's streams over an upgraded connection.
+async fn attach(
+    State(s): State<Shared>,
+    Path((ns, name, container)): Path<(String, String, String)>,
+    Query(q): Query<Vec<(String, String)>>,
+    mut req: axum::http::Request<Body>,
+) -> Response {
+    let Some(pod) = pod_of(&s, &ns, &name) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{name} is not on this node"),
+        );
+    };
+    let id = match container_id(&s, &pod, &container).await {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    let request = crate::cri::AttachRequest {
+        container_id: id,
+        tty: flag(&q, "tty"),
+        stdin: flag(&q, "stdin"),
+        stdout: flag(&q, "stdout"),
+        stderr: flag(&q, "stderr"),
+    };
+    let url = match s.cri.attach(request).await {
+        Ok(u) => u,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    crate::stream::relay(&url, req.headers(), upgrade).await
+}
+
+/// `portForward`: streams to ports of the pod's network namespace (SPDY).
+async fn port_forward(
+    State(s): State<Shared>,
+    Path((ns, name)): Path<(String, String)>,
+    Query(q): Query<Vec<(String, String)>>,
+    mut req: axum::http::Request<Body>,
+) -> Response {
+    let Some(pod) = pod_of(&s, &ns, &name) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{name} is not on this node"),
+        );
+    };
+    let by = HashMap::from([(labels::POD_UID.to_owned(), pod.uid().unwrap_or_default())]);
+    let mut sandboxes = match s.cri.sandboxes(by).await {
+        Ok(v) => v,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    sandboxes.sort_by_key(|x| std::cmp::Reverse(x.created_at));
+    let Some(sandbox) = sandboxes.first() else {
+        return status(
+            StatusCode::NOT_FOUND,
+            format!("pod {ns}/{name} has no sandbox"),
+        );
+    };
+    let ports: Vec<i32> = q
+        .iter()
+        .filter(|(k, _)| k == "ports" || k == "port")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter_map(|p| p.trim().parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .collect();
+    let url = match s.cri.port_forward(&sandbox.id, ports).await {
+        Ok(u) => u,
+        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    };
+    let upgrade = hyper::upgrade::on(&mut req);
+    crate::stream::relay(&url, req.headers(), upgrade).await
 }
 
 fn status(code: StatusCode, message: String) -> Response {
@@ -159,12 +311,7 @@ async fn container_logs(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
-    let Some(pod) = s
-        .pods
-        .state()
-        .into_iter()
-        .find(|p| p.namespace().as_deref() == Some(ns.as_str()) && p.name_any() == name)
-    else {
+    let Some(pod) = pod_of(&s, &ns, &name) else {
         return status(
             StatusCode::NOT_FOUND,
             format!("pod {ns}/{name} is not on this node"),

@@ -39,6 +39,8 @@ pub struct Ctx {
     pub headers: HeaderMap,
     /// Who is asking.
     pub user: User,
+    /// The client's connection once upgraded (exec, attach, port-forward).
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 impl Ctx {
@@ -109,6 +111,9 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
     // limited in number (429 beyond) and in time (504).
     let long_running = request::wants_watch(req.uri().query())
         || req.uri().path().contains("/watch/")
+        || ["/exec", "/attach", "/portforward"]
+            .iter()
+            .any(|s| req.uri().path().ends_with(s))
         || req.uri().query().is_some_and(|q| q.contains("follow=true"));
     let permit = if long_running {
         None
@@ -147,7 +152,7 @@ async fn handle(
     req: Request,
     record: &mut crate::audit::Record,
 ) -> ApiResult<Response> {
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
     record.verb = parts.method.as_str().to_ascii_lowercase();
     let user = match api.authn.authenticate(&parts)? {
         crate::auth::Credential::User(u) => u,
@@ -190,6 +195,7 @@ async fn handle(
                 params,
                 headers: parts.headers,
                 user,
+                upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
             };
             // Read the body once here (bounded), so the audit log can record it.
             let body = match ctx.req.verb {

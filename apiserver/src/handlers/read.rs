@@ -360,6 +360,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
             params: list_ctx_params,
             headers: ctx.headers.clone(),
             user: ctx.user.clone(),
+            upgrade: None,
         };
         let page = list_page(&list_ctx, &selectors).await?;
         for item in page.items {

@@ -26,6 +26,11 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         ("log", Verb::Get) if ctx.res.group.is_empty() && ctx.res.kind == "Pod" => {
             crate::kubelet::log(ctx).await
         }
+        ("exec" | "attach" | "portforward", Verb::Get | Verb::Create)
+            if ctx.res.group.is_empty() && ctx.res.kind == "Pod" =>
+        {
+            crate::kubelet::stream(ctx, sub).await
+        }
         _ => Err(ApiError::method_not_supported(
             &ctx.res.group,
             &format!("{}/{sub}", ctx.res.plural),

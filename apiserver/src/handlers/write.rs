@@ -1046,6 +1046,7 @@ pub async fn delete_collection(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             params: ctx.params.clone(),
             headers: ctx.headers.clone(),
             user: ctx.user.clone(),
+            upgrade: None,
         };
         match delete_one(&one, &opts).await {
             Ok((_, obj)) => deleted.push(obj),

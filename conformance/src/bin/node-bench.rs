@@ -26,6 +26,9 @@ async fn main() -> anyhow::Result<()> {
     let images = minik8s_conformance::node::images();
     let pods = minik8s_conformance::nodebench::pods(&args.minik8s, &images, args.pods).await?;
     let rules = minik8s_conformance::nodebench::rules(args.services, args.endpoints).await?;
-    println!("{}", serde_json::to_string_pretty(&serde_json::json!({"pod_start": pods, "rule_sync": rules}))?);
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::json!({"pod_start": pods, "rule_sync": rules}))?
+    );
     Ok(())
 }
