@@ -4,7 +4,7 @@
 
 use crate::Api;
 use crate::error::Cause;
-use crate::registry::{NameRule, PrinterColumn, ResourceInfo, ScaleInfo};
+use crate::registry::{NameRule, PrinterColumn, ResourceInfo, ScaleInfo, Serving};
 use futures::StreamExt;
 use minik8s_storage::{EventKind, RangeRequest, Store};
 use serde_json::{Value, json};
@@ -106,7 +106,7 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                     .then(|| (format!("{group}/{storage}"), prefix.clone())),
                 printer_columns,
                 crd_schema: v.pointer("/schema/openAPIV3Schema").cloned(),
-                create_only: false,
+                serving: Serving::Stored,
             }
         })
         .collect()

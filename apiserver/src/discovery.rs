@@ -24,10 +24,10 @@ const VERBS: [&str; 8] = [
 ];
 
 fn verbs_of(res: &ResourceInfo) -> Vec<&'static str> {
-    if res.create_only {
-        vec!["create"]
-    } else {
-        VERBS.to_vec()
+    match res.serving {
+        crate::registry::Serving::Review => vec!["create"],
+        crate::registry::Serving::Metrics => vec!["get", "list"],
+        crate::registry::Serving::Stored => VERBS.to_vec(),
     }
 }
 

@@ -128,6 +128,24 @@ impl KubeletClient {
     }
 }
 
+impl KubeletClient {
+    /// GETs a JSON document from the kubelet at `host:port`.
+    pub async fn json(&self, host: &str, port: u16, path: &str) -> Result<Value, String> {
+        let resp = self.get(host, port, path, &[]).await?;
+        let code = resp.status();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        if !code.is_success() {
+            return Err(format!("kubelet answered {code}"));
+        }
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    }
+}
+
 /// Headers of an upgrade request that go on to the kubelet.
 const UPGRADE_HEADERS: [&str; 7] = [
     "upgrade",
@@ -241,14 +259,22 @@ async fn kubelet_of(ctx: &Ctx) -> ApiResult<(Value, String, u16)> {
         .get(&format!("/registry/core/nodes/{node}"))
         .await?
         .ok_or_else(|| ApiError::not_found("", "nodes", &node))?;
-    let node_obj = object::from_store(&kv)?;
-    let port = node_obj
+    let (host, port) = endpoint(&object::from_store(&kv)?)?;
+    Ok((pod, host, port))
+}
+
+/// Where a node's kubelet listens: its InternalIP (or Hostname) and kubelet port.
+pub fn endpoint(node: &Value) -> ApiResult<(String, u16)> {
+    let name = object::meta_str(node, "name")
+        .unwrap_or_default()
+        .to_owned();
+    let port = node
         .pointer("/status/daemonEndpoints/kubeletEndpoint/Port")
         .and_then(Value::as_u64)
         .filter(|p| *p > 0)
-        .ok_or_else(|| ApiError::bad_request(format!("node {node} has no kubelet endpoint")))?
+        .ok_or_else(|| ApiError::bad_request(format!("node {name} has no kubelet endpoint")))?
         as u16;
-    let addresses = node_obj
+    let addresses = node
         .pointer("/status/addresses")
         .and_then(Value::as_array)
         .cloned()
@@ -262,8 +288,8 @@ async fn kubelet_of(ctx: &Ctx) -> ApiResult<(Value, String, u16)> {
     };
     let host = address("InternalIP")
         .or_else(|| address("Hostname"))
-        .ok_or_else(|| ApiError::bad_request(format!("node {node} has no address")))?;
-    Ok((pod, host, port))
+        .ok_or_else(|| ApiError::bad_request(format!("node {name} has no address")))?;
+    Ok((host, port))
 }
 
 /// The container a request means: `container` if given, else the pod's only one.

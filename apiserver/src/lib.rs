@@ -20,6 +20,7 @@ pub mod error;
 pub mod follow;
 mod handlers;
 pub mod kubelet;
+pub mod metrics;
 pub mod object;
 pub mod openapi;
 pub mod patch;

@@ -384,12 +384,38 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         std::thread::sleep(std::time::Duration::from_millis(300));
     }
     let _ = forward.kill();
-    let out = forward.wait_with_output().unwrap();
+    let forward_out = forward.wait_with_output().unwrap();
     assert_eq!(
         forwarded.as_deref(),
         Some(target.as_str()),
         "port-forward: {}",
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&forward_out.stderr)
+    );
+
+    // kubectl top shows the pods' and the node's CPU and memory (metrics.k8s.io from the
+    // kubelet's CRI stats).
+    let top = c.eventually(&["top", "pods", "-l", "app=web", "--no-headers"], |s| {
+        s.lines().count() == 3
+    });
+    for line in top.lines() {
+        let cols: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            cols.len() == 3 && cols[1].ends_with('m') && cols[2].ends_with("Mi"),
+            "top pods: {line}"
+        );
+        assert!(
+            cols[2]
+                .trim_end_matches("Mi")
+                .parse::<u64>()
+                .is_ok_and(|m| m > 0)
+                || cols[2] == "0Mi",
+            "{line}"
+        );
+    }
+    let nodes = c.eventually(&["top", "nodes", "--no-headers"], |s| s.contains("n1"));
+    assert!(
+        nodes.split_whitespace().any(|w| w.ends_with('%')),
+        "top nodes: {nodes}"
     );
 
     // A restarted kubelet adopts the running containers: same container ids, no restarts.
@@ -490,6 +516,57 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
             "jsonpath={.subsets[*].addresses[*].ip}",
         ],
         |s| s == ready_ip,
+    );
+
+    // Init containers run first, in order; the app container sees what they left.
+    let init = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "init"}},
+  "spec": {{"restartPolicy": "Never", "volumes": [{{"name": "work", "emptyDir": {{}}}}, {{"name": "out", "hostPath": {{"path": "{out}"}}}}],
+    "initContainers": [
+      {{"name": "first", "image": "busybox", "command": ["sh", "-c", "echo one > /work/log"], "volumeMounts": [{{"name": "work", "mountPath": "/work"}}]}},
+      {{"name": "second", "image": "busybox", "command": ["sh", "-c", "echo two >> /work/log"], "volumeMounts": [{{"name": "work", "mountPath": "/work"}}]}}],
+    "containers": [{{"name": "main", "image": "busybox", "command": ["sh", "-c", "cp /work/log /out/init-log"],
+      "volumeMounts": [{{"name": "work", "mountPath": "/work"}}, {{"name": "out", "mountPath": "/out"}}]}}]}}}}"#,
+        out = out.display()
+    );
+    let r = c.with_manifest(&["apply"], &init);
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &["get", "pod", "init", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Succeeded",
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("init-log")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(
+        jsonpath(
+            &c,
+            &["pod", "init"],
+            "{.status.initContainerStatuses[*].state.terminated.reason}"
+        ),
+        "Completed Completed"
+    );
+
+    // Deleting a pod runs its preStop hook, then stops it within its grace period.
+    let hooked = format!(
+        r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "hooked"}},
+  "spec": {{"terminationGracePeriodSeconds": 5, "volumes": [{{"name": "out", "hostPath": {{"path": "{out}"}}}}],
+    "containers": [{{"name": "main", "image": "busybox", "command": ["sleep", "3600"],
+      "lifecycle": {{"preStop": {{"exec": {{"command": ["sh", "-c", "echo stopping > /out/pre-stop"]}}}}}},
+      "volumeMounts": [{{"name": "out", "mountPath": "/out"}}]}}]}}}}"#,
+        out = out.display()
+    );
+    let r = c.with_manifest(&["apply"], &hooked);
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &["get", "pod", "hooked", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    c.ok(&["delete", "pod", "hooked"]);
+    assert_eq!(
+        std::fs::read_to_string(out.join("pre-stop")).unwrap_or_default(),
+        "stopping\n"
     );
 
     // Deleting a pod stops its container within the grace period and removes it.

@@ -326,6 +326,27 @@ impl Cri {
             .url)
     }
 
+    /// CPU and memory of the containers carrying all of `labels`.
+    pub async fn container_stats(
+        &self,
+        labels: HashMap<String, String>,
+    ) -> Result<Vec<ContainerStats>> {
+        let req = ListContainerStatsRequest {
+            filter: Some(ContainerStatsFilter {
+                label_selector: labels,
+                ..Default::default()
+            }),
+        };
+        Ok(self
+            .runtime
+            .clone()
+            .list_container_stats(req)
+            .await
+            .map_err(cri("ListContainerStats"))?
+            .into_inner()
+            .stats)
+    }
+
     /// The image's id if the runtime has it.
     pub async fn image_id(&self, image: &str) -> Result<Option<String>> {
         let req = ImageStatusRequest {

@@ -12,6 +12,7 @@ pub mod netguard;
 pub mod node;
 pub mod pod;
 pub mod server;
+pub mod stats;
 pub mod stream;
 
 pub use error::{Error, Result};
@@ -107,7 +108,7 @@ async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
     w.probes.retain(&live);
     for uid in gone {
         tracing::info!(%uid, "removing the sandbox of a pod that no longer exists");
-        w.teardown(&uid, 0).await?;
+        w.teardown(&uid, 0, None).await?;
     }
     Ok(())
 }

@@ -28,6 +28,8 @@ use tokio_util::sync::CancellationToken;
 struct Shared {
     cri: Cri,
     pods: Store<Pod>,
+    node: String,
+    cpu: Arc<crate::stats::NodeCpu>,
 }
 
 /// The group a client certificate must carry.
@@ -106,7 +108,13 @@ pub async fn bind(
             "/portForward/{ns}/{pod}",
             get(port_forward).post(port_forward),
         )
-        .with_state(Shared { cri, pods });
+        .route("/stats/summary", get(summary))
+        .with_state(Shared {
+            cri,
+            pods,
+            node: node.to_owned(),
+            cpu: Arc::new(crate::stats::NodeCpu::default()),
+        });
     let serve = async move {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
         let conns = tokio_util::task::TaskTracker::new();
@@ -154,6 +162,14 @@ pub async fn bind(
         conns.wait().await;
     };
     Ok((addr, serve))
+}
+
+/// `GET /stats/summary`.
+async fn summary(State(s): State<Shared>) -> Response {
+    match crate::stats::summary(&s.cri, &s.node, &s.cpu).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 /// The pod `ns/name` if it is on this node.

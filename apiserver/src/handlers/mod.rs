@@ -248,7 +248,18 @@ fn impersonate(api: &Api, user: User, headers: &HeaderMap) -> ApiResult<User> {
 }
 
 async fn route(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
-    if ctx.res.create_only {
+    if ctx.res.serving == crate::registry::Serving::Metrics {
+        return match ctx.req.verb {
+            Verb::Get => crate::metrics::get(ctx).await,
+            Verb::List => crate::metrics::list(ctx).await,
+            verb => Err(ApiError::method_not_supported(
+                &ctx.res.group,
+                &ctx.res.plural,
+                verb.as_str(),
+            )),
+        };
+    }
+    if ctx.res.serving == crate::registry::Serving::Review {
         if ctx.req.verb != Verb::Create {
             return Err(ApiError::method_not_supported(
                 &ctx.res.group,

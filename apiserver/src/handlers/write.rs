@@ -594,11 +594,19 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
             .assign(&ctx.api.store, &key, &mut new, Some(old))
             .await?;
     }
+    // As upstream's ShouldDeleteDuringUpdate: the last finalizer gone from an object being
+    // deleted ends it, unless it is still in its grace period (a terminating pod whose
+    // kubelet writes status keeps existing until the kubelet deletes it).
     let finished = meta(&new).get("deletionTimestamp").is_some()
         && meta(&new)
             .get("finalizers")
             .and_then(Value::as_array)
-            .is_none_or(|f| f.is_empty());
+            .is_none_or(|f| f.is_empty())
+        && meta(old)
+            .get("deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            == 0;
     if ctx.params.dry_run {
         object::meta_mut(&mut new).insert("resourceVersion".into(), json!(expected.to_string()));
         return Ok(new);

@@ -2,7 +2,7 @@
 //! (group, version, kind, plural, scope), plus the per-resource facts k8s-openapi does not
 //! carry (short names, categories, subresources, field selectors) as data.
 
-use super::{NameRule, ResourceInfo, ScaleInfo};
+use super::{NameRule, ResourceInfo, ScaleInfo, Serving};
 use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
     autoscaling::v2 as autoscaling2, batch::v1 as batch, coordination::v1 as coordination,
@@ -81,7 +81,7 @@ where
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
-        create_only: false,
+        serving: Serving::Stored,
     }
 }
 
@@ -113,7 +113,7 @@ where
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
-        create_only: true,
+        serving: Serving::Review,
     }
 }
 
@@ -320,5 +320,38 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         review::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(false),
         review::<k8s_openapi::api::authorization::v1::LocalSubjectAccessReview>(true),
         review::<k8s_openapi::api::authentication::v1::SelfSubjectReview>(false),
+        // resource metrics, gathered from the kubelets
+        metrics("NodeMetrics", "nodes", false),
+        metrics("PodMetrics", "pods", true),
     ]
+}
+
+/// A `metrics.k8s.io/v1beta1` resource (k8s-openapi has no types for it): read-only, answered
+/// from the kubelets' stats, never stored.
+fn metrics(kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
+    ResourceInfo {
+        group: "metrics.k8s.io".into(),
+        version: "v1beta1".into(),
+        kind: kind.into(),
+        list_kind: format!("{kind}List"),
+        plural: plural.into(),
+        singular: kind.to_ascii_lowercase(),
+        short_names: vec![],
+        categories: vec![],
+        namespaced,
+        status: false,
+        scale: None,
+        extra_subresources: vec![],
+        name_rule: NameRule::Subdomain,
+        generation: false,
+        keep_status_on_create: true,
+        decode: None,
+        schema: None,
+        strategic_merge: false,
+        field_selectors: vec![],
+        storage: None,
+        printer_columns: vec![],
+        crd_schema: None,
+        serving: Serving::Metrics,
+    }
 }

@@ -87,8 +87,19 @@ pub struct ResourceInfo {
     pub printer_columns: Vec<PrinterColumn>,
     /// The structural OpenAPI v3 schema of a custom resource version.
     pub crd_schema: Option<Value>,
-    /// A review resource (access reviews, whoami): only `create`, answered, never stored.
-    pub create_only: bool,
+    /// How the resource is served: stored, or answered without storage.
+    pub serving: Serving,
+}
+
+/// How a resource's requests are answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    /// Objects live in the store (every verb).
+    Stored,
+    /// A review (access reviews, whoami): only `create`, answered, never stored.
+    Review,
+    /// Resource metrics (`metrics.k8s.io`): only `get`/`list`, gathered from the kubelets.
+    Metrics,
 }
 
 /// One `additionalPrinterColumns` entry of a CRD.

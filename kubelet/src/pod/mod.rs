@@ -226,15 +226,60 @@ impl Worker {
         Ok(())
     }
 
-    /// Stops the pod's containers within `grace` seconds, removes its sandboxes and folder.
-    pub async fn teardown(&self, uid: &str, grace: i64) -> Result<()> {
+    /// Runs the container's preStop hook (exec or httpGet), bounded by `grace` seconds.
+    async fn pre_stop(&self, c: &Container, id: &str, pod_ip: &str, grace: i64) {
+        let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else {
+            return;
+        };
+        let limit = Duration::from_secs(grace.max(1) as u64);
+        if let Some(exec) = &hook.exec {
+            let cmd = exec.command.clone().unwrap_or_default();
+            let _ = tokio::time::timeout(limit, self.cri.exec_sync(id, cmd, grace.max(1))).await;
+        } else if let Some(http) = &hook.http_get {
+            let probe = k8s_openapi::api::core::v1::Probe {
+                http_get: Some(http.clone()),
+                timeout_seconds: Some(grace.max(1) as i32),
+                ..Default::default()
+            };
+            let _ = tokio::time::timeout(limit, probe::run_once(&self.cri, &probe, c, id, pod_ip))
+                .await;
+        } else if let Some(sleep) = &hook.sleep {
+            tokio::time::sleep(Duration::from_secs(
+                sleep.seconds.clamp(0, grace.max(0)) as u64
+            ))
+            .await;
+        }
+    }
+
+    /// Stops the pod's containers within `grace` seconds (after their preStop hooks), removes
+    /// its sandboxes and folder.
+    pub async fn teardown(&self, uid: &str, grace: i64, pod: Option<&Pod>) -> Result<()> {
         let observed = Observed::read(&self.cri, uid).await?;
+        let pod_ip = observed
+            .sandbox
+            .as_ref()
+            .and_then(|s| s.ip.clone())
+            .unwrap_or_default();
+        let started = std::time::Instant::now();
+        let hooks: Vec<_> = pod
+            .and_then(|p| p.spec.as_ref())
+            .into_iter()
+            .flat_map(|s| s.containers.iter())
+            .filter_map(|c| {
+                let run = observed.latest(&c.name)?;
+                matches!(run.run, observed::Run::Running { .. })
+                    .then(|| self.pre_stop(c, &run.id, &pod_ip, grace))
+            })
+            .collect();
+        futures::future::join_all(hooks).await;
+        // What the hooks used comes out of the grace period.
+        let left = (grace - started.elapsed().as_secs() as i64).max(0);
         let running: Vec<_> = observed
             .containers
             .values()
             .flatten()
             .filter(|c| matches!(c.run, observed::Run::Running { .. }))
-            .map(|c| self.cri.stop_container(&c.id, grace.max(0)))
+            .map(|c| self.cri.stop_container(&c.id, left))
             .collect();
         for r in futures::future::join_all(running).await {
             if let Err(e) = r {
@@ -287,7 +332,7 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     let ns = pod.namespace().unwrap_or_default();
     if pod.metadata.deletion_timestamp.is_some() {
         let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
-        w.teardown(&uid, grace).await?;
+        w.teardown(&uid, grace, Some(&pod)).await?;
         let api: Api<Pod> = Api::namespaced(w.client.clone(), &ns);
         let dp = DeleteParams {
             grace_period_seconds: Some(0),

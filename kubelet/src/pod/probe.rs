@@ -62,7 +62,13 @@ fn port_of(port: &IntOrString, c: &Container) -> Option<u16> {
 }
 
 /// Runs one probe try: exec, HTTP GET (2xx/3xx is success) or TCP connect.
-async fn try_probe(cri: &Cri, p: &Probe, c: &Container, container_id: &str, pod_ip: &str) -> bool {
+pub async fn run_once(
+    cri: &Cri,
+    p: &Probe,
+    c: &Container,
+    container_id: &str,
+    pod_ip: &str,
+) -> bool {
     let timeout = Duration::from_secs(p.timeout_seconds.unwrap_or(1).max(1) as u64);
     if let Some(exec) = &p.exec {
         let cmd = exec.command.clone().unwrap_or_default();
@@ -164,7 +170,7 @@ impl Probes {
                 && since_start >= delay
                 && track.last.is_none_or(|l| l.elapsed() >= period);
             if due {
-                let ok = try_probe(cri, p, c, container_id, pod_ip).await;
+                let ok = run_once(cri, p, c, container_id, pod_ip).await;
                 track.last = Some(Instant::now());
                 if ok {
                     track.successes += 1;
