@@ -206,44 +206,27 @@ fn flag(q: &[(String, String)], key: &str) -> bool {
 
 /// `exec`: runs `command` in the container over an upgraded connection.
 async fn exec(
-    State(s): State<Shared>,
-    Path((ns, name, container)): Path<(String, String, String)>,
-    Query(q): Query<Vec<(String, String)>>,
-    mut req: axum::http::Request<Body>,
+    state: State<Shared>,
+    path: Path<(String, String, String)>,
+    query: Query<Vec<(String, String)>>,
+    req: axum::http::Request<Body>,
 ) -> Response {
-    let Some(pod) = pod_of(&s, &ns, &name) else {
-        return status(
-            StatusCode::NOT_FOUND,
-            format!("pod {ns}/{name} is not on this node"),
-        );
-    };
-    let id = match container_id(&s, &pod, &container).await {
-        Ok(id) => id,
-        Err(r) => return r,
-    };
-    let cmd: Vec<String> = q
-        .iter()
-        .filter(|(k, _)| k == "command")
-        .map(|(_, v)| v.clone())
-        .collect();
-    let request = crate::cri::ExecRequest {
-        container_id: id,
-        cmd,
-        tty: flag(&q, "tty"),
-        stdin: flag(&q, "stdin"),
-        stdout: flag(&q, "stdout"),
-        stderr: flag(&q, "stderr"),
-    };
-    let url = match s.cri.exec(request).await {
-        Ok(u) => u,
-        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    };
-    let upgrade = hyper::upgrade::on(&mut req);
-    crate::stream::relay(&url, req.headers(), upgrade).await
+    container_stream(true, state, path, query, req).await
 }
 
 /// `attach`: the container's main process's streams over an upgraded connection.
 async fn attach(
+    state: State<Shared>,
+    path: Path<(String, String, String)>,
+    query: Query<Vec<(String, String)>>,
+    req: axum::http::Request<Body>,
+) -> Response {
+    container_stream(false, state, path, query, req).await
+}
+
+/// Exec (`exec` true: `command` from the query) or attach, relayed to the runtime.
+async fn container_stream(
+    exec: bool,
     State(s): State<Shared>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<Vec<(String, String)>>,
@@ -255,18 +238,42 @@ async fn attach(
             format!("pod {ns}/{name} is not on this node"),
         );
     };
-    let id = match container_id(&s, &pod, &container).await {
+    let container_id = match container_id(&s, &pod, &container).await {
         Ok(id) => id,
         Err(r) => return r,
     };
-    let request = crate::cri::AttachRequest {
-        container_id: id,
-        tty: flag(&q, "tty"),
-        stdin: flag(&q, "stdin"),
-        stdout: flag(&q, "stdout"),
-        stderr: flag(&q, "stderr"),
+    let (tty, stdin, stdout, stderr) = (
+        flag(&q, "tty"),
+        flag(&q, "stdin"),
+        flag(&q, "stdout"),
+        flag(&q, "stderr"),
+    );
+    let url = if exec {
+        let cmd = q
+            .iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.clone())
+            .collect();
+        let request = crate::cri::ExecRequest {
+            container_id,
+            cmd,
+            tty,
+            stdin,
+            stdout,
+            stderr,
+        };
+        s.cri.exec(request).await
+    } else {
+        let request = crate::cri::AttachRequest {
+            container_id,
+            stdin,
+            tty,
+            stdout,
+            stderr,
+        };
+        s.cri.attach(request).await
     };
-    let url = match s.cri.attach(request).await {
+    let url = match url {
         Ok(u) => u,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };

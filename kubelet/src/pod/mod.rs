@@ -214,6 +214,30 @@ impl Worker {
         }
     }
 
+    /// Starts the containers `names` (volumes written first, once per pass); true if any
+    /// started.
+    async fn start_all(
+        &self,
+        pod: &Pod,
+        names: &[&str],
+        observed: &Observed,
+        prepared: &mut Option<volumes::Prepared>,
+    ) -> Result<bool> {
+        if prepared.is_none() {
+            let ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone());
+            let ready = volumes::prepare(&self.client, &self.layout, pod, ip.as_deref())
+                .await
+                .map_err(|e| Error::Pod(e.to_string()))?;
+            *prepared = Some(ready);
+        }
+        let prepared = prepared.as_ref().expect("prepared above");
+        let mut any = false;
+        for name in names {
+            any |= self.start(pod, name, observed, prepared).await;
+        }
+        Ok(any)
+    }
+
     /// Starts a new sandbox (after stopping a dead one).
     async fn start_sandbox(&self, pod: &Pod, attempt: u32, observed: &Observed) -> Result<()> {
         if let Some(old) = &observed.sandbox {
@@ -364,22 +388,8 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
             }
             State::Initializing { index, wait } => {
                 if wait.is_zero() {
-                    let ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone());
-                    if prepared.is_none() {
-                        prepared = Some(
-                            volumes::prepare(&w.client, &w.layout, &pod, ip.as_deref())
-                                .await
-                                .map_err(|e| Error::Pod(e.to_string()))?,
-                        );
-                    }
-                    let ok = w
-                        .start(
-                            &pod,
-                            &shape.init[*index],
-                            &observed,
-                            prepared.as_ref().expect("prepared"),
-                        )
-                        .await;
+                    let names = [shape.init[*index].as_str()];
+                    let ok = w.start_all(&pod, &names, &observed, &mut prepared).await?;
                     if !ok {
                         requeue = Some(plan::BACKOFF_BASE);
                     }
@@ -397,25 +407,11 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
                 if start.is_empty() {
                     false
                 } else {
-                    let ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone());
-                    if prepared.is_none() {
-                        prepared = Some(
-                            volumes::prepare(&w.client, &w.layout, &pod, ip.as_deref())
-                                .await
-                                .map_err(|e| Error::Pod(e.to_string()))?,
-                        );
-                    }
-                    let mut any = false;
-                    for i in start {
-                        any |= w
-                            .start(
-                                &pod,
-                                &shape.containers[*i],
-                                &observed,
-                                prepared.as_ref().expect("prepared"),
-                            )
-                            .await;
-                    }
+                    let names: Vec<&str> = start
+                        .iter()
+                        .map(|i| shape.containers[*i].as_str())
+                        .collect();
+                    let any = w.start_all(&pod, &names, &observed, &mut prepared).await?;
                     if !any {
                         requeue = Some(plan::BACKOFF_BASE);
                     }
