@@ -101,22 +101,10 @@ impl KubeletClient {
         port: u16,
         path: &str,
         headers: &[(header::HeaderName, header::HeaderValue)],
+        tasks: &tokio_util::task::TaskTracker,
     ) -> Result<hyper::Response<hyper::body::Incoming>, String> {
-        let tcp = tokio::net::TcpStream::connect((host, port))
-            .await
-            .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-        let name = ServerName::try_from(host.to_owned()).map_err(|e| e.to_string())?;
-        let stream = tokio_rustls::TlsConnector::from(self.tls.clone())
-            .connect(name, tcp)
-            .await
-            .map_err(|e| format!("tls: {e}"))?;
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
+        let mut sender =
+            crate::server::dial_https(self.tls.clone(), host, port, host, tasks).await?;
         let mut req = Request::get(path).header(header::HOST, format!("{host}:{port}"));
         for (name, value) in headers {
             req = req.header(name, value);
@@ -130,8 +118,14 @@ impl KubeletClient {
 
 impl KubeletClient {
     /// GETs a JSON document from the kubelet at `host:port`.
-    pub async fn json(&self, host: &str, port: u16, path: &str) -> Result<Value, String> {
-        let resp = self.get(host, port, path, &[]).await?;
+    pub async fn json(
+        &self,
+        host: &str,
+        port: u16,
+        path: &str,
+        tasks: &tokio_util::task::TaskTracker,
+    ) -> Result<Value, String> {
+        let resp = self.get(host, port, path, &[], tasks).await?;
         let code = resp.status();
         let body = resp
             .into_body()
@@ -216,7 +210,7 @@ pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
         })
         .collect();
     let mut resp = client
-        .get(&host, port, &path, &headers)
+        .get(&host, port, &path, &headers, &ctx.api.tasks)
         .await
         .map_err(|e| ApiError::unavailable(format!("reaching the kubelet: {e}")))?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
@@ -334,7 +328,7 @@ pub async fn log(ctx: Ctx) -> ApiResult<Response> {
     let ns = ctx.namespace().unwrap_or_default();
     let path = format!("/containerLogs/{ns}/{}/{container}?{query}", ctx.name());
     let resp = client
-        .get(&host, port, &path, &[])
+        .get(&host, port, &path, &[], &ctx.api.tasks)
         .await
         .map_err(|e| ApiError::unavailable(format!("reaching the kubelet: {e}")))?;
     if resp.status() == StatusCode::OK {

@@ -62,7 +62,7 @@ async fn summaries(ctx: &Ctx) -> ApiResult<Vec<(String, Value)>> {
         calls.push(async move {
             let got = tokio::time::timeout(
                 Duration::from_secs(5),
-                client.json(&host, port, "/stats/summary"),
+                client.json(&host, port, "/stats/summary", &ctx.api.tasks),
             )
             .await;
             match got {

@@ -76,6 +76,38 @@ pub fn tls_config(
     Ok(cfg)
 }
 
+/// Opens an HTTP/1.1 connection over TLS to `host:port` (verifying the certificate for
+/// `server_name` as `tls` says); the connection runs on `tasks` and allows upgrades.
+pub async fn dial_https<B>(
+    tls: Arc<rustls::ClientConfig>,
+    host: &str,
+    port: u16,
+    server_name: &str,
+    tasks: &TaskTracker,
+) -> Result<hyper::client::conn::http1::SendRequest<B>, String>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let name = rustls::pki_types::ServerName::try_from(server_name.to_owned())
+        .map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
+    let stream = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("tls: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tasks.spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    Ok(sender)
+}
+
 /// Accepts connections until `shutdown`, then lets in-flight requests finish (up to 10 s).
 pub async fn serve(
     listener: TcpListener,

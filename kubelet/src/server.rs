@@ -180,8 +180,12 @@ fn pod_of(s: &Shared, ns: &str, name: &str) -> Option<std::sync::Arc<Pod>> {
         .find(|p| p.namespace().as_deref() == Some(ns) && p.name_any() == name)
 }
 
-/// The id of the pod's newest container named `container`.
-async fn container_id(s: &Shared, pod: &Pod, container: &str) -> Result<String, Response> {
+/// The pod's containers named `container`, newest first.
+async fn containers_of(
+    s: &Shared,
+    pod: &Pod,
+    container: &str,
+) -> Result<Vec<crate::cri::Container>, Response> {
     let by = HashMap::from([
         (labels::POD_UID.to_owned(), pod.uid().unwrap_or_default()),
         (labels::CONTAINER_NAME.to_owned(), container.to_owned()),
@@ -192,12 +196,21 @@ async fn container_id(s: &Shared, pod: &Pod, container: &str) -> Result<String, 
         .await
         .map_err(|e| status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     found.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-    found.first().map(|c| c.id.clone()).ok_or_else(|| {
-        status(
-            StatusCode::NOT_FOUND,
-            format!("container {container} not found in pod {}", pod.name_any()),
-        )
-    })
+    Ok(found)
+}
+
+/// The id of the pod's newest container named `container`.
+async fn container_id(s: &Shared, pod: &Pod, container: &str) -> Result<String, Response> {
+    containers_of(s, pod, container)
+        .await?
+        .first()
+        .map(|c| c.id.clone())
+        .ok_or_else(|| {
+            status(
+                StatusCode::NOT_FOUND,
+                format!("container {container} not found in pod {}", pod.name_any()),
+            )
+        })
 }
 
 fn flag(q: &[(String, String)], key: &str) -> bool {
@@ -340,16 +353,10 @@ async fn container_logs(
             format!("pod {ns}/{name} is not on this node"),
         );
     };
-    let uid = pod.uid().unwrap_or_default();
-    let by = HashMap::from([
-        (labels::POD_UID.to_owned(), uid),
-        (labels::CONTAINER_NAME.to_owned(), container.clone()),
-    ]);
-    let mut found = match s.cri.containers(by).await {
+    let found = match containers_of(&s, &pod, &container).await {
         Ok(c) => c,
-        Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+        Err(r) => return r,
     };
-    found.sort_by_key(|c| std::cmp::Reverse(c.created_at));
     let previous = truthy("previous");
     let Some(target) = found.get(usize::from(previous)) else {
         let what = if previous {

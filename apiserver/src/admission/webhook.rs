@@ -16,8 +16,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use minik8s_storage::{KeyValue, Store};
 use minik8s_types::LabelSelector;
+use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -347,21 +347,8 @@ async fn post(api: &Api, hook: &Hook, body: Vec<u8>) -> Result<Value, String> {
     .map_err(|e| e.to_string())?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let name = ServerName::try_from(server_name).map_err(|e| e.to_string())?;
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("dial tcp {host}:{port}: {e}"))?;
-    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
-        .connect(name, tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-    api.tasks.spawn(async move {
-        let _ = conn.await;
-    });
+    let mut sender =
+        crate::server::dial_https(Arc::new(tls), &host, port, &server_name, &api.tasks).await?;
     let req = Request::post(path)
         .header(header::HOST, format!("{host}:{port}"))
         .header(header::CONTENT_TYPE, "application/json")

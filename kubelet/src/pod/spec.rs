@@ -57,6 +57,22 @@ pub fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
+/// The pod's namespaces: the node's network with `hostNetwork`, else the pod's own; IPC
+/// shared in the pod; a PID namespace per container.
+fn namespaces(pod: &Pod) -> cri::NamespaceOption {
+    let network = if host_network(pod) {
+        cri::NamespaceMode::Node
+    } else {
+        cri::NamespaceMode::Pod
+    };
+    cri::NamespaceOption {
+        network: network as i32,
+        pid: cri::NamespaceMode::Container as i32,
+        ipc: cri::NamespaceMode::Pod as i32,
+        ..Default::default()
+    }
+}
+
 /// The sandbox config for attempt `attempt` of the pod.
 pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandboxConfig {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -80,11 +96,6 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
         .collect();
     let mut sandbox_labels: HashMap<String, String> = pod.labels().clone().into_iter().collect();
     sandbox_labels.extend(pod_labels(pod, &layout.node));
-    let network = if host_network(pod) {
-        cri::NamespaceMode::Node
-    } else {
-        cri::NamespaceMode::Pod
-    };
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: pod.name_any(),
@@ -100,12 +111,7 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: format!("{}/pod{uid}", layout.cgroup_root),
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption {
-                    network: network as i32,
-                    pid: cri::NamespaceMode::Container as i32,
-                    ipc: cri::NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
+                namespace_options: Some(namespaces(pod)),
                 ..Default::default()
             }),
             ..Default::default()
@@ -163,11 +169,6 @@ pub fn container_config(
         .and_then(|s| s.run_as_group)
         .or_else(|| pod_security.and_then(|s| s.run_as_group))
         .map(|value| cri::Int64Value { value });
-    let network = if host_network(pod) {
-        cri::NamespaceMode::Node
-    } else {
-        cri::NamespaceMode::Pod
-    };
     cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
@@ -199,12 +200,7 @@ pub fn container_config(
                 readonly_rootfs: security
                     .and_then(|s| s.read_only_root_filesystem)
                     .unwrap_or(false),
-                namespace_options: Some(cri::NamespaceOption {
-                    network: network as i32,
-                    pid: cri::NamespaceMode::Container as i32,
-                    ipc: cri::NamespaceMode::Pod as i32,
-                    ..Default::default()
-                }),
+                namespace_options: Some(namespaces(pod)),
                 ..Default::default()
             }),
         }),
