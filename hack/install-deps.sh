@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs what minik8s needs from Debian's packages. Idempotent: installs only what is missing.
 #   hack/install-deps.sh          control plane and tests (etcd, protoc)
-#   hack/install-deps.sh --node   also the node runtime (containerd, runc, CNI, iptables, image tools)
+#   hack/install-deps.sh --node   also the node runtime (containerd, runc, CNI, iptables, image tools,
+#                                 and docker-registry unpacked in /opt/minik8s)
 source "$(dirname "$0")/lib.sh"
 need_root
 
 packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates)
 if [ "${1:-}" = "--node" ]; then
-  packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev)
+  packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev curl)
 fi
 
 missing=()
@@ -23,6 +24,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's docker-registry, unpacked rather than installed: its package starts a system registry
+# on :5000 (with htpasswd auth) from its postinst; minik8s runs its own on loopback.
+REGISTRY_DIR=/opt/minik8s/docker-registry
+if [ "${1:-}" = "--node" ] && [ ! -x "$REGISTRY_DIR/usr/bin/docker-registry" ]; then
+  log "unpacking Debian's docker-registry into $REGISTRY_DIR"
+  tmp="$(mktemp -d)"
+  chmod 755 "$tmp"
+  (cd "$tmp" && { apt-get download -qq docker-registry 2>/dev/null \
+                  || { apt-get update -qq && apt-get download -qq docker-registry; }; })
+  mkdir -p "$REGISTRY_DIR"
+  dpkg -x "$tmp"/docker-registry_*.deb "$REGISTRY_DIR"
+  rm -rf "$tmp"
+  [ -x "$REGISTRY_DIR/usr/bin/docker-registry" ] || die "docker-registry did not unpack"
 fi
 command -v cargo >/dev/null || die "cargo is missing: minik8s builds with the machine's Rust toolchain (rustup)"
 log "dependencies present: ${packages[*]}"

@@ -76,8 +76,8 @@ impl Server {
         Self::start_with(binary, dir, &["--no-node"]).await
     }
 
-    /// Starts `minik8s up` with this machine's node (kubelet, containerd, proxy) too, importing
-    /// the given image archives; stop it with [`Server::down`].
+    /// Starts `minik8s up` with this machine's node (kubelet, containerd, proxy) and its local
+    /// registry (on a free port) serving the given image archives; stop it with `minik8s down`.
     pub async fn start_with_node(
         binary: &Path,
         dir: &Path,
@@ -88,7 +88,13 @@ impl Server {
             .map(|p| p.display().to_string())
             .collect::<Vec<_>>()
             .join(",");
-        Self::start_with(binary, dir, &["--image", &list]).await
+        let registry = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        Self::start_with(
+            binary,
+            dir,
+            &["--image", &list, "--registry", &registry.to_string()],
+        )
+        .await
     }
 
     async fn start_with(binary: &Path, dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {

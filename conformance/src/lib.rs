@@ -21,6 +21,7 @@ pub struct Cluster {
     admin: PathBuf,
     _etcd: Option<minik8s_storage::testing::TestEtcd>,
     dir: tempfile::TempDir,
+    registry: std::sync::OnceLock<minik8s_kubelet::registry::Registry>,
     /// The admin kubeconfig.
     pub kubeconfig: PathBuf,
     /// `https://127.0.0.1:PORT`.
@@ -141,6 +142,7 @@ impl Cluster {
             admin,
             _etcd: None,
             dir,
+            registry: std::sync::OnceLock::new(),
             kubeconfig,
             url: String::new(),
         };
@@ -430,6 +432,9 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        if let Some(registry) = self.registry.take() {
+            self.rt.block_on(registry.stop());
+        }
         if let Some(server) = self.server.take() {
             self.rt.block_on(server.wait());
         }

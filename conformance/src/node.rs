@@ -38,6 +38,28 @@ pub fn images() -> Vec<PathBuf> {
 }
 
 impl Cluster {
+    /// The cluster's local image registry (started on first use on a free loopback port),
+    /// holding the local pause and busybox images.
+    pub fn registry(&self) -> &minik8s_kubelet::registry::Registry {
+        self.registry.get_or_init(|| {
+            let addr = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port");
+            let (registry, rest) = self
+                .block_on(minik8s_kubelet::registry::publish(
+                    &self.dir().join("registry"),
+                    addr,
+                    &images(),
+                ))
+                .expect("the local registry (install it with hack/install-deps.sh --node)");
+            assert!(
+                rest.is_empty(),
+                "archives the registry did not take: {rest:?}"
+            );
+            registry
+        })
+    }
+
     /// Runs a kubelet with `cfg` (as the node's own identity) until `shutdown`; the receiver
     /// hears when it has stopped.
     fn spawn_kubelet(
@@ -76,8 +98,9 @@ impl Cluster {
         let mut cfg = minik8s_kubelet::Config::new(name, &root);
         cfg.runtime.bridge = format!("mk8s{index}");
         cfg.runtime.pod_cidr = format!("10.244.{index}.0/24");
-        cfg.images = images();
+        cfg.runtime.registry_mirror = Some(self.registry().addr().to_string());
         cfg.cgroup_root = format!("/minik8s-test/{name}");
+        cfg.manifests = Some(root.join("manifests"));
         cfg.listen = ([0, 0, 0, 0], 0).into();
         cfg.client_ca = Some(self.ca_path().to_path_buf());
         let shutdown = CancellationToken::new();

@@ -548,6 +548,140 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "Completed Completed"
     );
 
+    // Images come from the local registry through the CRI's PullImage: a tag pushed only
+    // there is pulled by its docker.io name; a missing one waits in ErrImagePull and then
+    // ImagePullBackOff.
+    let archive = minik8s_conformance::node::repo_root().join("target/images/busybox.tar");
+    c.block_on(c.registry().copy(
+        &format!(
+            "docker-archive:{}:docker.io/library/busybox:latest",
+            archive.display()
+        ),
+        "library/webapp:v2",
+    ))
+    .expect("pushing to the local registry");
+    c.ok(&[
+        "run",
+        "pulled",
+        "--image=webapp:v2",
+        "--image-pull-policy=Always",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "echo pulled; sleep 3600",
+    ]);
+    c.eventually(
+        &["get", "pod", "pulled", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    let image_id = jsonpath(
+        &c,
+        &["pod", "pulled"],
+        "{.status.containerStatuses[0].imageID}",
+    );
+    // A repo digest of the pulled manifest (the same content as busybox, so either name).
+    assert!(
+        image_id.starts_with("docker.io/library/") && image_id.contains("@sha256:"),
+        "{image_id}"
+    );
+    assert_eq!(c.ok(&["logs", "pulled"]), "pulled\n");
+    c.ok(&["run", "missing", "--image=webapp:nope", "--restart=Never"]);
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "missing",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
+        ],
+        |s| s == "ErrImagePull",
+    );
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "missing",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
+        ],
+        |s| s == "ImagePullBackOff",
+    );
+    assert_eq!(
+        jsonpath(&c, &["pod", "missing"], "{.status.phase}"),
+        "Pending"
+    );
+    c.ok(&["delete", "pod", "pulled", "missing", "--grace-period=1"]);
+
+    // A static pod runs from its manifest and is mirrored into the API; deleting the mirror
+    // leaves the pod running and brings the mirror back; removing the manifest stops it.
+    let manifests = node.config().manifests.clone().unwrap();
+    std::fs::create_dir_all(&manifests).unwrap();
+    std::fs::write(
+        manifests.join("static-web.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: static-web\n  labels: {app: static}\n\
+         spec:\n  containers:\n  - name: web\n    image: busybox\n    imagePullPolicy: IfNotPresent\n\
+         \x20   command: [sh, -c, 'echo static; exec httpd -f -p 8080 -h /www']\n",
+    )
+    .unwrap();
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "static-web-n1",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        |s| s == "Running",
+    );
+    let mirror = jsonpath(
+        &c,
+        &["pod", "static-web-n1"],
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.metadata.annotations.kubernetes\\.io/config\\.source}",
+    );
+    assert_eq!(mirror, "Node/n1 file");
+    let static_ip = jsonpath(&c, &["pod", "static-web-n1"], "{.status.podIP}");
+    assert_eq!(
+        http_get(&format!("{static_ip}:8080")).as_deref(),
+        Some("hello")
+    );
+    assert_eq!(c.ok(&["logs", "static-web-n1"]), "static\n");
+    let first = jsonpath(
+        &c,
+        &["pod", "static-web-n1"],
+        "{.status.containerStatuses[0].containerID} {.metadata.uid}",
+    );
+    let (container, mirror_uid) = first.split_once(' ').unwrap();
+    c.ok(&["delete", "pod", "static-web-n1"]);
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "static-web-n1",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ],
+        |s| !s.is_empty() && s != mirror_uid,
+    );
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "static-web-n1",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].containerID}",
+        ],
+        |s| s == container,
+    );
+    std::fs::remove_file(manifests.join("static-web.yaml")).unwrap();
+    c.eventually(&["get", "pods", "-o", "name"], |s| {
+        !s.contains("static-web")
+    });
+    assert!(
+        http_get(&format!("{static_ip}:8080")).is_none(),
+        "the static pod stopped with its manifest"
+    );
+
     // Deleting a pod runs its preStop hook, then stops it within its grace period.
     let hooked = format!(
         r#"{{"apiVersion": "v1", "kind": "Pod", "metadata": {{"name": "hooked"}},

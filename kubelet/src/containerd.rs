@@ -4,8 +4,8 @@
 //! keep running across kubelet restarts.
 
 use crate::cri::{Cri, socket_in};
+use crate::daemon;
 use crate::error::{Error, Result, io};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,8 @@ pub struct RuntimeConfig {
     pub pod_cidr: String,
     /// The sandbox (pause) image.
     pub sandbox_image: String,
-    /// Where `docker.io` images are pulled from instead (a loopback registry), if anywhere.
+    /// Where `docker.io` and `registry.k8s.io` images are pulled from instead (a loopback
+    /// registry, `127.0.0.1:PORT`), if anywhere.
     pub registry_mirror: Option<String>,
 }
 
@@ -90,6 +91,17 @@ state = "{d}/state"
     }
 }
 
+/// The registries whose images the node pulls from its local mirror when it has one.
+pub const MIRRORED: [&str; 2] = ["docker.io", "registry.k8s.io"];
+
+/// containerd's hosts file sending one registry's pulls to the loopback `mirror` only (no
+/// fallback to the internet).
+fn hosts_toml(mirror: &str) -> String {
+    format!(
+        "server = \"http://{mirror}\"\n[host.\"http://{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+    )
+}
+
 /// The sandbox image built by `hack/images.sh`.
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.9-local";
 
@@ -100,75 +112,34 @@ pub struct Containerd {
     pid: u32,
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent))?;
-    }
-    std::fs::write(path, text).map_err(io(path))
-}
-
-/// Whether process `pid` lives (and is not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
-    })
-}
-
-/// Whether process `pid` is a containerd (for adopting one from its pid file).
-fn is_containerd(pid: u32) -> bool {
-    alive(pid)
-        && std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|c| c.trim() == "containerd")
-}
-
 impl Containerd {
     /// Writes the configuration and starts containerd (or adopts the one already serving
     /// this folder), then waits until its CRI answers ready.
     pub async fn start(cfg: &RuntimeConfig) -> Result<Self> {
         let dir = &cfg.dir;
         std::fs::create_dir_all(dir).map_err(io(dir))?;
+        // Read at each pull, so an adopted runtime follows too.
+        if let Some(mirror) = &cfg.registry_mirror {
+            for registry in MIRRORED {
+                daemon::write(
+                    &dir.join(format!("certs.d/{registry}/hosts.toml")),
+                    &hosts_toml(mirror),
+                )?;
+            }
+        }
         let pid_file = dir.join("containerd.pid");
-        let running = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|p| p.trim().parse::<u32>().ok())
-            .filter(|p| is_containerd(*p));
-        let pid = match running {
+        let pid = match daemon::adopt(&pid_file, "containerd") {
             Some(pid) => {
                 tracing::info!(pid, dir = %dir.display(), "adopting the running containerd");
                 pid
             }
             None => {
-                write(&dir.join("config.toml"), &cfg.config_toml())?;
-                write(&dir.join("net.d/10-pods.conflist"), &cfg.conflist())?;
-                if let Some(mirror) = &cfg.registry_mirror {
-                    let hosts = format!(
-                        "server = \"http://{mirror}\"\n[host.\"http://{mirror}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
-                    );
-                    write(&dir.join("certs.d/docker.io/hosts.toml"), &hosts)?;
-                }
-                let log = std::fs::File::create(dir.join("containerd.log"))
-                    .map_err(io(dir.join("containerd.log")))?;
-                let err = log.try_clone().map_err(io(dir.join("containerd.log")))?;
+                daemon::write(&dir.join("config.toml"), &cfg.config_toml())?;
+                daemon::write(&dir.join("net.d/10-pods.conflist"), &cfg.conflist())?;
                 let _ = std::fs::remove_file(socket_in(dir));
-                // Its own process group: a Ctrl-C meant for the kubelet does not stop the
-                // runtime under running pods; `stop` does.
-                let child = std::process::Command::new("containerd")
-                    .arg("--config")
-                    .arg(dir.join("config.toml"))
-                    .stdin(std::process::Stdio::null())
-                    .stdout(log)
-                    .stderr(err)
-                    .process_group(0)
-                    .spawn()
-                    .map_err(|e| Error::Containerd(format!("starting containerd: {e}")))?;
-                let pid = child.id();
-                write(&pid_file, &pid.to_string())?;
-                // Reap it whenever it exits, so it does not linger as a zombie.
-                std::thread::spawn(move || {
-                    let mut child = child;
-                    let _ = child.wait();
-                });
+                let mut cmd = std::process::Command::new("containerd");
+                cmd.arg("--config").arg(dir.join("config.toml"));
+                let pid = daemon::spawn(cmd, &dir.join("containerd.log"), &pid_file)?;
                 tracing::info!(pid, dir = %dir.display(), "started containerd");
                 pid
             }
@@ -189,7 +160,7 @@ impl Containerd {
             {
                 return Ok(());
             }
-            if !alive(self.pid) {
+            if !daemon::alive(self.pid) {
                 return Err(Error::Containerd(format!(
                     "containerd exited; see {}",
                     self.dir.join("containerd.log").display()
@@ -231,23 +202,6 @@ impl Containerd {
 
     /// Stops containerd (SIGTERM, then SIGKILL after 10 s). Pods' shims outlive it.
     pub async fn stop(self) {
-        let pid = self.pid.to_string();
-        let _ = tokio::process::Command::new("kill")
-            .arg(&pid)
-            .status()
-            .await;
-        for _ in 0..200 {
-            if !alive(self.pid) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        if alive(self.pid) {
-            let _ = tokio::process::Command::new("kill")
-                .args(["-9", &pid])
-                .status()
-                .await;
-        }
-        let _ = std::fs::remove_file(self.dir.join("containerd.pid"));
+        daemon::stop(self.pid, self.dir.join("containerd.pid")).await;
     }
 }

@@ -26,6 +26,12 @@ pub enum Error {
     /// Starting or talking to containerd.
     #[error("containerd: {0}")]
     Containerd(String),
+    /// Starting a node daemon (containerd, the registry).
+    #[error("{0}")]
+    Daemon(String),
+    /// Starting, or pushing to, the local image registry.
+    #[error("registry: {0}")]
+    Registry(String),
     /// A call to the apiserver.
     #[error(transparent)]
     Api(#[from] kube::Error),

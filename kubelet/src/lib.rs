@@ -5,13 +5,16 @@
 
 pub mod containerd;
 pub mod cri;
+mod daemon;
 pub mod down;
 pub mod error;
 pub mod logs;
 pub mod netguard;
 pub mod node;
 pub mod pod;
+pub mod registry;
 pub mod server;
+pub mod static_pods;
 pub mod stats;
 pub mod stream;
 
@@ -51,6 +54,8 @@ pub struct Config {
     pub listen: std::net::SocketAddr,
     /// The cluster CA its clients' certificates must chain to; no server without it.
     pub client_ca: Option<PathBuf>,
+    /// The static pod manifest folder (watched; `None`: no static pods).
+    pub manifests: Option<PathBuf>,
 }
 
 impl Config {
@@ -66,6 +71,7 @@ impl Config {
             cgroup_root: format!("/minik8s/{node_name}"),
             listen: ([0, 0, 0, 0], 10250).into(),
             client_ca: None,
+            manifests: None,
         }
     }
 
@@ -182,6 +188,24 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
         }
     };
 
+    // Read before orphan removal first runs, so the static pods a restarted kubelet finds in
+    // the runtime are live.
+    let running = static_pods::Running::default();
+    let statics = {
+        let worker = worker.clone();
+        let running = running.clone();
+        let store = store.clone();
+        let shutdown = shutdown.clone();
+        let dir = cfg.manifests.clone();
+        if let Some(dir) = &dir {
+            running.load(dir, &cfg.node_name);
+        }
+        async move {
+            if let Some(dir) = dir {
+                static_pods::run(dir, worker, running, store, shutdown).await;
+            }
+        }
+    };
     let orphans = {
         let worker = worker.clone();
         let shutdown = shutdown.clone();
@@ -189,7 +213,9 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
             // After the first full list, then every 10 s.
             let _ = store.wait_until_ready().await;
             loop {
-                let live: HashSet<String> = store.state().iter().filter_map(|p| p.uid()).collect();
+                let mut live: HashSet<String> =
+                    store.state().iter().filter_map(|p| p.uid()).collect();
+                live.extend(running.uids());
                 if let Err(e) = remove_orphans(&worker, &live).await {
                     tracing::warn!(error = %e, "removing orphaned sandboxes");
                 }
@@ -207,6 +233,6 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
             .run(pod::reconcile, error_policy, worker)
             .for_each(|_| async {})
     };
-    tokio::join!(heartbeat, orphans, pods, server);
+    tokio::join!(heartbeat, orphans, pods, server, statics);
     Ok(())
 }

@@ -187,7 +187,10 @@ async fn containers_of(
     container: &str,
 ) -> Result<Vec<crate::cri::Container>, Response> {
     let by = HashMap::from([
-        (labels::POD_UID.to_owned(), pod.uid().unwrap_or_default()),
+        (
+            labels::POD_UID.to_owned(),
+            crate::static_pods::runtime_uid(pod),
+        ),
         (labels::CONTAINER_NAME.to_owned(), container.to_owned()),
     ]);
     let mut found = s
@@ -307,7 +310,10 @@ async fn port_forward(
             format!("pod {ns}/{name} is not on this node"),
         );
     };
-    let by = HashMap::from([(labels::POD_UID.to_owned(), pod.uid().unwrap_or_default())]);
+    let by = HashMap::from([(
+        labels::POD_UID.to_owned(),
+        crate::static_pods::runtime_uid(&pod),
+    )]);
     let mut sandboxes = match s.cri.sandboxes(by).await {
         Ok(v) => v,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),

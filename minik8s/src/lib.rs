@@ -30,8 +30,11 @@ pub struct UpConfig {
     /// Whether this process also runs the node (kubelet on containerd); off for a control
     /// plane alone (the benchmarks).
     pub run_node: bool,
-    /// Image archives the node imports at start (the local pause and busybox).
+    /// Image archives for the node (the local pause and busybox): pushed to the local
+    /// registry, or imported into the runtime when there is none.
     pub images: Vec<PathBuf>,
+    /// Where the node's local registry listens (`None`: no registry, images are imported).
+    pub registry: Option<SocketAddr>,
 }
 
 impl UpConfig {
@@ -39,7 +42,13 @@ impl UpConfig {
     pub fn kubelet(&self) -> minik8s_kubelet::Config {
         let mut cfg = minik8s_kubelet::Config::new(&self.node_name, self.data_dir.join("node"));
         cfg.images = self.images.clone();
+        cfg.manifests = Some(self.data_dir.join("manifests"));
         cfg
+    }
+
+    /// The local registry's folder.
+    pub fn registry_dir(&self) -> PathBuf {
+        self.data_dir.join("registry")
     }
 
     /// The file holding the running `up`'s process id.
@@ -169,6 +178,18 @@ pub async fn up(
         let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
         let mut node = cfg.kubelet();
         node.client_ca = Some(pki.ca_path());
+        if let Some(addr) = cfg.registry {
+            match minik8s_kubelet::registry::publish(&cfg.registry_dir(), addr, &cfg.images).await {
+                Ok((registry, rest)) => {
+                    tracing::info!(addr = %registry.addr(), "local registry serving the node's images");
+                    node.runtime.registry_mirror = Some(registry.addr().to_string());
+                    node.images = rest;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "no local registry; importing the images instead")
+                }
+            }
+        }
         {
             let shutdown = shutdown.clone();
             tasks.spawn(async move {
@@ -232,5 +253,6 @@ pub async fn down(cfg: &UpConfig) -> Result<(), UpError> {
         tracing::warn!(error = %e, "removing the proxy's rules");
     }
     minik8s_kubelet::down::down(&cfg.kubelet()).await?;
+    minik8s_kubelet::registry::stop_in(&cfg.registry_dir()).await;
     Ok(())
 }

@@ -65,9 +65,15 @@ struct UpArgs {
     /// Run the control plane only, without this machine's node (kubelet and containerd).
     #[arg(long, env = "MINIK8S_NO_NODE")]
     no_node: bool,
-    /// Image archives the node imports at start (default: DATA_DIR/images/*.tar).
+    /// Image archives for the node, pushed to its registry (default: DATA_DIR/images/*.tar).
     #[arg(long = "image", env = "MINIK8S_IMAGES", value_delimiter = ',')]
     images: Vec<PathBuf>,
+    /// Where the node's local image registry listens (loopback only).
+    #[arg(long, env = "MINIK8S_REGISTRY", default_value = "127.0.0.1:5000")]
+    registry: std::net::SocketAddr,
+    /// Run no local registry: the image archives are imported into the runtime instead.
+    #[arg(long, env = "MINIK8S_NO_REGISTRY")]
+    no_registry: bool,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -87,6 +93,7 @@ impl TryFrom<UpArgs> for UpConfig {
             node_name: a.node_name,
             audit_level: a.audit_level,
             run_node: !a.no_node,
+            registry: (!a.no_registry).then_some(a.registry),
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {

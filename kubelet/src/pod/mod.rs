@@ -206,7 +206,18 @@ impl Worker {
                 self.set_failure(&uid, name, None);
                 true
             }
-            Err((reason, message)) => {
+            Err((mut reason, mut message)) => {
+                // A pull that failed before as well: the container waits in back-off.
+                let before = self.failures(&uid).get(name).map(|f| f.0.clone());
+                if reason == "ErrImagePull"
+                    && matches!(before.as_deref(), Some("ErrImagePull" | "ImagePullBackOff"))
+                {
+                    reason = "ImagePullBackOff".into();
+                    message = format!(
+                        "Back-off pulling image \"{}\": {message}",
+                        c.image.as_deref().unwrap_or_default()
+                    );
+                }
                 tracing::warn!(pod = %pod.name_any(), container = name, %reason, %message, "container did not start");
                 self.set_failure(&uid, name, Some((reason, message)));
                 false
@@ -324,6 +335,25 @@ impl Worker {
         Ok(())
     }
 
+    /// Removes the pod from the API (grace 0, this very pod only) once it has stopped.
+    async fn remove(&self, pod: &Pod) -> Result<()> {
+        let api: Api<Pod> =
+            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&pod.name_any(), &dp).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     async fn write_status(
         &self,
         pod: &Pod,
@@ -353,24 +383,17 @@ impl Worker {
 /// One pass over one pod.
 pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     let uid = pod.uid().unwrap_or_default();
-    let ns = pod.namespace().unwrap_or_default();
+    if crate::static_pods::is_mirror(&pod) {
+        // Its static pod runs from the manifest; a deleted mirror goes (and is made again).
+        if pod.metadata.deletion_timestamp.is_some() {
+            w.remove(&pod).await?;
+        }
+        return Ok(Action::await_change());
+    }
     if pod.metadata.deletion_timestamp.is_some() {
         let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(30);
         w.teardown(&uid, grace, Some(&pod)).await?;
-        let api: Api<Pod> = Api::namespaced(w.client.clone(), &ns);
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: Some(uid.clone()),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(&pod.name_any(), &dp).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        w.remove(&pod).await?;
         return Ok(Action::await_change());
     }
     let shape = shape(&pod);

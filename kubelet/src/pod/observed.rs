@@ -112,22 +112,35 @@ impl Observed {
             let Some(name) = c.labels.get(labels::CONTAINER_NAME).cloned() else {
                 continue;
             };
-            let run = if c.state == cri::ContainerState::ContainerExited as i32 {
+            // The status has the image's repo digest (`name@sha256:…`) where the list has
+            // only its id.
+            let mut image_ref = c.image_ref;
+            let run = if c.state == cri::ContainerState::ContainerExited as i32
+                || c.state == cri::ContainerState::ContainerRunning as i32
+            {
                 match cri.container_status(&c.id).await? {
-                    Some(s) => Run::Exited {
-                        code: s.exit_code,
-                        reason: s.reason,
-                        started: s.started_at,
-                        finished: s.finished_at,
-                    },
+                    Some(s) => {
+                        if !s.image_ref.is_empty() {
+                            image_ref = s.image_ref.clone();
+                        }
+                        if c.state == cri::ContainerState::ContainerRunning as i32 {
+                            Run::Running {
+                                started: s.started_at,
+                            }
+                        } else {
+                            Run::Exited {
+                                code: s.exit_code,
+                                reason: s.reason,
+                                started: s.started_at,
+                                finished: s.finished_at,
+                            }
+                        }
+                    }
+                    None if c.state == cri::ContainerState::ContainerRunning as i32 => {
+                        Run::Running { started: 0 }
+                    }
                     None => Run::Unknown,
                 }
-            } else if c.state == cri::ContainerState::ContainerRunning as i32 {
-                let started = cri
-                    .container_status(&c.id)
-                    .await?
-                    .map_or(0, |s| s.started_at);
-                Run::Running { started }
             } else if c.state == cri::ContainerState::ContainerCreated as i32 {
                 Run::Created
             } else {
@@ -141,7 +154,7 @@ impl Observed {
                     id: c.id,
                     attempt: c.metadata.map_or(0, |m| m.attempt),
                     run,
-                    image_ref: c.image_ref,
+                    image_ref,
                 });
         }
         Ok(observed)
