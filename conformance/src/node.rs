@@ -195,3 +195,146 @@ impl Drop for Node {
         });
     }
 }
+
+/// Where cargo put the workspace's binaries (next to this test's own executable).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target folder")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test --workspace` (or `cargo build --bins`) builds it",
+        path.display()
+    );
+    path
+}
+
+/// A node joined the way a second machine would: the `kubelet` and `kube-proxy` binaries
+/// as their own processes with their own identities. Torn down on drop.
+pub struct NodeProcess {
+    cfg: minik8s_kubelet::Config,
+    kubelet: Option<std::process::Child>,
+    proxy: Option<std::process::Child>,
+}
+
+impl Cluster {
+    /// Starts node `name` from the `kubelet` and `kube-proxy` binaries (bridge
+    /// `mk8s<index>`, pods in 10.244.<index>.0/24) and waits until it is Ready.
+    pub fn join_node(&self, name: &str, index: u8) -> NodeProcess {
+        let root = self.dir().join(format!("node-{name}"));
+        let mut cfg = minik8s_kubelet::Config::new(name, &root);
+        cfg.runtime.bridge = format!("mk8s{index}");
+        cfg.runtime.pod_cidr = format!("10.244.{index}.0/24");
+        cfg.cgroup_root = format!("/minik8s-test/{name}");
+        let mirror = self.registry().addr().to_string();
+        let kubelet = std::process::Command::new(bin("kubelet"))
+            .arg("--kubeconfig")
+            .arg(self.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"]))
+            .args(["--node-name", name, "--root-dir"])
+            .arg(&root)
+            .args(["--pod-cidr", &cfg.runtime.pod_cidr])
+            .args(["--bridge", &cfg.runtime.bridge])
+            .args(["--cgroup-root", &cfg.cgroup_root])
+            .args(["--listen", "0.0.0.0:0", "--registry-mirror", &mirror])
+            .arg("--client-ca")
+            .arg(self.ca_path())
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("the kubelet binary starts");
+        let proxy = std::process::Command::new(bin("kube-proxy"))
+            .arg("--kubeconfig")
+            .arg(self.user_kubeconfig("system:kube-proxy", &[]))
+            .args(["--node-name", name])
+            .env("RUST_LOG", "warn")
+            .spawn()
+            .expect("the kube-proxy binary starts");
+        let node = NodeProcess {
+            cfg,
+            kubelet: Some(kubelet),
+            proxy: Some(proxy),
+        };
+        self.eventually_within(
+            std::time::Duration::from_secs(60),
+            &[
+                "get",
+                "node",
+                name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            |s| s == "True",
+        );
+        node
+    }
+}
+
+/// Sends SIGTERM and waits (up to 30 s) for the process to exit; whether it exited cleanly.
+fn terminate(child: &mut std::process::Child) -> bool {
+    let _ = std::process::Command::new("kill")
+        .arg(child.id().to_string())
+        .status();
+    for _ in 0..300 {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.success();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
+impl NodeProcess {
+    /// Stops both processes (SIGTERM) and tears the node down; returns whether both exited
+    /// cleanly and what is left of the node.
+    pub fn down(mut self) -> (bool, Vec<String>) {
+        let clean = self.stop();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let left = rt.block_on(async {
+            if let Err(e) = minik8s_kubelet::down::down(&self.cfg).await {
+                eprintln!("tearing down node {}: {e}", self.cfg.node_name);
+            }
+            let mut left = minik8s_kubelet::down::leftovers(&self.cfg).await;
+            left.extend(minik8s_proxy::iptables::leftovers().await);
+            left
+        });
+        (clean, left)
+    }
+
+    /// Stops the kubelet and the proxy, then removes the proxy's rules (`--cleanup`).
+    fn stop(&mut self) -> bool {
+        let mut clean = true;
+        for child in [self.kubelet.take(), self.proxy.take()]
+            .iter_mut()
+            .flatten()
+        {
+            clean &= terminate(child);
+        }
+        let cleanup = std::process::Command::new(bin("kube-proxy"))
+            .arg("--cleanup")
+            .status()
+            .is_ok_and(|s| s.success());
+        clean && cleanup
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if self.kubelet.is_none() && self.proxy.is_none() {
+            return;
+        }
+        self.stop();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let _ = rt.block_on(minik8s_kubelet::down::down(&self.cfg));
+    }
+}

@@ -13,7 +13,6 @@ pub mod leader;
 pub mod manager;
 pub mod namespace;
 pub mod nodelifecycle;
-pub mod process;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;

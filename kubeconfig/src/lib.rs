@@ -5,6 +5,7 @@
 mod error;
 mod kubeconfig;
 mod pki;
+pub mod process;
 
 pub use error::{Error, Result};
 pub use kubeconfig::Kubeconfig;

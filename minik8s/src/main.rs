@@ -33,6 +33,14 @@ enum PkiCommand {
     /// Creates the cluster CA (once), the apiserver's serving certificate, and a client
     /// certificate plus kubeconfig for the admin and each component.
     Init(UpArgs),
+    /// Issues the identity of another node NAME (a kubelet kubeconfig, `system:node:NAME`)
+    /// and prints how to start its `kubelet` and `kube-proxy` against this cluster.
+    Node {
+        /// The joining node's name.
+        name: String,
+        #[command(flatten)]
+        args: UpArgs,
+    },
 }
 
 /// Options of `up` (and `pki init`, which uses the same names and addresses).
@@ -119,7 +127,7 @@ fn archives(dir: &std::path::Path) -> Vec<PathBuf> {
 }
 
 fn main() -> anyhow::Result<()> {
-    minik8s_controllers::process::init_tracing();
+    minik8s_kubeconfig::process::init_tracing();
     match Cli::parse().command {
         Command::Pki {
             command: PkiCommand::Init(args),
@@ -129,6 +137,33 @@ fn main() -> anyhow::Result<()> {
             let link = cfg.data_dir.join("admin.kubeconfig");
             std::fs::copy(&admin, &link)?;
             println!("export KUBECONFIG={}", link.display());
+            Ok(())
+        }
+        Command::Pki {
+            command: PkiCommand::Node { name, args },
+        } => {
+            let cfg = UpConfig::try_from(args)?;
+            let (pki, _) = minik8s::init_pki(&cfg)?;
+            let kubelet = pki.ensure_identity(&minik8s_kubeconfig::Identity::new(
+                &format!("kubelet-{name}"),
+                &format!("system:node:{name}"),
+                &["system:nodes"],
+            ))?;
+            let proxy = pki.ensure_identity(&minik8s_kubeconfig::Identity::new(
+                "proxy",
+                "system:kube-proxy",
+                &[],
+            ))?;
+            println!("Copy these to node {name}, then run there (as root):");
+            println!(
+                "kubelet --kubeconfig {} --node-name {name} --client-ca {} --pod-cidr 10.244.N.0/24 --bridge mk8sN",
+                kubelet.display(),
+                pki.ca_path().display()
+            );
+            println!(
+                "kube-proxy --kubeconfig {} --node-name {name}",
+                proxy.display()
+            );
             Ok(())
         }
         Command::Down(args) => {
@@ -141,7 +176,7 @@ fn main() -> anyhow::Result<()> {
             let cfg = UpConfig::try_from(args)?;
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(async move {
-                let shutdown = minik8s_controllers::process::shutdown_on_signal();
+                let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
                 minik8s::up(cfg, shutdown, |kubeconfig| {
                     println!("minik8s is up. Point kubectl at it with:");
                     println!("export KUBECONFIG={}", kubeconfig.display());

@@ -33,7 +33,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    minik8s_controllers::process::init_tracing();
+    minik8s_kubeconfig::process::init_tracing();
     let args = Args::parse();
     let client = minik8s_kubeconfig::client(&args.kubeconfig).await?;
     let names: Vec<String> = if args.controllers.is_empty() {
@@ -44,7 +44,7 @@ async fn main() -> anyhow::Result<()> {
     } else {
         args.controllers
     };
-    let shutdown = minik8s_controllers::process::shutdown_on_signal();
+    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     minik8s_controllers::manager::check(&names)?;
     if !args.leader_elect {
         return minik8s_controllers::manager::run(client, &names, shutdown).await;

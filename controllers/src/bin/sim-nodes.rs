@@ -29,10 +29,10 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    minik8s_controllers::process::init_tracing();
+    minik8s_kubeconfig::process::init_tracing();
     let a = Args::parse();
     let client = minik8s_kubeconfig::client(&a.kubeconfig).await?;
-    let shutdown = minik8s_controllers::process::shutdown_on_signal();
+    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     let cfg = SimConfig {
         prefix: a.prefix,
         count: a.nodes,
