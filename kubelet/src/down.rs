@@ -132,6 +132,9 @@ pub async fn leftovers(cfg: &Config) -> Vec<String> {
         if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("MINIK8S-GUARD")) {
             left.push("iptables chain MINIK8S-GUARD".into());
         }
+        if crate::netguard::forward_saved() {
+            left.push("net.ipv4.ip_forward not put back".into());
+        }
     }
     left
 }

@@ -14,6 +14,9 @@ pub const SERVICE_RANGE: &str = "10.96.0.0/12";
 pub const BRIDGE_PREFIX: &str = "mk8s";
 const CHAIN: &str = "MINIK8S-GUARD";
 const MARKS: &str = "/run/minik8s/guard";
+/// `net.ipv4.ip_forward` as it was before the first node (the CNI bridge turns it on).
+const SAVED_FORWARD: &str = "/run/minik8s/ip_forward";
+const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
 /// The `iptables-restore` input that (re)writes the guard chain.
 pub fn rules() -> String {
@@ -64,6 +67,13 @@ const HOOKS: [(&str, &str); 2] = [("mangle", "POSTROUTING"), ("filter", "FORWARD
 
 /// Installs the guard (idempotent) and marks `holder` as holding it.
 pub async fn install(holder: &str) -> Result<()> {
+    if held_by_none()
+        && !Path::new(SAVED_FORWARD).exists()
+        && let Ok(value) = std::fs::read_to_string(IP_FORWARD)
+    {
+        std::fs::create_dir_all(MARKS).map_err(io(MARKS))?;
+        std::fs::write(SAVED_FORWARD, value).map_err(io(SAVED_FORWARD))?;
+    }
     if !iptables(&["--noflush", "-w"], Some(&rules())).await? {
         return Err(Error::Pod(
             "iptables-restore refused the guard rules".into(),
@@ -85,12 +95,18 @@ fn mark(holder: &str) -> PathBuf {
     Path::new(MARKS).join(holder.replace('/', "_"))
 }
 
+/// Whether an `ip_forward` value waits to be put back.
+pub fn forward_saved() -> bool {
+    Path::new(SAVED_FORWARD).exists()
+}
+
 /// Whether no node holds the guard now.
 pub fn held_by_none() -> bool {
     std::fs::read_dir(MARKS).map_or(true, |mut d| d.next().is_none())
 }
 
-/// Drops `holder`'s mark; removes the rules when no holder is left.
+/// Drops `holder`'s mark; removes the rules (and puts `ip_forward` back) when no holder is
+/// left.
 pub async fn release(holder: &str) -> Result<()> {
     let _ = std::fs::remove_file(mark(holder));
     if !held_by_none() {
@@ -100,6 +116,10 @@ pub async fn release(holder: &str) -> Result<()> {
         while iptables(&["-w", "-t", table, "-D", hook, "-j", CHAIN], None).await? {}
         iptables(&["-w", "-t", table, "-F", CHAIN], None).await?;
         iptables(&["-w", "-t", table, "-X", CHAIN], None).await?;
+    }
+    if let Ok(value) = std::fs::read_to_string(SAVED_FORWARD) {
+        std::fs::write(IP_FORWARD, value).map_err(io(IP_FORWARD))?;
+        let _ = std::fs::remove_file(SAVED_FORWARD);
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 use crate::cri::Cri;
 use crate::error::Result;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -112,21 +112,69 @@ fn now() -> String {
         .to_string()
 }
 
-fn conditions(ready: bool) -> serde_json::Value {
+/// The node's conditions now: each keeps its `lastTransitionTime` from `before` while its
+/// status stays the same.
+fn conditions(ready: bool, before: &[NodeCondition]) -> serde_json::Value {
     let t = now();
-    let pressure = |kind: &str, reason: &str, message: &str| {
-        json!({"type": kind, "status": "False", "reason": reason, "message": message,
-               "lastHeartbeatTime": t, "lastTransitionTime": t})
+    let since = |kind: &str, status: &str| {
+        before
+            .iter()
+            .find(|c| c.type_ == kind && c.status == status)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .and_then(|lt| serde_json::to_value(lt).ok())
+            .unwrap_or_else(|| json!(t))
     };
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| {
+        json!({"type": kind, "status": status, "reason": reason, "message": message,
+               "lastHeartbeatTime": t, "lastTransitionTime": since(kind, status)})
+    };
+    let ready_status = if ready { "True" } else { "False" };
     json!([
-        pressure("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        pressure("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        pressure("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        {"type": "Ready", "status": if ready { "True" } else { "False" },
-         "reason": if ready { "KubeletReady" } else { "KubeletNotReady" },
-         "message": if ready { "kubelet is posting ready status" } else { "container runtime is not ready" },
-         "lastHeartbeatTime": t, "lastTransitionTime": t},
+        condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available"
+        ),
+        condition(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure"
+        ),
+        condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available"
+        ),
+        condition(
+            "Ready",
+            ready_status,
+            if ready {
+                "KubeletReady"
+            } else {
+                "KubeletNotReady"
+            },
+            if ready {
+                "kubelet is posting ready status"
+            } else {
+                "container runtime is not ready"
+            }
+        ),
     ])
+}
+
+/// The node's conditions as the API has them (none if it cannot say).
+async fn current_conditions(nodes: &Api<Node>, name: &str) -> Vec<NodeCondition> {
+    nodes
+        .get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|n| n.status)
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
 }
 
 /// Creates or refreshes the Node object and its status (`port`: the kubelet server's).
@@ -153,12 +201,13 @@ pub async fn register(client: &Client, f: &Facts, port: u16) -> Result<()> {
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|s| s.trim_matches('"').to_owned())
         .unwrap_or_else(|| "Linux".into());
+    let before = current_conditions(&nodes, &f.name).await;
     let status = json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": f.name},
         "status": {
             "capacity": resources, "allocatable": resources,
             "addresses": [{"type": "InternalIP", "address": f.ip}, {"type": "Hostname", "address": f.name}],
-            "conditions": conditions(true),
+            "conditions": conditions(true, &before),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {"kubeletVersion": VERSION, "containerRuntimeVersion": f.runtime,
                 "kernelVersion": info("/proc/sys/kernel/osrelease"), "osImage": os_image,
@@ -187,9 +236,41 @@ pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
     // A strategic merge: the conditions merge by type, and the rest of the status that
     // `register` applied stays owned by the kubelet.
     let nodes: Api<Node> = Api::all(client.clone());
-    let status = json!({"status": {"conditions": conditions(ready)}});
+    let before = current_conditions(&nodes, name).await;
+    let status = json!({"status": {"conditions": conditions(ready, &before)}});
     nodes
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn a_condition_keeps_its_transition_time_while_its_status_holds() {
+        let then: Time = serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap();
+        let before = vec![NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            last_transition_time: Some(then),
+            ..Default::default()
+        }];
+        let ready = |v: &serde_json::Value| {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Ready")
+                .unwrap()
+                .clone()
+        };
+        let still = ready(&conditions(true, &before));
+        assert_eq!(still["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_ne!(still["lastHeartbeatTime"], "2026-01-01T00:00:00Z");
+        let flipped = ready(&conditions(false, &before));
+        assert_ne!(flipped["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(flipped["status"], "False");
+    }
 }

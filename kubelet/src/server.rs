@@ -30,6 +30,9 @@ struct Shared {
     pods: Store<Pod>,
     node: String,
     cpu: Arc<crate::stats::NodeCpu>,
+    /// The server's connections and the streams they relay, waited for at shutdown.
+    tasks: tokio_util::task::TaskTracker,
+    shutdown: CancellationToken,
 }
 
 /// The group a client certificate must carry.
@@ -99,6 +102,7 @@ pub async fn bind(
         .await
         .map_err(io(format!("{listen}")))?;
     let addr = listener.local_addr().map_err(io(format!("{listen}")))?;
+    let conns = tokio_util::task::TaskTracker::new();
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
@@ -114,10 +118,11 @@ pub async fn bind(
             pods,
             node: node.to_owned(),
             cpu: Arc::new(crate::stats::NodeCpu::default()),
+            tasks: conns.clone(),
+            shutdown: shutdown.clone(),
         });
     let serve = async move {
         let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-        let conns = tokio_util::task::TaskTracker::new();
         loop {
             let (tcp, _) = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -294,7 +299,7 @@ async fn container_stream(
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let upgrade = hyper::upgrade::on(&mut req);
-    crate::stream::relay(&url, req.headers(), upgrade).await
+    crate::stream::relay(&url, req.headers(), upgrade, &s.tasks, &s.shutdown).await
 }
 
 /// `portForward`: streams to ports of the pod's network namespace (SPDY).
@@ -339,7 +344,7 @@ async fn port_forward(
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
     let upgrade = hyper::upgrade::on(&mut req);
-    crate::stream::relay(&url, req.headers(), upgrade).await
+    crate::stream::relay(&url, req.headers(), upgrade, &s.tasks, &s.shutdown).await
 }
 
 fn status(code: StatusCode, message: String) -> Response {

@@ -8,6 +8,8 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::Empty;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The v5 channel protocol kubectl asks for, and the v4 the runtime knows.
 const V5: &str = "v5.channel.k8s.io";
@@ -29,7 +31,14 @@ fn bad_gateway(message: String) -> Response {
 
 /// Relays an upgrade request (its headers in `headers`, its connection in `upgrade`) to the
 /// runtime's streaming `url`, answering the client with the runtime's answer.
-pub async fn relay(url: &str, headers: &HeaderMap, upgrade: hyper::upgrade::OnUpgrade) -> Response {
+/// The relay's tasks run on `tasks` and end at `shutdown`.
+pub async fn relay(
+    url: &str,
+    headers: &HeaderMap,
+    upgrade: hyper::upgrade::OnUpgrade,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Response {
     let Ok(uri) = url.parse::<axum::http::Uri>() else {
         return bad_gateway(format!("invalid streaming URL {url}"));
     };
@@ -44,8 +53,12 @@ pub async fn relay(url: &str, headers: &HeaderMap, upgrade: hyper::upgrade::OnUp
             Ok(c) => c,
             Err(e) => return bad_gateway(e.to_string()),
         };
-    tokio::spawn(async move {
-        let _ = conn.with_upgrades().await;
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            _ = conn.with_upgrades() => {}
+            _ = stop.cancelled() => {}
+        }
     });
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let mut req = Request::get(path).header(header::HOST, format!("{host}:{port}"));
@@ -100,13 +113,17 @@ pub async fn relay(url: &str, headers: &HeaderMap, upgrade: hyper::upgrade::OnUp
         }
     }
     let runtime_side = hyper::upgrade::on(&mut resp);
-    tokio::spawn(async move {
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
         let (Ok(client), Ok(runtime)) = (upgrade.await, runtime_side.await) else {
             return;
         };
         let mut client = hyper_util::rt::TokioIo::new(client);
         let mut runtime = hyper_util::rt::TokioIo::new(runtime);
-        let _ = tokio::io::copy_bidirectional(&mut client, &mut runtime).await;
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut runtime) => {}
+            _ = stop.cancelled() => {}
+        }
     });
     answer
         .body(Body::empty())
