@@ -33,6 +33,7 @@ pub mod structural;
 pub mod table;
 pub mod tokens;
 pub mod validation;
+pub mod watchcache;
 
 use axum::Router;
 use minik8s_storage::{Endpoint, Storage};
@@ -148,6 +149,8 @@ pub struct Api {
     pub shutdown: CancellationToken,
     /// Long-lived request tasks (watches, connections).
     pub tasks: TaskTracker,
+    /// Watch events decoded once for all watchers.
+    pub watch_cache: watchcache::WatchCache,
     /// OpenAPI documents with the registry generation they were built at.
     pub openapi: std::sync::Mutex<Option<(u64, Arc<openapi::Docs>)>>,
 }
@@ -227,6 +230,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         },
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
+        watch_cache: watchcache::WatchCache::default(),
         openapi: std::sync::Mutex::new(None),
     });
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;

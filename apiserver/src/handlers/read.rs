@@ -4,6 +4,7 @@ use super::{Ctx, json_response, raw_json};
 use crate::error::{ApiError, ApiResult};
 use crate::object;
 use crate::registry::ResourceInfo;
+use crate::watchcache::{Decoded, WatchCache};
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -12,6 +13,7 @@ use futures::StreamExt;
 use minik8s_storage::{EventKind, RangeRequest, Store};
 use minik8s_types::{FieldSelector, LabelSelector};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -251,23 +253,26 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
     Ok(raw_json(StatusCode::OK, out, &[]))
 }
 
-/// How a store event looks to a watcher with selectors.
+/// How a store event looks to a watcher with selectors (objects decoded once for all
+/// watchers, through the shared cache, and only when selectors need them).
 fn transform(
+    cache: &WatchCache,
     res: &ResourceInfo,
     selectors: &Selectors,
     event: &minik8s_storage::Event,
-) -> ApiResult<Option<(&'static str, Value)>> {
+) -> ApiResult<Option<(&'static str, Arc<Decoded>)>> {
     match event.kind {
         EventKind::Put => {
-            let new = res.read(&event.kv)?;
-            let new_ok = selectors.is_empty() || selectors.matches(&new);
+            let new = cache.object(res, &event.kv, event.kv.mod_revision);
+            let new_ok = selectors.is_empty() || selectors.matches(new.value(res)?);
             let Some(prev) = &event.prev else {
                 return Ok(new_ok.then_some(("ADDED", new)));
             };
             if selectors.is_empty() {
                 return Ok(Some(("MODIFIED", new)));
             }
-            let old_ok = selectors.matches(&res.read(prev)?);
+            let old = cache.object(res, prev, prev.mod_revision);
+            let old_ok = selectors.matches(old.value(res)?);
             Ok(match (old_ok, new_ok) {
                 (true, true) => Some(("MODIFIED", new)),
                 (false, true) => Some(("ADDED", new)),
@@ -279,12 +284,8 @@ fn transform(
             let Some(prev) = &event.prev else {
                 return Ok(None);
             };
-            let mut old = res.read(prev)?;
-            object::meta_mut(&mut old).insert(
-                "resourceVersion".into(),
-                json!(event.kv.mod_revision.to_string()),
-            );
-            let ok = selectors.is_empty() || selectors.matches(&old);
+            let old = cache.object(res, prev, event.kv.mod_revision);
+            let ok = selectors.is_empty() || selectors.matches(old.value(res)?);
             Ok(ok.then_some(("DELETED", old)))
         }
     }
@@ -299,6 +300,22 @@ struct Encoder {
 }
 
 impl Encoder {
+    /// A shared object's event: its JSON spliced in as is, unless a Table is wanted.
+    fn shared(&mut self, kind: &str, obj: &Decoded) -> ApiResult<bytes::Bytes> {
+        if self.table {
+            let value = obj.value(&self.res)?.clone();
+            return Ok(self.event(kind, value));
+        }
+        let json = obj.json(&self.res)?;
+        let mut line = Vec::with_capacity(json.len() + 32);
+        line.extend_from_slice(b"{\"type\":\"");
+        line.extend_from_slice(kind.as_bytes());
+        line.extend_from_slice(b"\",\"object\":");
+        line.extend_from_slice(&json);
+        line.extend_from_slice(b"}\n");
+        Ok(line.into())
+    }
+
     fn event(&mut self, kind: &str, obj: Value) -> bytes::Bytes {
         let obj = if self.table && kind != "BOOKMARK" && kind != "ERROR" {
             let t = crate::table::table(
@@ -379,6 +396,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
     let timeout = Duration::from_secs(ctx.params.timeout_seconds.unwrap_or(1800).max(1));
     let bookmarks = ctx.params.allow_watch_bookmarks;
     let shutdown = ctx.api.shutdown.clone();
+    let api = ctx.api.clone();
     let mut last_rv = start - 1;
     ctx.api.tasks.spawn(async move {
         for line in first {
@@ -405,8 +423,10 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
                     }
                     Some(Ok(ev)) => {
                         last_rv = ev.revision();
-                        match transform(&encoder.res, &selectors, &ev) {
-                            Ok(Some((kind, obj))) => encoder.event(kind, obj),
+                        let line = transform(&api.watch_cache, &encoder.res, &selectors, &ev)
+                            .and_then(|t| t.map(|(kind, obj)| encoder.shared(kind, &obj)).transpose());
+                        match line {
+                            Ok(Some(line)) => line,
                             Ok(None) => continue,
                             Err(e) => encoder.event("ERROR", e.status()),
                         }

@@ -1,0 +1,148 @@
+//! Watch events decoded once for every watcher: the apiserver's watches of one resource all
+//! see the same store events, and each used to decode (and encode) every object on its own.
+//! Keyed by the served version, the key and the revision, an event's object is kept for the
+//! last few hundred events (watchers read an event at about the same time). Its JSON is made
+//! from the stored bytes without decoding the object where the stored version is the served
+//! one; the decoded object is made only for watchers that need it (selectors, Tables).
+
+use crate::error::{ApiError, ApiResult};
+use crate::registry::ResourceInfo;
+use bytes::Bytes;
+use minik8s_storage::KeyValue;
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// How many events' objects are kept.
+const CAPACITY: usize = 256;
+
+/// An event's object as watchers see it, decoded and encoded on first use.
+#[derive(Debug)]
+pub struct Decoded {
+    kv: KeyValue,
+    shown_at: i64,
+    value: OnceLock<Result<Value, String>>,
+    json: OnceLock<Bytes>,
+}
+
+impl Decoded {
+    /// The object (in the served version, `resourceVersion` set), decoded once.
+    pub fn value(&self, res: &ResourceInfo) -> ApiResult<&Value> {
+        self.value
+            .get_or_init(|| {
+                let mut value = res.read(&self.kv).map_err(|e| e.to_string())?;
+                if self.shown_at != self.kv.mod_revision {
+                    crate::object::meta_mut(&mut value).insert(
+                        "resourceVersion".into(),
+                        Value::String(self.shown_at.to_string()),
+                    );
+                }
+                Ok(value)
+            })
+            .as_ref()
+            .map_err(|e| ApiError::internal(e.clone()))
+    }
+
+    /// The object's JSON, encoded once (spliced from the stored bytes when it can be).
+    pub fn json(&self, res: &ResourceInfo) -> ApiResult<Bytes> {
+        if let Some(json) = self.json.get() {
+            return Ok(json.clone());
+        }
+        let json = match res
+            .stored_as_served()
+            .then(|| with_resource_version(&self.kv.value, self.shown_at))
+            .flatten()
+        {
+            Some(spliced) => Bytes::from(spliced),
+            None => Bytes::from(serde_json::to_vec(self.value(res)?).expect("json")),
+        };
+        Ok(self.json.get_or_init(|| json).clone())
+    }
+}
+
+/// Stored JSON (an object without `metadata.resourceVersion`, keys in order) with
+/// `metadata.resourceVersion` set to `rv`, without decoding the object: the top level and
+/// `metadata` are split into raw members, everything else is copied as is. `None` if the
+/// bytes are not such an object.
+fn with_resource_version(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
+    let mut top: BTreeMap<&str, &RawValue> = serde_json::from_slice(stored).ok()?;
+    let meta = top.get("metadata")?;
+    let mut fields: BTreeMap<&str, &RawValue> = serde_json::from_str(meta.get()).ok()?;
+    let rv_json = RawValue::from_string(format!("\"{rv}\"")).ok()?;
+    fields.insert("resourceVersion", &rv_json);
+    let meta_json = RawValue::from_string(serde_json::to_string(&fields).ok()?).ok()?;
+    top.insert("metadata", &meta_json);
+    serde_json::to_vec(&top).ok()
+}
+
+/// (served apiVersion, key, revision of the object, revision it is shown at).
+type Key = (String, String, i64, i64);
+
+/// The kept objects and their keys, oldest first.
+type Entries = (HashMap<Key, Arc<Decoded>>, VecDeque<Key>);
+
+/// The shared cache of watch events' objects.
+#[derive(Default)]
+pub struct WatchCache {
+    inner: Mutex<Entries>,
+}
+
+impl WatchCache {
+    /// `kv` as `res` serves it, with `resourceVersion` `shown_at` (its own revision, or a
+    /// delete's).
+    pub fn object(&self, res: &ResourceInfo, kv: &KeyValue, shown_at: i64) -> Arc<Decoded> {
+        let key: Key = (res.api_version(), kv.key.clone(), kv.mod_revision, shown_at);
+        let mut guard = self.inner.lock().expect("watch cache");
+        let (map, order) = &mut *guard;
+        if let Some(hit) = map.get(&key) {
+            return hit.clone();
+        }
+        let decoded = Arc::new(Decoded {
+            kv: kv.clone(),
+            shown_at,
+            value: OnceLock::new(),
+            json: OnceLock::new(),
+        });
+        map.insert(key.clone(), decoded.clone());
+        order.push_back(key);
+        while order.len() > CAPACITY {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+        decoded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spliced_json_is_what_decoding_and_encoding_makes() {
+        let mut obj = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "d", "labels": {"metadata": "x\"y"},
+                         "uid": "u", "managedFields": [{"manager": "m"}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            "status": {"phase": "Running"},
+        });
+        let stored = crate::object::to_store(&mut obj);
+        let kv = KeyValue {
+            key: "/registry/pods/d/p".into(),
+            value: stored.clone(),
+            create_revision: 3,
+            mod_revision: 7,
+        };
+        let mut expected = crate::object::from_store(&kv).unwrap();
+        let spliced = with_resource_version(&stored, 7).unwrap();
+        assert_eq!(spliced, serde_json::to_vec(&expected).unwrap());
+        crate::object::meta_mut(&mut expected)
+            .insert("resourceVersion".into(), Value::String("9".into()));
+        let spliced = with_resource_version(&stored, 9).unwrap();
+        assert_eq!(spliced, serde_json::to_vec(&expected).unwrap());
+        assert!(with_resource_version(b"[1, 2]", 1).is_none());
+        assert!(with_resource_version(b"{\"kind\": \"x\"}", 1).is_none());
+    }
+}
