@@ -164,23 +164,18 @@ pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
             "{sub} needs an upgraded connection (WebSocket or SPDY)"
         )));
     };
-    // The runtime's stream server speaks the channel protocol up to v4 over WebSocket, which
-    // cannot close stdin alone (v5 can), and port-forward over WebSocket tunnels SPDY. Those
-    // WebSocket requests are refused, which makes kubectl fall back to SPDY, relayed as is.
+    // Port-forward over WebSocket tunnels SPDY, which the kubelet does not serve: refused, so
+    // kubectl falls back to SPDY, relayed as is. Exec and attach pass either protocol (the
+    // kubelet translates WebSocket v5 to the runtime's SPDY).
     let websocket = ctx
         .headers
         .get(header::UPGRADE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let stdin = ctx
-        .params
-        .streaming
-        .iter()
-        .any(|(k, v)| k == "stdin" && (v == "true" || v == "1"));
-    if websocket && (stdin || sub == "portforward") {
-        return Err(ApiError::bad_request(format!(
-            "{sub} with stdin or port-forward over WebSocket is not served; use SPDY"
-        )));
+    if websocket && sub == "portforward" {
+        return Err(ApiError::bad_request(
+            "port-forward over WebSocket is not served; use SPDY".to_owned(),
+        ));
     }
     let (pod, host, port) = kubelet_of(&ctx).await?;
     let ns = ctx.namespace().unwrap_or_default().to_owned();

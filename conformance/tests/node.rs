@@ -114,8 +114,8 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
             .all(|l| l.contains("Z line "))
     );
 
-    // kubectl exec runs commands in the container (WebSocket v5 through the apiserver and
-    // the kubelet to the runtime), with stdin, and reports the exit code.
+    // kubectl exec runs commands in the container (WebSocket v5 through the apiserver to the
+    // kubelet, SPDY from there to the runtime), with stdin, and reports the exit code.
     assert_eq!(
         c.ok(&["exec", "hello", "--", "sh", "-c", "echo hi"]),
         "hi\n"
@@ -125,6 +125,29 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         Some("through stdin\n"),
     );
     assert_eq!(piped.stdout, "through stdin\n", "{}", piped.stderr);
+    // That was kubectl's default protocol, WebSocket v5, with no fall back to SPDY; stdout
+    // and stderr stay apart.
+    let traced = c.kubectl_stdin(
+        &[
+            "exec",
+            "-i",
+            "-v=6",
+            "hello",
+            "--",
+            "sh",
+            "-c",
+            "cat; echo to-stderr >&2",
+        ],
+        Some("v5 stdin\n"),
+    );
+    assert_eq!(traced.stdout, "v5 stdin\n", "{}", traced.stderr);
+    assert!(
+        traced.stderr.contains("websocket.go")
+            && !traced.stderr.to_lowercase().contains("fallback")
+            && traced.stderr.contains("to-stderr"),
+        "{}",
+        traced.stderr
+    );
     let failed = c.kubectl(&["exec", "hello", "--", "sh", "-c", "exit 7"]);
     assert!(
         !failed.ok && failed.stderr.contains("exit code 7"),
@@ -154,6 +177,19 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
     let back = c.dir().join("back.txt");
     c.ok(&["cp", "hello:/tmp/note.txt", back.to_str().unwrap()]);
     assert_eq!(std::fs::read_to_string(&back).unwrap(), "copied\n");
+    // A few megabytes both ways, byte for byte.
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let big_file = c.dir().join("big.bin");
+    std::fs::write(&big_file, &big).unwrap();
+    c.ok(&["cp", big_file.to_str().unwrap(), "hello:/tmp/big.bin"]);
+    let big_back = c.dir().join("big-back.bin");
+    c.ok(&["cp", "hello:/tmp/big.bin", big_back.to_str().unwrap()]);
+    assert!(
+        std::fs::read(&big_back).unwrap() == big,
+        "3 MB copied back unchanged"
+    );
 
     // restartPolicy Never: a failing container ends the pod Failed with its exit code; a
     // succeeding one Succeeded.

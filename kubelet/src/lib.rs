@@ -14,6 +14,7 @@ pub mod node;
 pub mod pod;
 pub mod registry;
 pub mod server;
+pub mod spdy;
 pub mod static_pods;
 pub mod stats;
 pub mod stream;

@@ -298,6 +298,23 @@ async fn container_stream(
         Ok(u) => u,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
+    if crate::stream::wants_v5(req.headers()) {
+        use axum::extract::FromRequestParts;
+        let (mut parts, _) = req.into_parts();
+        return match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await
+        {
+            Ok(ws) => {
+                let streams = crate::stream::Streams {
+                    stdin,
+                    stdout,
+                    stderr,
+                    tty,
+                };
+                crate::stream::translate_v5(&url, ws, streams, &s.tasks, &s.shutdown).await
+            }
+            Err(e) => e.into_response(),
+        };
+    }
     let upgrade = hyper::upgrade::on(&mut req);
     crate::stream::relay(&url, req.headers(), upgrade, &s.tasks, &s.shutdown).await
 }

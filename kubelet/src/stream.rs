@@ -1,11 +1,12 @@
 //! `exec`, `attach` and `portForward` on the kubelet server: the kubelet asks the runtime for a
 //! streaming URL (CRI `Exec`/`Attach`/`PortForward`) and relays the client's upgraded
-//! connection (WebSocket or SPDY) to containerd's stream server. The runtime speaks the
-//! channel protocol up to v4; kubectl's v5 (v4 plus a stdin-close frame) is offered to it as
-//! v4 and answered as v5, the frames passing through unchanged.
+//! connection (SPDY, or WebSocket up to v4) to containerd's stream server as is. The runtime's
+//! WebSocket side stops at v4, which cannot close stdin alone, so kubectl's default, the v5
+//! channel protocol over WebSocket, is translated here to SPDY toward the runtime
+//! ([`translate_v5`], on [`crate::spdy`]).
 
 use axum::body::Body;
-use axum::http::{HeaderMap, HeaderValue, Request, StatusCode, header};
+use axum::http::{HeaderMap, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::Empty;
 use tokio_util::sync::CancellationToken;
@@ -62,34 +63,11 @@ pub async fn relay(
     });
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let mut req = Request::get(path).header(header::HOST, format!("{host}:{port}"));
-    let offered_v5 = headers
-        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|p| p.trim() == V5);
     for name in PASSED.iter().chain([&header::HeaderName::from_static(
         "x-stream-protocol-version",
     )]) {
         for value in headers.get_all(name) {
-            if *name == header::SEC_WEBSOCKET_PROTOCOL {
-                // The runtime does not know v5: offer v4 in its place.
-                let rewritten: Vec<String> = value
-                    .to_str()
-                    .unwrap_or_default()
-                    .split(',')
-                    .map(|p| {
-                        if p.trim() == V5 {
-                            V4.to_owned()
-                        } else {
-                            p.trim().to_owned()
-                        }
-                    })
-                    .collect();
-                req = req.header(name, rewritten.join(", "));
-            } else {
-                req = req.header(name, value);
-            }
+            req = req.header(name, value);
         }
     }
     let req = match req.body(Empty::<bytes::Bytes>::new()) {
@@ -106,11 +84,7 @@ pub async fn relay(
     }
     let mut answer = Response::builder().status(StatusCode::SWITCHING_PROTOCOLS);
     for (name, value) in resp.headers() {
-        if *name == header::SEC_WEBSOCKET_PROTOCOL && offered_v5 && value == V4 {
-            answer = answer.header(name, HeaderValue::from_static(V5));
-        } else {
-            answer = answer.header(name, value);
-        }
+        answer = answer.header(name, value);
     }
     let runtime_side = hyper::upgrade::on(&mut resp);
     let stop = shutdown.clone();
@@ -128,4 +102,191 @@ pub async fn relay(
     answer
         .body(Body::empty())
         .unwrap_or_else(|e| bad_gateway(e.to_string()))
+}
+
+/// Which streams an exec or attach session has.
+#[derive(Clone, Copy, Debug)]
+pub struct Streams {
+    /// The client sends stdin.
+    pub stdin: bool,
+    /// The client reads stdout.
+    pub stdout: bool,
+    /// The client reads stderr (none with a TTY).
+    pub stderr: bool,
+    /// A terminal (with resize messages).
+    pub tty: bool,
+}
+
+/// Whether the request asks for the v5 channel protocol over WebSocket.
+pub fn wants_v5(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+        && headers
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| p.trim() == V5)
+}
+
+/// Opens an SPDY session to the runtime's streaming `url`.
+async fn dial_spdy(
+    url: &str,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<hyper::upgrade::Upgraded, String> {
+    let uri = url
+        .parse::<axum::http::Uri>()
+        .map_err(|e| format!("invalid streaming URL {url}: {e}"))?;
+    let host = uri.host().unwrap_or("127.0.0.1").to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("dial {host}:{port}: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .map_err(|e| e.to_string())?;
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            _ = conn.with_upgrades() => {}
+            _ = stop.cancelled() => {}
+        }
+    });
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let req = Request::post(path)
+        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::UPGRADE, "SPDY/3.1")
+        .header("X-Stream-Protocol-Version", V4)
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    let mut resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+        return Err(format!("the runtime answered {}", resp.status()));
+    }
+    hyper::upgrade::on(&mut resp)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Serves a v5 WebSocket exec/attach session by translating it to SPDY toward the runtime
+/// (whose WebSocket side stops at v4, which cannot close stdin alone): channel 0 (stdin) and
+/// 4 (resize) become data on those streams, v5's close of channel 0 closes stdin, and the
+/// runtime's stdout, stderr and error streams come back as channels 1, 2 and 3.
+pub async fn translate_v5(
+    url: &str,
+    ws: axum::extract::ws::WebSocketUpgrade,
+    streams: Streams,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Response {
+    let upgraded = match dial_spdy(url, tasks, shutdown).await {
+        Ok(u) => u,
+        Err(e) => return bad_gateway(e),
+    };
+    let tasks = tasks.clone();
+    let shutdown = shutdown.clone();
+    ws.protocols([V5])
+        .on_upgrade(move |socket| async move {
+            if let Err(e) = pump(socket, upgraded, streams, &tasks, &shutdown).await {
+                tracing::debug!(error = %e, "exec session");
+            }
+        })
+        .into_response()
+}
+
+async fn pump(
+    socket: axum::extract::ws::WebSocket,
+    upgraded: hyper::upgrade::Upgraded,
+    streams: Streams,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> std::io::Result<()> {
+    use crate::spdy::{Frame, Reader, Writer};
+    use axum::extract::ws::Message;
+    use futures::{SinkExt, StreamExt};
+
+    let (rd, wr) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+    let mut w = Writer::new(wr)?;
+    let error = w.open(&[("streamtype", "error")]).await?;
+    let mut open = async |on: bool, kind: &str| -> std::io::Result<Option<u32>> {
+        Ok(if on {
+            Some(w.open(&[("streamtype", kind)]).await?)
+        } else {
+            None
+        })
+    };
+    let stdin = open(streams.stdin, "stdin").await?;
+    let stdout = open(streams.stdout, "stdout").await?;
+    let stderr = open(streams.stderr && !streams.tty, "stderr").await?;
+    let resize = open(streams.tty, "resize").await?;
+    // Frames are read on their own task: a read cut off half way would lose the session.
+    let (frames_tx, mut frames) = tokio::sync::mpsc::channel(64);
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        let mut r = Reader::new(rd);
+        loop {
+            let frame = tokio::select! {
+                f = r.next() => f,
+                _ = stop.cancelled() => return,
+            };
+            let end = frame.is_err();
+            if frames_tx.send(frame).await.is_err() || end {
+                return;
+            }
+        }
+    });
+    let (mut to_client, mut from_client) = socket.split();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            msg = from_client.next() => match msg {
+                Some(Ok(Message::Binary(b))) if !b.is_empty() => match (b[0], stdin, resize) {
+                    (0, Some(id), _) => w.data(id, &b[1..], false).await?,
+                    (4, _, Some(id)) => w.data(id, &b[1..], false).await?,
+                    (255, Some(id), _) if b.get(1) == Some(&0) => w.data(id, &[], true).await?,
+                    _ => {}
+                },
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                Some(Ok(_)) => {}
+            },
+            frame = frames.recv() => match frame {
+                Some(Ok(Ok(Frame::Data { stream, data, .. }))) => {
+                    let channel = if stream == error {
+                        3
+                    } else if Some(stream) == stdout {
+                        1
+                    } else if Some(stream) == stderr {
+                        2
+                    } else {
+                        continue;
+                    };
+                    if !data.is_empty() {
+                        let mut msg = Vec::with_capacity(data.len() + 1);
+                        msg.push(channel);
+                        msg.extend_from_slice(&data);
+                        if to_client.send(Message::Binary(msg.into())).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                Some(Ok(Err(ping))) => w.pong(ping).await?,
+                Some(Ok(Ok(Frame::Other))) => {}
+                // The runtime ends the session once the process is done.
+                Some(Ok(Ok(Frame::Reset))) | Some(Err(_)) | None => break,
+            },
+        }
+    }
+    let _ = w.shutdown().await;
+    let _ = to_client
+        .send(Message::Close(Some(axum::extract::ws::CloseFrame {
+            code: 1000,
+            reason: "".into(),
+        })))
+        .await;
+    Ok(())
 }

@@ -40,6 +40,8 @@ pub struct Worker {
     pub host_ip: String,
     /// The last create/start failure per pod uid and container.
     failures: Mutex<HashMap<String, Failures>>,
+    /// Image pull back-off per (pod uid, container): no pull before the instant; the delay.
+    pulls: Mutex<HashMap<(String, String), (std::time::Instant, Duration)>>,
     /// Probe results per container.
     pub probes: probe::Probes,
 }
@@ -53,6 +55,7 @@ impl Worker {
             layout,
             host_ip,
             failures: Mutex::new(HashMap::new()),
+            pulls: Mutex::new(HashMap::new()),
             probes: probe::Probes::default(),
         }
     }
@@ -81,6 +84,34 @@ impl Worker {
 
     fn forget(&self, uid: &str) {
         self.failures.lock().expect("failures lock").remove(uid);
+        self.pulls
+            .lock()
+            .expect("pulls lock")
+            .retain(|(u, _), _| u != uid);
+    }
+
+    /// Whether the container's image pull is in back-off now.
+    fn pull_waits(&self, uid: &str, container: &str) -> bool {
+        self.pulls
+            .lock()
+            .expect("pulls lock")
+            .get(&(uid.to_owned(), container.to_owned()))
+            .is_some_and(|(until, _)| std::time::Instant::now() < *until)
+    }
+
+    /// Records a pull's outcome: a failure doubles the back-off (10 s … 5 min), a success
+    /// clears it.
+    fn pull_done(&self, uid: &str, container: &str, failed: bool) {
+        let key = (uid.to_owned(), container.to_owned());
+        let mut pulls = self.pulls.lock().expect("pulls lock");
+        if failed {
+            let delay = pulls
+                .get(&key)
+                .map_or(plan::BACKOFF_BASE, |(_, d)| (*d * 2).min(plan::BACKOFF_MAX));
+            pulls.insert(key, (std::time::Instant::now() + delay, delay));
+        } else {
+            pulls.remove(&key);
+        }
     }
 }
 
@@ -198,26 +229,31 @@ impl Worker {
             return false;
         };
         let attempt = observed.latest(name).map_or(0, |r| r.attempt + 1);
-        match self
+        if self.pull_waits(&uid, name) {
+            let message = match self.failures(&uid).get(name) {
+                Some((reason, message)) if reason == "ImagePullBackOff" => message.clone(),
+                before => format!(
+                    "Back-off pulling image \"{}\"{}",
+                    c.image.as_deref().unwrap_or_default(),
+                    before.map(|(_, m)| format!(": {m}")).unwrap_or_default()
+                ),
+            };
+            self.set_failure(&uid, name, Some(("ImagePullBackOff".into(), message)));
+            return false;
+        }
+        let outcome = self
             .start_container(pod, c, attempt, observed, prepared)
-            .await
-        {
+            .await;
+        let pull_failed = matches!(&outcome, Err((r, _)) if r == "ErrImagePull");
+        if pull_failed || outcome.is_ok() {
+            self.pull_done(&uid, name, pull_failed);
+        }
+        match outcome {
             Ok(()) => {
                 self.set_failure(&uid, name, None);
                 true
             }
-            Err((mut reason, mut message)) => {
-                // A pull that failed before as well: the container waits in back-off.
-                let before = self.failures(&uid).get(name).map(|f| f.0.clone());
-                if reason == "ErrImagePull"
-                    && matches!(before.as_deref(), Some("ErrImagePull" | "ImagePullBackOff"))
-                {
-                    reason = "ImagePullBackOff".into();
-                    message = format!(
-                        "Back-off pulling image \"{}\": {message}",
-                        c.image.as_deref().unwrap_or_default()
-                    );
-                }
+            Err((reason, message)) => {
                 tracing::warn!(pod = %pod.name_any(), container = name, %reason, %message, "container did not start");
                 self.set_failure(&uid, name, Some((reason, message)));
                 false
