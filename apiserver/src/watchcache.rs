@@ -10,8 +10,7 @@ use crate::registry::ResourceInfo;
 use bytes::Bytes;
 use minik8s_storage::KeyValue;
 use serde_json::Value;
-use serde_json::value::RawValue;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// How many events' objects are kept.
@@ -51,7 +50,7 @@ impl Decoded {
         }
         let json = match res
             .stored_as_served()
-            .then(|| with_resource_version(&self.kv.value, self.shown_at))
+            .then(|| crate::object::raw_with_rv(&self.kv.value, self.shown_at))
             .flatten()
         {
             Some(spliced) => Bytes::from(spliced),
@@ -59,21 +58,6 @@ impl Decoded {
         };
         Ok(self.json.get_or_init(|| json).clone())
     }
-}
-
-/// Stored JSON (an object without `metadata.resourceVersion`, keys in order) with
-/// `metadata.resourceVersion` set to `rv`, without decoding the object: the top level and
-/// `metadata` are split into raw members, everything else is copied as is. `None` if the
-/// bytes are not such an object.
-fn with_resource_version(stored: &[u8], rv: i64) -> Option<Vec<u8>> {
-    let mut top: BTreeMap<&str, &RawValue> = serde_json::from_slice(stored).ok()?;
-    let meta = top.get("metadata")?;
-    let mut fields: BTreeMap<&str, &RawValue> = serde_json::from_str(meta.get()).ok()?;
-    let rv_json = RawValue::from_string(format!("\"{rv}\"")).ok()?;
-    fields.insert("resourceVersion", &rv_json);
-    let meta_json = RawValue::from_string(serde_json::to_string(&fields).ok()?).ok()?;
-    top.insert("metadata", &meta_json);
-    serde_json::to_vec(&top).ok()
 }
 
 /// (served apiVersion, key, revision of the object, revision it is shown at).
@@ -120,29 +104,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_spliced_json_is_what_decoding_and_encoding_makes() {
+    fn an_events_object_is_shared_and_shows_the_revision_asked_for() {
+        let res = crate::registry::Registry::with_builtins()
+            .lookup("", "v1", "pods")
+            .unwrap();
         let mut obj = serde_json::json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "namespace": "d", "labels": {"metadata": "x\"y"},
-                         "uid": "u", "managedFields": [{"manager": "m"}]},
+            "metadata": {"name": "p", "namespace": "d", "labels": {"metadata": "x\"y"}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]},
-            "status": {"phase": "Running"},
         });
-        let stored = crate::object::to_store(&mut obj);
         let kv = KeyValue {
             key: "/registry/pods/d/p".into(),
-            value: stored.clone(),
+            value: crate::object::to_store(&mut obj),
             create_revision: 3,
             mod_revision: 7,
         };
-        let mut expected = crate::object::from_store(&kv).unwrap();
-        let spliced = with_resource_version(&stored, 7).unwrap();
-        assert_eq!(spliced, serde_json::to_vec(&expected).unwrap());
-        crate::object::meta_mut(&mut expected)
-            .insert("resourceVersion".into(), Value::String("9".into()));
-        let spliced = with_resource_version(&stored, 9).unwrap();
-        assert_eq!(spliced, serde_json::to_vec(&expected).unwrap());
-        assert!(with_resource_version(b"[1, 2]", 1).is_none());
-        assert!(with_resource_version(b"{\"kind\": \"x\"}", 1).is_none());
+        let cache = WatchCache::default();
+        let a = cache.object(&res, &kv, 7);
+        assert!(Arc::ptr_eq(&a, &cache.object(&res, &kv, 7)));
+        let json: Value = serde_json::from_slice(&a.json(&res).unwrap()).unwrap();
+        assert_eq!(&json, a.value(&res).unwrap());
+        assert_eq!(json["metadata"]["resourceVersion"], "7");
+        // A delete shows the object at the delete's revision.
+        let deleted = cache.object(&res, &kv, 9);
+        assert_eq!(
+            deleted.value(&res).unwrap()["metadata"]["resourceVersion"],
+            "9"
+        );
+        let json: Value = serde_json::from_slice(&deleted.json(&res).unwrap()).unwrap();
+        assert_eq!(json["metadata"]["resourceVersion"], "9");
     }
 }
