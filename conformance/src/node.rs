@@ -37,7 +37,56 @@ pub fn images() -> Vec<PathBuf> {
     vec![dir.join("pause.tar"), dir.join("busybox.tar")]
 }
 
+/// One HTTP GET with a short timeout: the body, or `None`.
+pub fn http_get(addr: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let addr: std::net::SocketAddr = addr.parse().ok()?;
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.split_once("\r\n\r\n")
+        .map(|(_, body)| body.trim().to_owned())
+}
+
+/// The bodies `addr` answers with over up to 60 s of GETs, stopping once all of `expected`
+/// were seen (each backend answers with its own name).
+pub fn answers_from(
+    addr: &str,
+    expected: &std::collections::BTreeSet<String>,
+) -> std::collections::BTreeSet<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = std::collections::BTreeSet::new();
+    while &seen != expected && std::time::Instant::now() < deadline {
+        match http_get(addr) {
+            Some(body) => {
+                seen.insert(body);
+            }
+            None => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    }
+    seen
+}
+
 impl Cluster {
+    /// Waits (up to 60 s) until node `name` is Ready.
+    pub fn wait_node_ready(&self, name: &str) {
+        self.eventually_within(
+            std::time::Duration::from_secs(60),
+            &[
+                "get",
+                "node",
+                name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            |s| s == "True",
+        );
+    }
+
     /// The cluster's local image registry (started on first use on a free loopback port),
     /// holding the local pause and busybox images.
     pub fn registry(&self) -> &minik8s_kubelet::registry::Registry {
@@ -127,17 +176,7 @@ impl Cluster {
             done: Some(rx),
             name: name.to_owned(),
         };
-        self.eventually_within(
-            std::time::Duration::from_secs(60),
-            &[
-                "get",
-                "node",
-                name,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-            |s| s == "True",
-        );
+        self.wait_node_ready(name);
         node
     }
 }
@@ -257,17 +296,7 @@ impl Cluster {
             kubelet: Some(kubelet),
             proxy: Some(proxy),
         };
-        self.eventually_within(
-            std::time::Duration::from_secs(60),
-            &[
-                "get",
-                "node",
-                name,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-            |s| s == "True",
-        );
+        self.wait_node_ready(name);
         node
     }
 }

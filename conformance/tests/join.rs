@@ -2,20 +2,7 @@
 //! their own processes with their own identities, against the cluster's apiserver.
 
 use minik8s_conformance::Cluster;
-
-fn http_get(addr: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let addr: std::net::SocketAddr = addr.parse().ok()?;
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n")
-        .map(|(_, body)| body.trim().to_owned())
-}
+use minik8s_conformance::node::answers_from;
 
 #[test]
 fn a_node_joins_with_its_own_kubelet_and_proxy_processes() {
@@ -79,16 +66,7 @@ fn a_node_joins_with_its_own_kubelet_and_proxy_processes() {
         "pod IPs on the joined node's bridge: {ips}"
     );
     let vip = c.ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut seen = std::collections::BTreeSet::new();
-    while seen != pods && std::time::Instant::now() < deadline {
-        match http_get(&format!("{vip}:80")) {
-            Some(body) => {
-                seen.insert(body);
-            }
-            None => std::thread::sleep(std::time::Duration::from_millis(200)),
-        }
-    }
+    let seen = answers_from(&format!("{vip}:80"), &pods);
     assert_eq!(seen, pods, "the ClusterIP reaches both pods");
 
     // Logs and exec go through the joined kubelet's server.

@@ -2,21 +2,7 @@
 //! stock kubectl driving the cluster.
 
 use minik8s_conformance::Cluster;
-
-/// One HTTP GET with a short timeout: the body, or `None`.
-fn http_get(addr: &str) -> Option<String> {
-    use std::io::{Read, Write};
-    let addr: std::net::SocketAddr = addr.parse().ok()?;
-    let mut s =
-        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-        .ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    out.split_once("\r\n\r\n")
-        .map(|(_, body)| body.trim().to_owned())
-}
+use minik8s_conformance::node::{answers_from, http_get};
 
 fn jsonpath(c: &Cluster, what: &[&str], path: &str) -> String {
     let mut args = vec!["get"];
@@ -359,15 +345,7 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         .map(str::to_owned)
         .collect();
     assert_eq!(pods.len(), 3);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let mut seen = std::collections::BTreeSet::new();
-    while seen != pods && std::time::Instant::now() < deadline {
-        if let Some(body) = http_get(&format!("{vip}:80")) {
-            seen.insert(body);
-        } else {
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
-    }
+    let seen = answers_from(&format!("{vip}:80"), &pods);
     assert_eq!(seen, pods, "the ClusterIP reaches every pod");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut via_node_port = None;

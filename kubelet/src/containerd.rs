@@ -7,7 +7,7 @@ use crate::cri::{Cri, socket_in};
 use crate::daemon;
 use crate::error::{Error, Result, io};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The runtime of one node.
 #[derive(Clone, Debug)]
@@ -153,26 +153,23 @@ impl Containerd {
     }
 
     async fn wait_ready(&self, limit: Duration) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            if let Ok(cri) = Cri::connect(&self.socket()).await
-                && cri.ready().await.unwrap_or(false)
-            {
-                return Ok(());
+        let socket = self.socket();
+        daemon::wait_ready(self.pid, limit, || async {
+            match Cri::connect(&socket).await {
+                Ok(cri) => cri.ready().await.unwrap_or(false),
+                Err(_) => false,
             }
-            if !daemon::alive(self.pid) {
-                return Err(Error::Containerd(format!(
+        })
+        .await
+        .map_err(|why| {
+            Error::Containerd(match why {
+                daemon::NotReady::Exited => format!(
                     "containerd exited; see {}",
                     self.dir.join("containerd.log").display()
-                )));
-            }
-            if start.elapsed() > limit {
-                return Err(Error::Containerd(format!(
-                    "containerd not ready after {limit:?}"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+                ),
+                daemon::NotReady::Late => format!("containerd not ready after {limit:?}"),
+            })
+        })
     }
 
     /// The CRI socket.

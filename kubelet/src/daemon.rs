@@ -69,6 +69,35 @@ async fn signal(pid: u32, sig: &str) {
         .await;
 }
 
+/// Why a daemon did not come up.
+pub(crate) enum NotReady {
+    /// It exited.
+    Exited,
+    /// It did not answer within the limit.
+    Late,
+}
+
+/// Polls `ready` every 50 ms until it says yes, process `pid` exits, or `limit` passes.
+pub(crate) async fn wait_ready<F: Future<Output = bool>>(
+    pid: u32,
+    limit: Duration,
+    mut ready: impl FnMut() -> F,
+) -> std::result::Result<(), NotReady> {
+    let start = std::time::Instant::now();
+    loop {
+        if ready().await {
+            return Ok(());
+        }
+        if !alive(pid) {
+            return Err(NotReady::Exited);
+        }
+        if start.elapsed() > limit {
+            return Err(NotReady::Late);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Stops process `pid` (SIGTERM, then SIGKILL after 10 s) and removes its pid file.
 pub(crate) async fn stop(pid: u32, pid_file: PathBuf) {
     signal(pid, "-TERM").await;

@@ -9,7 +9,7 @@ use crate::daemon;
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where `hack/install-deps.sh --node` unpacks Debian's `docker-registry` (unpacked rather than
 /// installed, so no system registry service starts on :5000).
@@ -99,25 +99,18 @@ impl Registry {
     }
 
     async fn wait_ready(&self, limit: Duration) -> Result<()> {
-        let start = Instant::now();
-        loop {
-            if answers(self.addr).await {
-                return Ok(());
-            }
-            if !daemon::alive(self.pid) {
-                return Err(Error::Registry(format!(
-                    "it exited; see {}",
-                    self.dir.join("registry.log").display()
-                )));
-            }
-            if start.elapsed() > limit {
-                return Err(Error::Registry(format!(
-                    "{} not answering after {limit:?}",
-                    self.addr
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        daemon::wait_ready(self.pid, limit, || answers(self.addr))
+            .await
+            .map_err(|why| {
+                Error::Registry(match why {
+                    daemon::NotReady::Exited => {
+                        format!("it exited; see {}", self.dir.join("registry.log").display())
+                    }
+                    daemon::NotReady::Late => {
+                        format!("{} not answering after {limit:?}", self.addr)
+                    }
+                })
+            })
     }
 
     /// Where it listens (`127.0.0.1:PORT`), the runtime's mirror address.

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::pod::{self, Worker};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{DeleteParams, PostParams, Preconditions};
+use kube::api::PostParams;
 use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, HashSet};
@@ -183,15 +183,7 @@ async fn sync_mirror(w: &Worker, pod: &Pod) -> Option<k8s_openapi::api::core::v1
         }
         Ok(Some(old)) => {
             // An older mirror (a changed manifest) or a pod in the way: replace it.
-            let dp = DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(Preconditions {
-                    uid: old.uid(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            if let Err(e) = api.delete(&old.name_any(), &dp).await {
+            if let Err(e) = w.remove(&old).await {
                 tracing::warn!(pod = %old.name_any(), error = %e, "removing an old mirror pod");
             }
             return None;
@@ -228,16 +220,7 @@ async fn remove_stale_mirrors(w: &Worker, api_pods: &Store<Pod>, live: &HashSet<
         if live.contains(hash) || m.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let api: Api<Pod> = Api::namespaced(w.client.clone(), &m.namespace().unwrap_or_default());
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: m.uid(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(&m.name_any(), &dp).await {
+        match w.remove(&m).await {
             Ok(_) => tracing::info!(pod = %m.name_any(), "removed a stale mirror pod"),
             Err(e) => tracing::debug!(pod = %m.name_any(), error = %e, "removing a mirror pod"),
         }

@@ -30,6 +30,42 @@ fn bad_gateway(message: String) -> Response {
     (StatusCode::BAD_GATEWAY, message).into_response()
 }
 
+/// An HTTP/1.1 connection (with upgrades, on `tasks` until `shutdown`) to the runtime's
+/// streaming `url`: its sender, `host:port` and path.
+async fn connect(
+    url: &str,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Result<
+    (
+        hyper::client::conn::http1::SendRequest<Empty<bytes::Bytes>>,
+        String,
+        String,
+    ),
+    String,
+> {
+    let uri = url
+        .parse::<axum::http::Uri>()
+        .map_err(|e| format!("invalid streaming URL {url}: {e}"))?;
+    let host = uri.host().unwrap_or("127.0.0.1").to_owned();
+    let port = uri.port_u16().unwrap_or(80);
+    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
+        .await
+        .map_err(|e| format!("dial {host}:{port}: {e}"))?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .map_err(|e| e.to_string())?;
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            _ = conn.with_upgrades() => {}
+            _ = stop.cancelled() => {}
+        }
+    });
+    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    Ok((sender, format!("{host}:{port}"), path))
+}
+
 /// Relays an upgrade request (its headers in `headers`, its connection in `upgrade`) to the
 /// runtime's streaming `url`, answering the client with the runtime's answer.
 /// The relay's tasks run on `tasks` and end at `shutdown`.
@@ -40,29 +76,11 @@ pub async fn relay(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Response {
-    let Ok(uri) = url.parse::<axum::http::Uri>() else {
-        return bad_gateway(format!("invalid streaming URL {url}"));
+    let (mut sender, host_port, path) = match connect(url, tasks, shutdown).await {
+        Ok(c) => c,
+        Err(e) => return bad_gateway(e),
     };
-    let host = uri.host().unwrap_or("127.0.0.1").to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let tcp = match tokio::net::TcpStream::connect((host.as_str(), port)).await {
-        Ok(t) => t,
-        Err(e) => return bad_gateway(format!("dial {host}:{port}: {e}")),
-    };
-    let (mut sender, conn) =
-        match hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await {
-            Ok(c) => c,
-            Err(e) => return bad_gateway(e.to_string()),
-        };
-    let stop = shutdown.clone();
-    tasks.spawn(async move {
-        tokio::select! {
-            _ = conn.with_upgrades() => {}
-            _ = stop.cancelled() => {}
-        }
-    });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut req = Request::get(path).header(header::HOST, format!("{host}:{port}"));
+    let mut req = Request::get(path).header(header::HOST, host_port);
     for name in PASSED.iter().chain([&header::HeaderName::from_static(
         "x-stream-protocol-version",
     )]) {
@@ -137,28 +155,9 @@ async fn dial_spdy(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<hyper::upgrade::Upgraded, String> {
-    let uri = url
-        .parse::<axum::http::Uri>()
-        .map_err(|e| format!("invalid streaming URL {url}: {e}"))?;
-    let host = uri.host().unwrap_or("127.0.0.1").to_owned();
-    let port = uri.port_u16().unwrap_or(80);
-    let tcp = tokio::net::TcpStream::connect((host.as_str(), port))
-        .await
-        .map_err(|e| format!("dial {host}:{port}: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .map_err(|e| e.to_string())?;
-    let stop = shutdown.clone();
-    tasks.spawn(async move {
-        tokio::select! {
-            _ = conn.with_upgrades() => {}
-            _ = stop.cancelled() => {}
-        }
-    });
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let (mut sender, host_port, path) = connect(url, tasks, shutdown).await?;
     let req = Request::post(path)
-        .header(header::HOST, format!("{host}:{port}"))
+        .header(header::HOST, host_port)
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, "SPDY/3.1")
         .header("X-Stream-Protocol-Version", V4)

@@ -372,7 +372,7 @@ impl Worker {
     }
 
     /// Removes the pod from the API (grace 0, this very pod only) once it has stopped.
-    async fn remove(&self, pod: &Pod) -> Result<()> {
+    pub(crate) async fn remove(&self, pod: &Pod) -> Result<()> {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let dp = DeleteParams {
