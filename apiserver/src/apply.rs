@@ -291,8 +291,9 @@ pub fn set_entries(obj: &mut Value, list: &[Entry]) {
     crate::object::meta_mut(obj).insert("managedFields".into(), Value::Array(v));
 }
 
-/// Field paths whose value differs between two objects (present in `new`), plus those removed.
-fn changed(lists: Lists, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet) {
+/// Field paths whose value differs between two objects (present in `new`), those removed, and
+/// all of `new`'s.
+fn changed(lists: Lists, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet, FieldSet) {
     let new_set = fields_of(lists, new);
     let old_set = old.map(|o| fields_of(lists, o)).unwrap_or_default();
     let changed = new_set
@@ -301,7 +302,7 @@ fn changed(lists: Lists, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSe
         .cloned()
         .collect();
     let removed = old_set.difference(&new_set).cloned().collect();
-    (changed, removed)
+    (changed, removed, new_set)
 }
 
 /// Records an Update by `manager`: it takes the fields it changed from everyone else.
@@ -314,8 +315,7 @@ pub fn record_update(
     subresource: Option<&str>,
 ) {
     let mut list = old.map(entries).unwrap_or_default();
-    let (taken, removed) = changed(lists, old, new);
-    let present = fields_of(lists, new);
+    let (taken, removed, present) = changed(lists, old, new);
     for e in &mut list {
         e.fields
             .retain(|p| !taken.contains(p) && !removed.contains(p) && present.contains(p));
@@ -341,9 +341,6 @@ pub fn record_update(
         list[idx].time = crate::object::now();
     }
     list[idx].fields.extend(taken);
-    if subresource == Some("status") {
-        // Status writes own status fields only; they are not in the spec field sets.
-    }
     set_entries(new, &list);
 }
 
