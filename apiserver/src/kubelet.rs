@@ -164,19 +164,8 @@ pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
             "{sub} needs an upgraded connection (WebSocket or SPDY)"
         )));
     };
-    // Port-forward over WebSocket tunnels SPDY, which the kubelet does not serve: refused, so
-    // kubectl falls back to SPDY, relayed as is. Exec and attach pass either protocol (the
-    // kubelet translates WebSocket v5 to the runtime's SPDY).
-    let websocket = ctx
-        .headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    if websocket && sub == "portforward" {
-        return Err(ApiError::bad_request(
-            "port-forward over WebSocket is not served; use SPDY".to_owned(),
-        ));
-    }
+    // Every protocol passes through to the kubelet: SPDY and WebSocket as they are (it
+    // translates WebSocket v5 exec/attach and unwraps port-forward's WebSocket tunnel).
     let (pod, host, port) = kubelet_of(&ctx).await?;
     let ns = ctx.namespace().unwrap_or_default().to_owned();
     let query: Vec<(String, String)> = ctx

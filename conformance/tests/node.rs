@@ -381,10 +381,16 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "a pod reaches the service's pods: {answers:?}"
     );
 
-    // kubectl port-forward serves a pod's httpd on a local port.
+    // kubectl port-forward serves a pod's httpd on a local port, over kubectl's default
+    // protocol (SPDY tunnelled in WebSocket), with no fall back.
     let target = pods.iter().next().unwrap().clone();
     let mut forward = std::process::Command::new("kubectl")
-        .args(["port-forward", &format!("pod/{target}"), "18080:8080"])
+        .args([
+            "port-forward",
+            "-v=6",
+            &format!("pod/{target}"),
+            "18080:8080",
+        ])
         .env("KUBECONFIG", &c.kubeconfig)
         .env("HOME", c.dir())
         .stdout(std::process::Stdio::piped())
@@ -399,11 +405,16 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
     }
     let _ = forward.kill();
     let forward_out = forward.wait_with_output().unwrap();
+    let forward_log = String::from_utf8_lossy(&forward_out.stderr);
     assert_eq!(
         forwarded.as_deref(),
         Some(target.as_str()),
-        "port-forward: {}",
-        String::from_utf8_lossy(&forward_out.stderr)
+        "port-forward: {forward_log}"
+    );
+    assert!(
+        forward_log.contains("negotiated protocol: portforward.k8s.io")
+            && !forward_log.to_lowercase().contains("fallback"),
+        "{forward_log}"
     );
 
     // kubectl top shows the pods' and the node's CPU and memory (metrics.k8s.io from the

@@ -360,6 +360,15 @@ async fn port_forward(
         Ok(u) => u,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
+    if crate::stream::wants_tunnel(req.headers()) {
+        use axum::extract::FromRequestParts;
+        let (mut parts, _) = req.into_parts();
+        return match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await
+        {
+            Ok(ws) => crate::stream::tunnel(&url, ws, &s.tasks, &s.shutdown).await,
+            Err(e) => e.into_response(),
+        };
+    }
     let upgrade = hyper::upgrade::on(&mut req);
     crate::stream::relay(&url, req.headers(), upgrade, &s.tasks, &s.shutdown).await
 }

@@ -122,6 +122,82 @@ pub async fn relay(
         .unwrap_or_else(|e| bad_gateway(e.to_string()))
 }
 
+/// kubectl's port-forward over WebSocket: SPDY carried in binary messages.
+const TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
+
+/// Whether the request asks for port-forward's SPDY tunnelled over WebSocket.
+pub fn wants_tunnel(headers: &HeaderMap) -> bool {
+    offers(headers, TUNNEL)
+}
+
+/// Whether a WebSocket upgrade request offers subprotocol `protocol`.
+fn offers(headers: &HeaderMap, protocol: &str) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+        && headers
+            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| p.trim() == protocol)
+}
+
+/// Serves port-forward tunnelled over WebSocket: the SPDY bytes in the client's binary
+/// messages go to the runtime's SPDY port-forward session as they are, and its bytes come
+/// back as binary messages.
+pub async fn tunnel(
+    url: &str,
+    ws: axum::extract::ws::WebSocketUpgrade,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Response {
+    use axum::extract::ws::Message;
+    use futures::{SinkExt, StreamExt};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let upgraded = match dial_spdy(url, "portforward.k8s.io", tasks, shutdown).await {
+        Ok(u) => u,
+        Err(e) => return bad_gateway(e),
+    };
+    let shutdown = shutdown.clone();
+    ws.protocols([TUNNEL])
+        .on_upgrade(move |socket| async move {
+            let (mut rd, mut wr) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+            let (mut to_client, mut from_client) = socket.split();
+            let up = async {
+                while let Some(Ok(msg)) = from_client.next().await {
+                    match msg {
+                        Message::Binary(b) if wr.write_all(&b).await.is_err() => break,
+                        Message::Close(_) => break,
+                        _ => {}
+                    }
+                }
+                let _ = wr.shutdown().await;
+            };
+            let down = async {
+                let mut buf = vec![0u8; 32 * 1024];
+                while let Ok(n) = rd.read(&mut buf).await {
+                    if n == 0
+                        || to_client
+                            .send(Message::Binary(buf[..n].to_vec().into()))
+                            .await
+                            .is_err()
+                    {
+                        break;
+                    }
+                }
+                let _ = to_client.send(Message::Close(None)).await;
+            };
+            tokio::select! {
+                _ = async { tokio::join!(up, down) } => {}
+                _ = shutdown.cancelled() => {}
+            }
+        })
+        .into_response()
+}
+
 /// Which streams an exec or attach session has.
 #[derive(Clone, Copy, Debug)]
 pub struct Streams {
@@ -137,21 +213,13 @@ pub struct Streams {
 
 /// Whether the request asks for the v5 channel protocol over WebSocket.
 pub fn wants_v5(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
-        && headers
-            .get_all(header::SEC_WEBSOCKET_PROTOCOL)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|p| p.trim() == V5)
+    offers(headers, V5)
 }
 
 /// Opens an SPDY session to the runtime's streaming `url`.
 async fn dial_spdy(
     url: &str,
+    protocol: &str,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Result<hyper::upgrade::Upgraded, String> {
@@ -160,7 +228,7 @@ async fn dial_spdy(
         .header(header::HOST, host_port)
         .header(header::CONNECTION, "Upgrade")
         .header(header::UPGRADE, "SPDY/3.1")
-        .header("X-Stream-Protocol-Version", V4)
+        .header("X-Stream-Protocol-Version", protocol)
         .body(Empty::<bytes::Bytes>::new())
         .map_err(|e| e.to_string())?;
     let mut resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
@@ -183,7 +251,7 @@ pub async fn translate_v5(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Response {
-    let upgraded = match dial_spdy(url, tasks, shutdown).await {
+    let upgraded = match dial_spdy(url, V4, tasks, shutdown).await {
         Ok(u) => u,
         Err(e) => return bad_gateway(e),
     };
