@@ -251,7 +251,7 @@ async fn container_stream(
     State(s): State<Shared>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<Vec<(String, String)>>,
-    mut req: axum::http::Request<Body>,
+    req: axum::http::Request<Body>,
 ) -> Response {
     let Some(pod) = pod_of(&s, &ns, &name) else {
         return status(
@@ -298,25 +298,13 @@ async fn container_stream(
         Ok(u) => u,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    if crate::stream::wants_v5(req.headers()) {
-        use axum::extract::FromRequestParts;
-        let (mut parts, _) = req.into_parts();
-        return match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await
-        {
-            Ok(ws) => {
-                let streams = crate::stream::Streams {
-                    stdin,
-                    stdout,
-                    stderr,
-                    tty,
-                };
-                crate::stream::translate_v5(&url, ws, streams, &s.tasks, &s.shutdown).await
-            }
-            Err(e) => e.into_response(),
-        };
-    }
-    let upgrade = hyper::upgrade::on(&mut req);
-    crate::stream::relay(&url, req.headers(), upgrade, &s.tasks, &s.shutdown).await
+    let streams = crate::stream::Streams {
+        stdin,
+        stdout,
+        stderr,
+        tty,
+    };
+    crate::stream::serve(&url, req, Some(streams), &s.tasks, &s.shutdown).await
 }
 
 /// `portForward`: streams to ports of the pod's network namespace (SPDY).
@@ -324,7 +312,7 @@ async fn port_forward(
     State(s): State<Shared>,
     Path((ns, name)): Path<(String, String)>,
     Query(q): Query<Vec<(String, String)>>,
-    mut req: axum::http::Request<Body>,
+    req: axum::http::Request<Body>,
 ) -> Response {
     let Some(pod) = pod_of(&s, &ns, &name) else {
         return status(
@@ -360,17 +348,7 @@ async fn port_forward(
         Ok(u) => u,
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    if crate::stream::wants_tunnel(req.headers()) {
-        use axum::extract::FromRequestParts;
-        let (mut parts, _) = req.into_parts();
-        return match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await
-        {
-            Ok(ws) => crate::stream::tunnel(&url, ws, &s.tasks, &s.shutdown).await,
-            Err(e) => e.into_response(),
-        };
-    }
-    let upgrade = hyper::upgrade::on(&mut req);
-    crate::stream::relay(&url, req.headers(), upgrade, &s.tasks, &s.shutdown).await
+    crate::stream::serve(&url, req, None, &s.tasks, &s.shutdown).await
 }
 
 fn status(code: StatusCode, message: String) -> Response {

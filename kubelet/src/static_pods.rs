@@ -9,7 +9,7 @@ use crate::pod::{self, Worker};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::PostParams;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -158,42 +158,40 @@ impl Running {
             .filter_map(|p| p.uid())
             .collect()
     }
-
-    /// The static pod whose mirror is `namespace/name`, if any.
-    pub fn by_name(&self, namespace: &str, name: &str) -> Option<Pod> {
-        self.0
-            .lock()
-            .expect("static pods lock")
-            .values()
-            .find(|p| p.namespace().as_deref() == Some(namespace) && p.name_any() == name)
-            .cloned()
-    }
 }
 
-/// Makes sure the mirror of `pod` is in the API and current; returns its status to start
-/// from (none when there is no mirror yet or the apiserver cannot be reached).
-async fn sync_mirror(w: &Worker, pod: &Pod) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+/// Makes sure the mirror of `pod` is in the API and current (read from the kubelet's pod
+/// store, which holds the node's pods); returns its status to start from (none when there is
+/// no mirror yet or the API cannot be reached).
+async fn sync_mirror(
+    w: &Worker,
+    api_pods: &Store<Pod>,
+    pod: &Pod,
+) -> Option<k8s_openapi::api::core::v1::PodStatus> {
     let ns = pod.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(w.client.clone(), &ns);
     let hash = pod.uid().unwrap_or_default();
-    match api.get_opt(&pod.name_any()).await {
-        Ok(Some(m)) if m.annotations().get(MIRROR) == Some(&hash) => {
+    match api_pods.get(&ObjectRef::new(&pod.name_any()).within(&ns)) {
+        Some(m) if m.annotations().get(MIRROR) == Some(&hash) => {
             // Being deleted: the kubelet's pod loop finishes that; made again next pass.
-            return m.metadata.deletion_timestamp.is_none().then_some(m.status?);
+            return m
+                .metadata
+                .deletion_timestamp
+                .is_none()
+                .then(|| m.status.clone())
+                .flatten();
         }
-        Ok(Some(old)) => {
+        Some(old) => {
             // An older mirror (a changed manifest) or a pod in the way: replace it.
             if let Err(e) = w.remove(&old).await {
                 tracing::warn!(pod = %old.name_any(), error = %e, "removing an old mirror pod");
             }
             return None;
         }
-        Ok(None) => {}
-        Err(e) => {
-            tracing::debug!(error = %e, "reading a mirror pod");
-            return None;
-        }
+        // Not known yet, or not listed yet: the create below tells.
+        None if !ready(api_pods) => return None,
+        None => {}
     }
+    let api: Api<Pod> = Api::namespaced(w.client.clone(), &ns);
     let nodes: Api<Node> = Api::all(w.client.clone());
     let node = nodes.get(&w.layout.node).await.ok()?;
     match api
@@ -204,11 +202,23 @@ async fn sync_mirror(w: &Worker, pod: &Pod) -> Option<k8s_openapi::api::core::v1
             tracing::info!(pod = %pod.name_any(), "created the mirror pod");
             m.status
         }
+        // The store had not seen it yet.
+        Err(kube::Error::Api(e)) if e.code == 409 => None,
         Err(e) => {
             tracing::warn!(pod = %pod.name_any(), error = %e, "creating the mirror pod");
             None
         }
     }
+}
+
+/// Whether the pod store has its first full list (without waiting for it: static pods run
+/// on while the apiserver is away).
+fn ready(api_pods: &Store<Pod>) -> bool {
+    use futures::FutureExt;
+    api_pods
+        .wait_until_ready()
+        .now_or_never()
+        .is_some_and(|r| r.is_ok())
 }
 
 /// Deletes the mirror pods of this node whose static pod is not running here.
@@ -228,9 +238,9 @@ async fn remove_stale_mirrors(w: &Worker, api_pods: &Store<Pod>, live: &HashSet<
 }
 
 /// One pass over a static pod: its mirror, then the usual pod pass with the mirror's status.
-async fn pass(w: Arc<Worker>, pod: Pod) {
+async fn pass(w: Arc<Worker>, api_pods: &Store<Pod>, pod: Pod) {
     let mut pod = pod;
-    pod.status = sync_mirror(&w, &pod).await;
+    pod.status = sync_mirror(&w, api_pods, &pod).await;
     if let Err(e) = pod::reconcile(Arc::new(pod.clone()), w).await {
         tracing::debug!(pod = %pod.name_any(), error = %e, "static pod pass");
     }
@@ -282,9 +292,9 @@ pub async fn run(
             }
         }
         *running.0.lock().expect("static pods lock") = want.clone();
-        futures::future::join_all(want.into_values().map(|p| pass(w.clone(), p))).await;
+        futures::future::join_all(want.into_values().map(|p| pass(w.clone(), &api_pods, p))).await;
         // Mirrors of pods gone from the folder, now and then.
-        if ticks.is_multiple_of(5) && api_pods.wait_until_ready().await.is_ok() {
+        if ticks.is_multiple_of(5) && ready(&api_pods) {
             remove_stale_mirrors(&w, &api_pods, &running.uids()).await;
         }
         ticks += 1;

@@ -69,7 +69,7 @@ async fn connect(
 /// Relays an upgrade request (its headers in `headers`, its connection in `upgrade`) to the
 /// runtime's streaming `url`, answering the client with the runtime's answer.
 /// The relay's tasks run on `tasks` and end at `shutdown`.
-pub async fn relay(
+async fn relay(
     url: &str,
     headers: &HeaderMap,
     upgrade: hyper::upgrade::OnUpgrade,
@@ -125,11 +125,6 @@ pub async fn relay(
 /// kubectl's port-forward over WebSocket: SPDY carried in binary messages.
 const TUNNEL: &str = "SPDY/3.1+portforward.k8s.io";
 
-/// Whether the request asks for port-forward's SPDY tunnelled over WebSocket.
-pub fn wants_tunnel(headers: &HeaderMap) -> bool {
-    offers(headers, TUNNEL)
-}
-
 /// Whether a WebSocket upgrade request offers subprotocol `protocol`.
 fn offers(headers: &HeaderMap, protocol: &str) -> bool {
     headers
@@ -144,10 +139,38 @@ fn offers(headers: &HeaderMap, protocol: &str) -> bool {
             .any(|p| p.trim() == protocol)
 }
 
+/// Serves a streaming request for the runtime's `url`: exec/attach (`streams`) over WebSocket
+/// v5 translated, port-forward (`None`) tunnelled over WebSocket unwrapped, anything else
+/// (SPDY, WebSocket up to v4) relayed as is.
+pub async fn serve(
+    url: &str,
+    mut req: Request<axum::body::Body>,
+    streams: Option<Streams>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Response {
+    use axum::extract::FromRequestParts;
+    use axum::extract::ws::WebSocketUpgrade;
+    let protocol = if streams.is_some() { V5 } else { TUNNEL };
+    if !offers(req.headers(), protocol) {
+        let upgrade = hyper::upgrade::on(&mut req);
+        return relay(url, req.headers(), upgrade, tasks, shutdown).await;
+    }
+    let (mut parts, _) = req.into_parts();
+    let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(ws) => ws,
+        Err(e) => return e.into_response(),
+    };
+    match streams {
+        Some(streams) => translate_v5(url, ws, streams, tasks, shutdown).await,
+        None => tunnel(url, ws, tasks, shutdown).await,
+    }
+}
+
 /// Serves port-forward tunnelled over WebSocket: the SPDY bytes in the client's binary
 /// messages go to the runtime's SPDY port-forward session as they are, and its bytes come
 /// back as binary messages.
-pub async fn tunnel(
+async fn tunnel(
     url: &str,
     ws: axum::extract::ws::WebSocketUpgrade,
     tasks: &TaskTracker,
@@ -211,11 +234,6 @@ pub struct Streams {
     pub tty: bool,
 }
 
-/// Whether the request asks for the v5 channel protocol over WebSocket.
-pub fn wants_v5(headers: &HeaderMap) -> bool {
-    offers(headers, V5)
-}
-
 /// Opens an SPDY session to the runtime's streaming `url`.
 async fn dial_spdy(
     url: &str,
@@ -244,7 +262,7 @@ async fn dial_spdy(
 /// (whose WebSocket side stops at v4, which cannot close stdin alone): channel 0 (stdin) and
 /// 4 (resize) become data on those streams, v5's close of channel 0 closes stdin, and the
 /// runtime's stdout, stderr and error streams come back as channels 1, 2 and 3.
-pub async fn translate_v5(
+async fn translate_v5(
     url: &str,
     ws: axum::extract::ws::WebSocketUpgrade,
     streams: Streams,

@@ -85,18 +85,19 @@ where
     }
 }
 
-/// A review resource: created and answered at once, never stored.
-fn review<K>(namespaced: bool) -> ResourceInfo
-where
-    K: Resource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
-{
+/// A resource that is answered, never stored (reviews, metrics): no status, no generation.
+fn unstored(
+    (group, version, kind, plural): (&str, &str, &str, &str),
+    namespaced: bool,
+    serving: Serving,
+) -> ResourceInfo {
     ResourceInfo {
-        group: K::GROUP.into(),
-        version: K::VERSION.into(),
-        kind: K::KIND.into(),
-        list_kind: format!("{}List", K::KIND),
-        plural: K::URL_PATH_SEGMENT.into(),
-        singular: K::KIND.to_ascii_lowercase(),
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+        list_kind: format!("{kind}List"),
+        plural: plural.into(),
+        singular: kind.to_ascii_lowercase(),
         short_names: vec![],
         categories: vec![],
         namespaced,
@@ -106,14 +107,30 @@ where
         name_rule: NameRule::Subdomain,
         generation: false,
         keep_status_on_create: true,
-        decode: Some(decode_as::<K>),
-        schema: Some(|g| g.subschema_for::<K>()),
+        decode: None,
+        schema: None,
         strategic_merge: false,
         field_selectors: vec![],
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
-        serving: Serving::Review,
+        serving,
+    }
+}
+
+/// A review resource: created and answered at once, never stored.
+fn review<K>(namespaced: bool) -> ResourceInfo
+where
+    K: Resource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
+{
+    ResourceInfo {
+        decode: Some(decode_as::<K>),
+        schema: Some(|g| g.subschema_for::<K>()),
+        ..unstored(
+            (K::GROUP, K::VERSION, K::KIND, K::URL_PATH_SEGMENT),
+            namespaced,
+            Serving::Review,
+        )
     }
 }
 
@@ -329,29 +346,9 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
 /// A `metrics.k8s.io/v1beta1` resource (k8s-openapi has no types for it): read-only, answered
 /// from the kubelets' stats, never stored.
 fn metrics(kind: &str, plural: &str, namespaced: bool) -> ResourceInfo {
-    ResourceInfo {
-        group: "metrics.k8s.io".into(),
-        version: "v1beta1".into(),
-        kind: kind.into(),
-        list_kind: format!("{kind}List"),
-        plural: plural.into(),
-        singular: kind.to_ascii_lowercase(),
-        short_names: vec![],
-        categories: vec![],
+    unstored(
+        ("metrics.k8s.io", "v1beta1", kind, plural),
         namespaced,
-        status: false,
-        scale: None,
-        extra_subresources: vec![],
-        name_rule: NameRule::Subdomain,
-        generation: false,
-        keep_status_on_create: true,
-        decode: None,
-        schema: None,
-        strategic_merge: false,
-        field_selectors: vec![],
-        storage: None,
-        printer_columns: vec![],
-        crd_schema: None,
-        serving: Serving::Metrics,
-    }
+        Serving::Metrics,
+    )
 }
