@@ -6,6 +6,12 @@ use minik8s::UpConfig;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+/// jemalloc instead of glibc's malloc: the apiserver and controllers allocate and free many
+/// small JSON values per request, and glibc's free lists (consolidation, unlinking) cost
+/// about a fifth of the process's CPU under load (README, "Benchmarks → Scale").
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A small, real Kubernetes.
 #[derive(Parser, Debug)]
 #[command(version, about)]

@@ -4,6 +4,11 @@ use clap::Parser;
 use minik8s_controllers::leader;
 use std::time::Duration;
 
+/// jemalloc instead of glibc's malloc, as in `minik8s` (informers decode and drop many small
+/// objects; glibc's free lists cost a large share of the CPU under load).
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Runs the scheduler and the workload controllers.
 #[derive(Parser)]
 struct Args {
