@@ -27,6 +27,29 @@ pub fn meta(obj: &Value) -> &Value {
     obj.get("metadata").unwrap_or(&Value::Null)
 }
 
+/// `obj` as a `meta.k8s.io/v1` PartialObjectMetadata: what metadata-only clients (the
+/// garbage collector's informers, Tables' `includeObject=Metadata`) are sent.
+pub fn partial_metadata(obj: &Value) -> Value {
+    serde_json::json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(obj)})
+}
+
+/// [`partial_metadata`] of an object's JSON, copying its `metadata` bytes without decoding
+/// them; `None` if the JSON is not an object with metadata.
+pub fn partial_metadata_raw(json: &[u8]) -> Option<Vec<u8>> {
+    #[derive(serde::Deserialize)]
+    struct Metadata<'a> {
+        #[serde(borrow)]
+        metadata: &'a serde_json::value::RawValue,
+    }
+    let m: Metadata = serde_json::from_slice(json).ok()?;
+    let head = br#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":"#;
+    let mut out = Vec::with_capacity(head.len() + m.metadata.get().len() + 1);
+    out.extend_from_slice(head);
+    out.extend_from_slice(m.metadata.get().as_bytes());
+    out.push(b'}');
+    Some(out)
+}
+
 /// A string field of `metadata`.
 pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     meta(obj).get(field).and_then(Value::as_str)
@@ -320,6 +343,12 @@ mod raw_tests {
             "7"
         );
         assert!(raw_with_rv(b"[1]", 1).is_none());
+        let partial = partial_metadata_raw(&out).unwrap();
+        let v2: Value = serde_json::from_slice(&partial).unwrap();
+        assert_eq!(v2, partial_metadata(&v));
+        assert_eq!(v2["kind"], "PartialObjectMetadata");
+        assert_eq!(v2["metadata"]["resourceVersion"], "42");
+        assert!(partial_metadata_raw(b"[1]").is_none());
         assert!(raw_with_rv(br#"{"kind":"X"}"#, 1).is_none());
     }
 }

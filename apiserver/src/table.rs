@@ -1075,9 +1075,7 @@ fn partial_object(o: &Value, include_object: Option<&str>) -> Option<Value> {
     match include_object.unwrap_or("Metadata") {
         "None" => None,
         "Object" => Some(o.clone()),
-        _ => Some(
-            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta(o)}),
-        ),
+        _ => Some(crate::object::partial_metadata(o)),
     }
 }
 

@@ -23,6 +23,7 @@ pub struct Decoded {
     shown_at: i64,
     value: OnceLock<Result<Value, String>>,
     json: OnceLock<Bytes>,
+    metadata: OnceLock<Bytes>,
 }
 
 impl Decoded {
@@ -58,6 +59,19 @@ impl Decoded {
         };
         Ok(self.json.get_or_init(|| json).clone())
     }
+
+    /// The object as a PartialObjectMetadata's JSON, made once from [`Decoded::json`].
+    pub fn metadata_json(&self, res: &ResourceInfo) -> ApiResult<Bytes> {
+        if let Some(json) = self.metadata.get() {
+            return Ok(json.clone());
+        }
+        let partial = match crate::object::partial_metadata_raw(&self.json(res)?) {
+            Some(raw) => raw,
+            None => serde_json::to_vec(&crate::object::partial_metadata(self.value(res)?))
+                .expect("json"),
+        };
+        Ok(self.metadata.get_or_init(|| Bytes::from(partial)).clone())
+    }
 }
 
 /// (served apiVersion, key, revision of the object, revision it is shown at).
@@ -87,6 +101,7 @@ impl WatchCache {
             shown_at,
             value: OnceLock::new(),
             json: OnceLock::new(),
+            metadata: OnceLock::new(),
         });
         map.insert(key.clone(), decoded.clone());
         order.push_back(key);

@@ -6,8 +6,8 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
-    WatchParams,
+    Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams,
+    PostParams, WatchEvent, WatchParams,
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
@@ -28,6 +28,7 @@ both_backends!(
     a_reflector_stays_consistent_through_a_thousand_writes,
     a_watch_resumed_after_an_apiserver_restart_sees_each_event_once,
     watches_and_continue_tokens_older_than_compaction_get_410,
+    metadata_only_clients_get_partial_object_metadata,
 );
 
 fn cm(name: &str, value: &str) -> ConfigMap {
@@ -138,6 +139,98 @@ fn watcher_sees_changes_with_list_watch_and_streaming_lists(c: Cluster) {
                         .is_some_and(|n| n.starts_with("after-") || n == "before"),
                     "{o:?}"
                 );
+            }
+        }
+    });
+}
+
+/// GET, LIST and WATCH with `as=PartialObjectMetadata` (kube-rs's `PartialObjectMeta`, as
+/// client-go's metadata informers and the garbage collector use) answer metadata only.
+fn metadata_only_clients_get_partial_object_metadata(c: Cluster) {
+    let client = c.client();
+    c.block_on(async {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        api.create(&PostParams::default(), &cm("meta-a", "1"))
+            .await
+            .unwrap();
+        let meta: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(client.clone(), "default");
+        let got = meta.get("meta-a").await.unwrap();
+        assert_eq!(got.metadata.name.as_deref(), Some("meta-a"));
+        assert!(got.metadata.resource_version.is_some());
+        let types = got.types.clone().unwrap();
+        assert_eq!(
+            (types.kind.as_str(), types.api_version.as_str()),
+            ("PartialObjectMetadata", "meta.k8s.io/v1")
+        );
+        let list = meta
+            .list(&ListParams::default().labels("suite=kube-rs"))
+            .await
+            .unwrap();
+        assert!(
+            list.items
+                .iter()
+                .any(|m| m.metadata.name.as_deref() == Some("meta-a"))
+        );
+        // The raw answers carry no data, only metadata.
+        let req = http::Request::get("/api/v1/namespaces/default/configmaps/meta-a")
+            .header(
+                "Accept",
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
+            )
+            .body(Vec::new())
+            .unwrap();
+        let raw: serde_json::Value = client.request(req).await.unwrap();
+        assert!(raw.get("data").is_none(), "{raw}");
+        assert_eq!(raw["metadata"]["labels"]["suite"], "kube-rs");
+        let req = http::Request::get(
+            "/api/v1/namespaces/default/configmaps?labelSelector=suite%3Dkube-rs",
+        )
+        .header(
+            "Accept",
+            "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap();
+        let raw: serde_json::Value = client.request(req).await.unwrap();
+        assert_eq!(raw["kind"], "PartialObjectMetadataList");
+        assert!(
+            raw["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|i| i.get("data").is_none() && i["kind"] == "PartialObjectMetadata"),
+            "{raw}"
+        );
+
+        for config in [
+            watcher::Config::default(),
+            watcher::Config::default().streaming_lists(),
+        ] {
+            let mut stream = watcher(meta.clone(), config.labels("suite=kube-rs"))
+                .applied_objects()
+                .boxed();
+            let name = format!("meta-{}", rand_suffix());
+            let mut created = false;
+            loop {
+                let o = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    o.types.as_ref().map(|t| t.kind.as_str()),
+                    Some("PartialObjectMetadata")
+                );
+                if o.metadata.name.as_deref() == Some(name.as_str()) {
+                    assert!(o.metadata.resource_version.is_some());
+                    break;
+                }
+                if !created && o.metadata.name.as_deref() == Some("meta-a") {
+                    created = true;
+                    api.create(&PostParams::default(), &cm(&name, "1"))
+                        .await
+                        .unwrap();
+                }
             }
         }
     });

@@ -8,7 +8,10 @@
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams,
+    PropagationPolicy,
+};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -250,9 +253,11 @@ impl Gc {
         let ar = self.graph.lock().expect("gc graph").resources[index]
             .ar
             .clone();
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), &ar);
         let mut seen: HashSet<String> = HashSet::new();
         let mut relisting: HashSet<String> = HashSet::new();
+        // Metadata only, as upstream's garbage collector: owners, finalizers and deletion
+        // are all it reads, and whole objects cost the apiserver and this process far more.
         let mut events = watcher(api, watcher::Config::default()).boxed();
         loop {
             let ev = tokio::select! {

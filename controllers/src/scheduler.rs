@@ -80,12 +80,23 @@ pub struct NodeInfo {
     pub ports: HashSet<(String, i32)>,
     /// (namespace, labels) of the pods on it.
     pub pod_labels: Vec<(String, BTreeMap<String, String>)>,
+    /// The node's allocatable resources (else its capacity), parsed once: every decision
+    /// reads them for every node.
+    allocatable: BTreeMap<String, Quantity>,
 }
 
 impl NodeInfo {
     fn new(node: Arc<Node>) -> Self {
+        let status = node.status.as_ref();
+        let allocatable = status
+            .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, q)| Quantity::parse(&q.0).ok().map(|q| (k.clone(), q)))
+            .collect();
         NodeInfo {
             node,
+            allocatable,
             requested: BTreeMap::new(),
             pods: 0,
             ports: HashSet::new(),
@@ -109,12 +120,7 @@ impl NodeInfo {
     }
 
     fn allocatable(&self, res: &str) -> Quantity {
-        let status = self.node.status.as_ref();
-        status
-            .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
-            .and_then(|a| a.get(res))
-            .and_then(|q| Quantity::parse(&q.0).ok())
-            .unwrap_or_default()
+        self.allocatable.get(res).copied().unwrap_or_default()
     }
 
     fn free(&self, res: &str) -> Quantity {
@@ -351,7 +357,7 @@ pub fn pick(
                 requests.get("memory").copied().unwrap_or_default(),
             );
         // Ties go to the node with fewer pods, then by name.
-        (score, -n.pods, std::cmp::Reverse(n.name().to_owned()))
+        (score, -n.pods, std::cmp::Reverse(n.name()))
     };
     let chosen = match policy {
         Policy::LeastAllocated => feasible.iter().copied().max_by_key(least_allocated),
@@ -363,11 +369,7 @@ pub fn pick(
         }
         Policy::ResourceBased => feasible.iter().copied().max_by_key(|i| {
             let n = &nodes[*i];
-            (
-                n.free("cpu"),
-                n.free("memory"),
-                std::cmp::Reverse(n.name().to_owned()),
-            )
+            (n.free("cpu"), n.free("memory"), std::cmp::Reverse(n.name()))
         }),
         Policy::Affinity => match pod.labels().get(NODE_LABEL) {
             Some(want) => match feasible.iter().copied().find(|i| nodes[*i].name() == want) {

@@ -87,13 +87,27 @@ impl Ctx {
 
     /// Whether the client asked for Table output.
     pub fn wants_table(&self) -> bool {
+        self.accepts_as("Table")
+    }
+
+    /// Whether the client asked for metadata only (`as=PartialObjectMetadata` or
+    /// `as=PartialObjectMetadataList`, as client-go's and kube-rs's metadata clients do).
+    pub fn wants_metadata(&self) -> bool {
+        self.accepts_as("PartialObjectMetadata")
+    }
+
+    /// Whether the first media type the client accepts has an `as=<kind>` parameter whose
+    /// value starts with `kind`.
+    fn accepts_as(&self, kind: &str) -> bool {
         self.headers
             .get(header::ACCEPT)
             .and_then(|a| a.to_str().ok())
-            .is_some_and(|a| {
-                a.split(',')
-                    .next()
-                    .is_some_and(|first| first.contains("as=Table"))
+            .and_then(|a| a.split(',').next())
+            .is_some_and(|first| {
+                first
+                    .split(';')
+                    .filter_map(|p| p.trim().strip_prefix("as="))
+                    .any(|v| v.starts_with(kind))
             })
     }
 }

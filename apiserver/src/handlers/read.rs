@@ -26,6 +26,13 @@ pub async fn get(ctx: Ctx) -> ApiResult<Response> {
         .await?
         .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
     let obj = ctx.res.read(&kv)?;
+    if ctx.wants_metadata() {
+        return Ok(json_response(
+            StatusCode::OK,
+            &object::partial_metadata(&obj),
+            &[],
+        ));
+    }
     if ctx.wants_table() {
         let table = crate::table::table(
             &ctx.res,
@@ -228,11 +235,19 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
         return Ok(json_response(StatusCode::OK, &table, &[]));
     }
     // Write the list around the items without building one big value.
+    let metadata_only = ctx.wants_metadata();
+    let (list_kind, api_version) = match metadata_only {
+        true => (
+            "PartialObjectMetadataList".to_owned(),
+            "meta.k8s.io/v1".into(),
+        ),
+        false => (ctx.res.list_kind.clone(), ctx.res.api_version()),
+    };
     let mut out = Vec::with_capacity(256 + page.items.len() * 512);
     out.extend_from_slice(b"{\"kind\":");
-    serde_json::to_writer(&mut out, &ctx.res.list_kind).expect("string");
+    serde_json::to_writer(&mut out, &list_kind).expect("string");
     out.extend_from_slice(b",\"apiVersion\":");
-    serde_json::to_writer(&mut out, &ctx.res.api_version()).expect("string");
+    serde_json::to_writer(&mut out, &api_version).expect("string");
     out.extend_from_slice(b",\"metadata\":");
     serde_json::to_writer(&mut out, &meta).expect("json");
     out.extend_from_slice(b",\"items\":[");
@@ -241,13 +256,23 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
         if !std::mem::take(&mut first) {
             out.push(b',');
         }
-        out.extend_from_slice(item);
+        match metadata_only
+            .then(|| object::partial_metadata_raw(item))
+            .flatten()
+        {
+            Some(partial) => out.extend_from_slice(&partial),
+            None => out.extend_from_slice(item),
+        }
     }
     for item in &page.items {
         if !std::mem::take(&mut first) {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, item).expect("json");
+        match metadata_only {
+            true => serde_json::to_writer(&mut out, &object::partial_metadata(item)),
+            false => serde_json::to_writer(&mut out, item),
+        }
+        .expect("json");
     }
     out.extend_from_slice(b"]}");
     Ok(raw_json(StatusCode::OK, out, &[]))
@@ -295,6 +320,8 @@ fn transform(
 struct Encoder {
     res: std::sync::Arc<ResourceInfo>,
     table: bool,
+    /// Objects as PartialObjectMetadata (metadata-only clients).
+    metadata: bool,
     include_object: Option<String>,
     sent_columns: bool,
 }
@@ -306,7 +333,10 @@ impl Encoder {
             let value = obj.value(&self.res)?.clone();
             return Ok(self.event(kind, value));
         }
-        let json = obj.json(&self.res)?;
+        let json = match self.metadata {
+            true => obj.metadata_json(&self.res)?,
+            false => obj.json(&self.res)?,
+        };
         let mut line = Vec::with_capacity(json.len() + 32);
         line.extend_from_slice(b"{\"type\":\"");
         line.extend_from_slice(kind.as_bytes());
@@ -327,6 +357,8 @@ impl Encoder {
             );
             self.sent_columns = true;
             t
+        } else if self.metadata && kind != "BOOKMARK" && kind != "ERROR" {
+            object::partial_metadata(&obj)
         } else {
             obj
         };
@@ -360,6 +392,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
     let mut encoder = Encoder {
         res: ctx.res.clone(),
         table: ctx.wants_table(),
+        metadata: ctx.wants_metadata(),
         include_object: ctx.params.include_object.clone(),
         sent_columns: false,
     };
