@@ -24,6 +24,7 @@ pub struct Decoded {
     value: OnceLock<Result<Value, String>>,
     json: OnceLock<Bytes>,
     metadata: OnceLock<Bytes>,
+    selectable: OnceLock<Option<Value>>,
 }
 
 impl Decoded {
@@ -58,6 +59,27 @@ impl Decoded {
             None => Bytes::from(serde_json::to_vec(self.value(res)?).expect("json")),
         };
         Ok(self.json.get_or_init(|| json).clone())
+    }
+
+    /// What label and field selectors read of the object: its name, namespace, labels and
+    /// the kind's selectable fields, decoded once without the rest where the stored version
+    /// is the served one (else the whole object).
+    pub fn selectable(&self, res: &ResourceInfo) -> ApiResult<&Value> {
+        if let Some(Ok(value)) = self.value.get() {
+            return Ok(value);
+        }
+        let partial = self.selectable.get_or_init(|| {
+            if !res.stored_as_served() {
+                return None;
+            }
+            let mut paths = vec!["metadata.name", "metadata.namespace", "metadata.labels"];
+            paths.extend(res.field_selectors.iter().map(String::as_str));
+            crate::object::decode_paths(&self.kv.value, &paths)
+        });
+        match partial {
+            Some(value) => Ok(value),
+            None => self.value(res),
+        }
     }
 
     /// The object as a PartialObjectMetadata's JSON, made once from [`Decoded::json`].
@@ -102,6 +124,7 @@ impl WatchCache {
             value: OnceLock::new(),
             json: OnceLock::new(),
             metadata: OnceLock::new(),
+            selectable: OnceLock::new(),
         });
         map.insert(key.clone(), decoded.clone());
         order.push_back(key);

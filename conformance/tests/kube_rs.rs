@@ -29,6 +29,7 @@ both_backends!(
     a_watch_resumed_after_an_apiserver_restart_sees_each_event_once,
     watches_and_continue_tokens_older_than_compaction_get_410,
     metadata_only_clients_get_partial_object_metadata,
+    selector_watches_see_objects_enter_and_leave,
 );
 
 fn cm(name: &str, value: &str) -> ConfigMap {
@@ -233,6 +234,68 @@ fn metadata_only_clients_get_partial_object_metadata(c: Cluster) {
                 }
             }
         }
+    });
+}
+
+/// A watch with field and label selectors: an object that comes to match is ADDED, one that
+/// stops matching is DELETED, and changes outside the selection are not sent.
+fn selector_watches_see_objects_enter_and_leave(c: Cluster) {
+    use k8s_openapi::api::core::v1::Pod;
+    let client = c.client();
+    c.block_on(async {
+        let api: Api<Pod> = Api::namespaced(client, "default");
+        let params = WatchParams::default()
+            .fields("status.phase=Pending,metadata.name!=other")
+            .labels("sel=yes");
+        let mut stream = api.watch(&params, "0").await.unwrap().boxed();
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"sel": "yes"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+            }))
+            .unwrap()
+        };
+        api.create(&PostParams::default(), &pod("other"))
+            .await
+            .unwrap();
+        api.create(&PostParams::default(), &pod("sel"))
+            .await
+            .unwrap();
+        let phase = |p: &str| Patch::Merge(serde_json::json!({"status": {"phase": p}}));
+        let pp = PatchParams::default();
+        api.patch_status("sel", &pp, &phase("Running"))
+            .await
+            .unwrap();
+        api.patch_status("sel", &pp, &phase("Pending"))
+            .await
+            .unwrap();
+        let label = |v: &str| Patch::Merge(serde_json::json!({"metadata": {"labels": {"sel": v}}}));
+        api.patch("sel", &pp, &label("no")).await.unwrap();
+        api.patch("sel", &pp, &label("yes")).await.unwrap();
+        api.delete("sel", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 6 {
+            let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let (kind, o) = match ev {
+                WatchEvent::Added(o) => ("ADDED", o),
+                WatchEvent::Modified(o) => ("MODIFIED", o),
+                WatchEvent::Deleted(o) => ("DELETED", o),
+                WatchEvent::Bookmark(_) => continue,
+                WatchEvent::Error(e) => panic!("{e:?}"),
+            };
+            assert_eq!(o.metadata.name.as_deref(), Some("sel"), "{kind} {o:?}");
+            seen.push(kind);
+        }
+        assert_eq!(
+            seen,
+            ["ADDED", "DELETED", "ADDED", "DELETED", "ADDED", "DELETED"]
+        );
     });
 }
 

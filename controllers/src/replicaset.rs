@@ -149,6 +149,11 @@ struct Ctx {
     expectations: Expectations,
 }
 
+/// A pod's name, borrowed.
+fn pod_name(p: &Pod) -> &str {
+    p.metadata.name.as_deref().unwrap_or_default()
+}
+
 async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
     if rs.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
@@ -164,13 +169,19 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
         .pods
         .state()
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
         .collect();
     // Adopt orphans that match; release owned pods that no longer do.
+    let selector = util::Selector::new(&spec.selector);
     let mut owned: Vec<Arc<Pod>> = Vec::new();
     for p in pods {
-        let matches = util::selector_matches(&spec.selector, p.metadata.labels.as_ref());
-        match controller_of(&p.metadata) {
+        let controller = controller_of(&p.metadata);
+        // Pods of another controller are neither adopted nor released: no need to match.
+        if controller.is_some_and(|o| o.uid != uid) {
+            continue;
+        }
+        let matches = selector.matches(p.metadata.labels.as_ref());
+        match controller {
             Some(o) if o.uid == uid => {
                 if matches {
                     owned.push(p);
@@ -203,11 +214,11 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
         .map(AsRef::as_ref)
         .filter(|p| util::is_active(p))
         .collect();
-    let known: HashSet<String> = owned.iter().map(|p| p.name_any()).collect();
-    let deleting: HashSet<String> = owned
+    let known: HashSet<&str> = owned.iter().map(|p| pod_name(p)).collect();
+    let deleting: HashSet<&str> = owned
         .iter()
         .filter(|p| !util::is_active(p))
-        .map(|p| p.name_any())
+        .map(|p| pod_name(p))
         .collect();
     // A creation (by name) is observed when the pod shows up; a deletion ("-name") when
     // it is gone or going (pod names never start with '-').

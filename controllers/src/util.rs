@@ -33,14 +33,29 @@ pub fn selector_matches(
     selector: &LabelSelector,
     labels: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    let Ok(json) = serde_json::to_value(selector) else {
-        return false;
-    };
-    let Ok(sel) = minik8s_types::LabelSelector::from_json(&json) else {
-        return false;
-    };
-    let empty = BTreeMap::new();
-    sel.matches(labels.unwrap_or(&empty))
+    Selector::new(selector).matches(labels)
+}
+
+/// A Kubernetes label selector parsed once, for matching many objects (an invalid selector
+/// matches nothing).
+pub struct Selector(Option<minik8s_types::LabelSelector>);
+
+impl Selector {
+    /// Parses `selector`.
+    pub fn new(selector: &LabelSelector) -> Self {
+        let parsed = serde_json::to_value(selector)
+            .ok()
+            .and_then(|json| minik8s_types::LabelSelector::from_json(&json).ok());
+        Selector(parsed)
+    }
+
+    /// Whether `labels` (none: empty) match.
+    pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let empty = BTreeMap::new();
+        self.0
+            .as_ref()
+            .is_some_and(|s| s.matches(labels.unwrap_or(&empty)))
+    }
 }
 
 /// A pod's phase.

@@ -289,7 +289,7 @@ fn transform(
     match event.kind {
         EventKind::Put => {
             let new = cache.object(res, &event.kv, event.kv.mod_revision);
-            let new_ok = selectors.is_empty() || selectors.matches(new.value(res)?);
+            let new_ok = selectors.is_empty() || selectors.matches(new.selectable(res)?);
             let Some(prev) = &event.prev else {
                 return Ok(new_ok.then_some(("ADDED", new)));
             };
@@ -297,7 +297,7 @@ fn transform(
                 return Ok(Some(("MODIFIED", new)));
             }
             let old = cache.object(res, prev, prev.mod_revision);
-            let old_ok = selectors.matches(old.value(res)?);
+            let old_ok = selectors.matches(old.selectable(res)?);
             Ok(match (old_ok, new_ok) {
                 (true, true) => Some(("MODIFIED", new)),
                 (false, true) => Some(("ADDED", new)),
@@ -310,7 +310,7 @@ fn transform(
                 return Ok(None);
             };
             let old = cache.object(res, prev, event.kv.mod_revision);
-            let ok = selectors.is_empty() || selectors.matches(old.value(res)?);
+            let ok = selectors.is_empty() || selectors.matches(old.selectable(res)?);
             Ok(ok.then_some(("DELETED", old)))
         }
     }
