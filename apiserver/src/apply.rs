@@ -16,31 +16,35 @@ pub type FieldSet = BTreeSet<Path>;
 /// The leaf fields an object sets.
 pub fn fields_of(lists: Lists, obj: &Value) -> FieldSet {
     let mut out = FieldSet::new();
-    if let Some(m) = obj.as_object() {
-        for (k, v) in m {
-            match k.as_str() {
-                "apiVersion" | "kind" => {}
-                "metadata" => {
-                    for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
-                        if let Some(x) = v.get(key) {
-                            walk(
-                                lists,
-                                x,
-                                &mut vec!["f:metadata".into(), format!("f:{key}")],
-                                &mut vec!["metadata".into(), key.into()],
-                                &mut out,
-                            );
-                        }
+    for (mut path, mut names, v) in sections(obj) {
+        walk(lists, v, &mut path, &mut names, &mut out);
+    }
+    out
+}
+
+/// The parts of an object whose fields are owned, each with its field path and names: every
+/// top-level field but `apiVersion` and `kind`, and of `metadata` only labels, annotations,
+/// finalizers and ownerReferences.
+fn sections(obj: &Value) -> Vec<(Path, Vec<String>, &Value)> {
+    let mut out = Vec::new();
+    let Some(m) = obj.as_object() else {
+        return out;
+    };
+    for (k, v) in m {
+        match k.as_str() {
+            "apiVersion" | "kind" => {}
+            "metadata" => {
+                for key in ["labels", "annotations", "finalizers", "ownerReferences"] {
+                    if let Some(x) = v.get(key) {
+                        out.push((
+                            vec!["f:metadata".into(), format!("f:{key}")],
+                            vec!["metadata".into(), key.into()],
+                            x,
+                        ));
                     }
                 }
-                _ => walk(
-                    lists,
-                    v,
-                    &mut vec![format!("f:{k}")],
-                    &mut vec![k.clone()],
-                    &mut out,
-                ),
             }
+            _ => out.push((vec![format!("f:{k}")], vec![k.clone()], v)),
         }
     }
     out
@@ -295,12 +299,30 @@ pub fn set_entries(obj: &mut Value, list: &[Entry]) {
 /// all of `new`'s.
 fn changed(lists: Lists, old: Option<&Value>, new: &Value) -> (FieldSet, FieldSet, FieldSet) {
     let new_set = fields_of(lists, new);
-    let old_set = old.map(|o| fields_of(lists, o)).unwrap_or_default();
+    let Some(old) = old else {
+        return (new_set.clone(), FieldSet::new(), new_set);
+    };
+    // A section equal in both objects has no changed and no removed fields: only the others
+    // are compared field by field (a status write leaves the spec alone, and so on).
+    let new_sections = sections(new);
+    let old_sections = sections(old);
+    let same: Vec<&Path> = new_sections
+        .iter()
+        .filter(|(p, _, v)| old_sections.iter().any(|(op, _, ov)| op == p && ov == v))
+        .map(|(p, _, _)| p)
+        .collect();
+    let in_same = |f: &Path| same.iter().any(|p| f.starts_with(p));
     let changed = new_set
         .iter()
-        .filter(|p| old.is_none_or(|o| value_at(o, p) != value_at(new, p)))
+        .filter(|p| !in_same(p) && value_at(old, p) != value_at(new, p))
         .cloned()
         .collect();
+    let mut old_set = FieldSet::new();
+    for (mut path, mut names, v) in old_sections {
+        if !same.contains(&&path) {
+            walk(lists, v, &mut path, &mut names, &mut old_set);
+        }
+    }
     let removed = old_set.difference(&new_set).cloned().collect();
     (changed, removed, new_set)
 }
@@ -444,6 +466,68 @@ mod tests {
         assert!(shown.contains(&".spec.replicas".to_owned()));
         assert!(shown.contains(&".spec.template.spec.containers[name=\"c\"].image".to_owned()));
         assert_eq!(from_fields_v1(&to_fields_v1(&f)), f);
+    }
+
+    #[test]
+    fn an_update_takes_what_it_changes_and_drops_what_it_removes() {
+        let fields = |d: &Value, m: &str, sub: Option<&str>| -> Vec<String> {
+            let e = entries(d);
+            let e = e
+                .iter()
+                .find(|e| e.manager == m && e.subresource.as_deref() == sub)
+                .expect("manager");
+            e.fields.iter().map(|p| display(p)).collect()
+        };
+        let mut d1 = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "labels": {"a": "1"}},
+            "spec": {"replicas": 1, "paused": true}, "status": {"replicas": 0}});
+        record_update(DEPLOYMENT, None, &mut d1, "one", "apps/v1", None);
+        assert_eq!(
+            fields(&d1, "one", None),
+            [
+                ".metadata.labels.a",
+                ".spec.paused",
+                ".spec.replicas",
+                ".status.replicas"
+            ]
+        );
+        // "two" changes status only: the rest stays with "one".
+        let mut d2 = d1.clone();
+        d2["status"] = json!({"replicas": 1, "readyReplicas": 1});
+        record_update(
+            DEPLOYMENT,
+            Some(&d1),
+            &mut d2,
+            "two",
+            "apps/v1",
+            Some("status"),
+        );
+        assert_eq!(
+            fields(&d2, "one", None),
+            [".metadata.labels.a", ".spec.paused", ".spec.replicas"]
+        );
+        assert_eq!(
+            fields(&d2, "two", Some("status")),
+            [".status.readyReplicas", ".status.replicas"]
+        );
+        // "two" removes a label and paused, and changes replicas: "one" keeps nothing of those.
+        let mut d3 = d2.clone();
+        d3["metadata"]["labels"] = json!({"b": "2"});
+        d3["spec"] = json!({"replicas": 3});
+        record_update(DEPLOYMENT, Some(&d2), &mut d3, "two", "apps/v1", None);
+        assert!(
+            entries(&d3).iter().all(|e| e.manager != "one"),
+            "{:?}",
+            entries(&d3)
+        );
+        assert_eq!(
+            fields(&d3, "two", None),
+            [".metadata.labels.b", ".spec.replicas"]
+        );
+        assert_eq!(
+            fields(&d3, "two", Some("status")),
+            [".status.readyReplicas", ".status.replicas"]
+        );
     }
 
     #[test]

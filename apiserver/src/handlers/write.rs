@@ -162,15 +162,18 @@ pub(crate) fn record_manager(
 
 /// Whether anything but metadata and status differs (a spec change bumps `generation`).
 fn spec_changed(a: &Value, b: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("metadata");
-            m.remove("status");
-        }
-        v
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a != b;
     };
-    strip(a) != strip(b)
+    let rest = |m: &'_ serde_json::Map<String, Value>| {
+        m.iter()
+            .filter(|(k, _)| *k != "metadata" && *k != "status")
+            .count()
+    };
+    rest(a) != rest(b)
+        || a.iter()
+            .filter(|(k, _)| *k != "metadata" && *k != "status")
+            .any(|(k, v)| b.get(k) != Some(v))
 }
 
 /// Fills in server-owned metadata and defaults of a new object.
@@ -506,16 +509,20 @@ pub fn prepare_update(
     }
     if subresource == Some("status") {
         // A status update changes only status.
-        let status = new.get("status").cloned();
+        let status = new.as_object_mut().and_then(|m| m.remove("status"));
         let rv = meta(new).get("resourceVersion").cloned();
-        let mut merged = old.clone();
-        match status {
-            Some(s) => merged["status"] = s,
-            None => {
-                if let Some(m) = merged.as_object_mut() {
-                    m.remove("status");
-                }
-            }
+        // The stored object without its old status (not cloned only to be replaced).
+        let mut merged = match old.as_object() {
+            Some(m) => Value::Object(
+                m.iter()
+                    .filter(|(k, _)| *k != "status")
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            ),
+            None => old.clone(),
+        };
+        if let Some(s) = status {
+            merged["status"] = s;
         }
         match rv {
             Some(rv) => {

@@ -4,6 +4,11 @@
 use clap::Parser;
 use std::time::Duration;
 
+/// jemalloc, as in `minik8s`: the 100 simulated nodes share the server's two cores, and with
+/// glibc's malloc they used about a fifth of them.
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Scale benchmark: how fast a large Deployment is scheduled and Running, and at what memory.
 #[derive(Parser, Debug)]
 struct Args {
