@@ -111,11 +111,7 @@ fn watcher_sees_changes_with_list_watch_and_streaming_lists(c: Cluster) {
                 .boxed();
             // The initial state includes the object made before the watch started.
             loop {
-                let o = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .unwrap();
+                let o = next_within(&mut stream).await;
                 if o.metadata.name.as_deref() == Some("before") {
                     break;
                 }
@@ -125,11 +121,7 @@ fn watcher_sees_changes_with_list_watch_and_streaming_lists(c: Cluster) {
                 .await
                 .unwrap();
             loop {
-                let o = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .unwrap();
+                let o = next_within(&mut stream).await;
                 if o.metadata.name.as_deref() == Some(name.as_str()) {
                     break;
                 }
@@ -213,11 +205,7 @@ fn metadata_only_clients_get_partial_object_metadata(c: Cluster) {
             let name = format!("meta-{}", rand_suffix());
             let mut created = false;
             loop {
-                let o = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .unwrap();
+                let o = next_within(&mut stream).await;
                 assert_eq!(
                     o.types.as_ref().map(|t| t.kind.as_str()),
                     Some("PartialObjectMetadata")
@@ -277,11 +265,7 @@ fn selector_watches_see_objects_enter_and_leave(c: Cluster) {
             .unwrap();
         let mut seen = Vec::new();
         while seen.len() < 6 {
-            let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
+            let ev = next_within(&mut stream).await;
             let (kind, o) = match ev {
                 WatchEvent::Added(o) => ("ADDED", o),
                 WatchEvent::Modified(o) => ("MODIFIED", o),
@@ -297,6 +281,17 @@ fn selector_watches_see_objects_enter_and_leave(c: Cluster) {
             ["ADDED", "DELETED", "ADDED", "DELETED", "ADDED", "DELETED"]
         );
     });
+}
+
+/// The next item of a stream, failing the test after 10 s, on an error or at its end.
+async fn next_within<T, E: std::fmt::Debug>(
+    stream: &mut (impl futures::Stream<Item = Result<T, E>> + Unpin),
+) -> T {
+    tokio::time::timeout(Duration::from_secs(10), stream.try_next())
+        .await
+        .expect("an item within 10 s")
+        .unwrap()
+        .expect("the stream goes on")
 }
 
 fn rand_suffix() -> String {
@@ -424,11 +419,7 @@ fn a_watch_resumed_after_an_apiserver_restart_sees_each_event_once(mut c: Cluste
             .boxed();
         let mut names = Vec::new();
         while names.len() < 5 {
-            let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
+            let ev = next_within(&mut stream).await;
             match ev {
                 WatchEvent::Added(o) => names.push(o.metadata.name.unwrap()),
                 WatchEvent::Bookmark(_) => {}
