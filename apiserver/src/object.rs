@@ -430,6 +430,7 @@ mod raw_tests {
         assert_eq!(v2["kind"], "PartialObjectMetadata");
         assert_eq!(v2["metadata"]["resourceVersion"], "42");
         assert!(partial_metadata_raw(b"[1]").is_none());
+        assert!(raw_with_rv(br#"{"kind":"X"}"#, 1).is_none());
     }
 
     #[test]
@@ -458,6 +459,5 @@ mod raw_tests {
         assert_eq!(field_text(&v, "spec.missing"), "");
         assert!(decode_paths(b"{\"a\":", &["a"]).is_none());
         assert!(decode_paths(b"{} x", &["a"]).is_none());
-        assert!(raw_with_rv(br#"{"kind":"X"}"#, 1).is_none());
     }
 }

@@ -182,7 +182,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
         }
         let matches = selector.matches(p.metadata.labels.as_ref());
         match controller {
-            Some(o) if o.uid == uid => {
+            Some(_) => {
                 if matches {
                     owned.push(p);
                 } else {

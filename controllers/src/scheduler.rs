@@ -266,15 +266,15 @@ pub fn filter(
             .filter(|t| t.topology_key == "kubernetes.io/hostname")
             .map(|t| {
                 let namespaces = t.namespaces.clone().unwrap_or_default();
+                let Some(selector) = t.label_selector.as_ref().map(util::Selector::new) else {
+                    return false;
+                };
                 info.pod_labels.iter().any(|(pns, l)| {
                     (if namespaces.is_empty() {
                         *pns == ns
                     } else {
                         namespaces.contains(pns)
-                    }) && t
-                        .label_selector
-                        .as_ref()
-                        .is_some_and(|s| util::selector_matches(s, Some(l)))
+                    }) && selector.matches(Some(l))
                 })
             })
             .collect::<Vec<bool>>()

@@ -27,17 +27,8 @@ pub fn owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> OwnerReference {
     }
 }
 
-/// Whether a label selector (as in a workload's spec) matches a set of labels. An empty
-/// selector matches everything; an invalid one matches nothing.
-pub fn selector_matches(
-    selector: &LabelSelector,
-    labels: Option<&BTreeMap<String, String>>,
-) -> bool {
-    Selector::new(selector).matches(labels)
-}
-
-/// A Kubernetes label selector parsed once, for matching many objects (an invalid selector
-/// matches nothing).
+/// A label selector (as in a workload's spec) parsed once, for matching many label sets. An
+/// empty selector matches everything; an invalid one matches nothing.
 pub struct Selector(Option<minik8s_types::LabelSelector>);
 
 impl Selector {

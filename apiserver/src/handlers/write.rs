@@ -165,15 +165,10 @@ fn spec_changed(a: &Value, b: &Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
         return a != b;
     };
-    let rest = |m: &'_ serde_json::Map<String, Value>| {
-        m.iter()
-            .filter(|(k, _)| *k != "metadata" && *k != "status")
-            .count()
-    };
-    rest(a) != rest(b)
-        || a.iter()
-            .filter(|(k, _)| *k != "metadata" && *k != "status")
-            .any(|(k, v)| b.get(k) != Some(v))
+    fn rest(m: &serde_json::Map<String, Value>) -> impl Iterator<Item = (&String, &Value)> {
+        m.iter().filter(|(k, _)| *k != "metadata" && *k != "status")
+    }
+    rest(a).count() != rest(b).count() || rest(a).any(|(k, v)| b.get(k) != Some(v))
 }
 
 /// Fills in server-owned metadata and defaults of a new object.
