@@ -115,10 +115,18 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
                 set_default(spec, "internalTrafficPolicy", json!("Cluster"));
             }
         }
-        ("", "Secret") => set_default(obj, "type", json!("Opaque")),
+        ("", "Secret") => {
+            set_default(obj, "type", json!("Opaque"));
+            string_data(obj);
+        }
         ("", "Namespace") => {
             let spec = child(obj, "spec");
             set_default(spec, "finalizers", json!(["kubernetes"]));
+            // Upstream labels every namespace with its own name (namespaceSelectors use it).
+            if let Some(name) = obj.pointer("/metadata/name").cloned() {
+                let labels = child(child(obj, "metadata"), "labels");
+                labels["kubernetes.io/metadata.name"] = name;
+            }
         }
         ("", "ReplicationController") => {
             let spec = child(obj, "spec");
@@ -199,6 +207,21 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
     }
 }
 
+/// A Secret's `stringData` is write-only: its entries are merged into `data` (base64, taking
+/// precedence over `data`'s own) and the field is never stored or returned.
+fn string_data(obj: &mut Value) {
+    use base64::Engine;
+    let Some(Value::Object(plain)) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
+    else {
+        return;
+    };
+    let data = child(obj, "data");
+    for (k, v) in plain {
+        let text = v.as_str().unwrap_or_default();
+        data[k.as_str()] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    }
+}
+
 /// A Job without `manualSelector` selects its pods by its uid, and its template carries the
 /// labels upstream puts there (`batch.kubernetes.io/controller-uid`, `job-name`, and the
 /// legacy unprefixed pair).
@@ -234,6 +257,30 @@ fn job_selector(obj: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secret_string_data_is_merged_into_data_and_dropped() {
+        let mut s =
+            json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "two", "c": "three"}});
+        apply("", "Secret", &mut s);
+        assert_eq!(
+            s["data"],
+            json!({"a": "eA==", "b": "dHdv", "c": "dGhyZWU="})
+        );
+        assert!(s.get("stringData").is_none());
+        assert_eq!(s["type"], "Opaque");
+    }
+
+    #[test]
+    fn namespaces_are_labelled_with_their_name() {
+        let mut ns = json!({"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "other"}}});
+        apply("", "Namespace", &mut ns);
+        assert_eq!(
+            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
+            "team"
+        );
+        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    }
 
     #[test]
     fn image_pull_policy_follows_the_tag() {

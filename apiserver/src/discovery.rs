@@ -5,7 +5,7 @@ use crate::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -64,12 +64,6 @@ pub fn serve(api: &Arc<Api>, path: &str, headers: &HeaderMap) -> ApiResult<Respo
         .collect();
     match parts.as_slice() {
         ["version"] => Ok(json_ok(&version())),
-        ["healthz" | "livez" | "readyz", ..] => Ok((
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            "ok",
-        )
-            .into_response()),
         ["api"] => match aggregated {
             Some(v) => Ok(aggregated_response(v, &aggregated_list(api, true, v))),
             None => Ok(json_ok(&json!({

@@ -46,6 +46,14 @@ impl Cause {
             field: field.into(),
         }
     }
+    /// A field that may not be set or changed this way.
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Cause {
+            reason: "FieldValueForbidden".into(),
+            message: format!("Forbidden: {detail}"),
+            field: field.into(),
+        }
+    }
     /// A value that is already taken.
     pub fn duplicate(field: &str, value: &str) -> Self {
         Cause {

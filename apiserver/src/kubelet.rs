@@ -151,9 +151,47 @@ const UPGRADE_HEADERS: [&str; 7] = [
     "x-stream-protocol-version",
 ];
 
+/// Checks `PodExecOptions`/`PodAttachOptions` as upstream does (booleans as Go parses them,
+/// at least one stream, a command for exec) and passes the booleans on in one spelling:
+/// a malformed request is a 400 here, not a runtime error at the node.
+fn stream_options(ctx: &mut Ctx, sub: &str) -> ApiResult<()> {
+    let mut set = std::collections::HashSet::new();
+    for (k, v) in ctx.params.streaming.iter_mut() {
+        if !matches!(k.as_str(), "stdin" | "stdout" | "stderr" | "tty") {
+            continue;
+        }
+        let b = minik8s_types::parse_bool(v).ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "invalid value for {k}: {v:?}: must be a boolean (true, false, 1, 0, ...)"
+            ))
+        })?;
+        *v = b.to_string();
+        if b {
+            set.insert(k.clone());
+        }
+    }
+    if !["stdin", "stdout", "stderr"]
+        .iter()
+        .any(|s| set.contains(*s))
+    {
+        return Err(ApiError::bad_request(
+            "you must specify at least 1 of stdin, stdout, stderr",
+        ));
+    }
+    if sub == "exec" && !ctx.params.streaming.iter().any(|(k, _)| k == "command") {
+        return Err(ApiError::bad_request(
+            "you must specify at least one command for the container",
+        ));
+    }
+    Ok(())
+}
+
 /// `pods/exec`, `pods/attach`, `pods/portforward`: the client's upgraded connection (WebSocket
 /// or SPDY) relayed to the pod's kubelet, which relays it on to the runtime.
 pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
+    if sub != "portforward" {
+        stream_options(&mut ctx, sub)?;
+    }
     let Some(client) = ctx.api.kubelet.as_ref() else {
         return Err(ApiError::unavailable(
             "this apiserver has no kubelet client certificate",

@@ -197,12 +197,23 @@ fn op(
     });
     if body {
         let content = if action == "patch" {
-            json!({
-                "application/json-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-                "application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-                "application/strategic-merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-                "application/apply-patch+yaml": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
-            })
+            // As upstream: strategic merge patch only where the kind supports it (built-in
+            // kinds, not custom resources); kubectl apply picks its patch type from this list.
+            let patch = json!({"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}});
+            let mut types = vec![
+                "application/apply-patch+yaml",
+                "application/json-patch+json",
+                "application/merge-patch+json",
+            ];
+            if res.strategic_merge {
+                types.push("application/strategic-merge-patch+json");
+            }
+            Value::Object(
+                types
+                    .into_iter()
+                    .map(|t| (t.to_owned(), patch.clone()))
+                    .collect(),
+            )
         } else {
             json!({"application/json": {"schema": schema}})
         };

@@ -78,7 +78,7 @@ pub fn wants_watch(query: Option<&str>) -> bool {
     query.is_some_and(|q| {
         q.split('&').any(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            k == "watch" && matches!(v, "true" | "1" | "True" | "TRUE")
+            k == "watch" && minik8s_types::parse_bool(v) == Some(true)
         })
     })
 }
@@ -105,10 +105,12 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         rest = &rest[1..];
     }
     let mut namespace = None;
+    let mut scoped = false;
     if rest.first() == Some(&"namespaces") && rest.len() > 1 {
         namespace = Some(rest[1].to_owned());
         if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
             rest = &rest[2..];
+            scoped = true;
         }
     }
     let Some(resource) = rest.first() else {
@@ -119,8 +121,9 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     }
     let name = rest.get(1).map(|s| s.to_string());
     let subresource = rest.get(2).map(|s| s.to_string());
-    // A namespace object's path names the namespace as the object, not as its scope.
-    if *resource == "namespaces" {
+    // A namespace object's path names the namespace as the object, not as its scope
+    // (`/namespaces/x/namespaces` is a namespaced path, which the scope check refuses).
+    if *resource == "namespaces" && !scoped {
         namespace = None;
     }
     let verb = match *method {
@@ -216,6 +219,12 @@ mod tests {
                 "/api/v1/namespaces/kube-system",
                 None,
                 res(Get, "", None, "namespaces", Some("kube-system"), None),
+            ),
+            (
+                g.clone(),
+                "/api/v1/namespaces/x/namespaces",
+                None,
+                res(List, "", Some("x"), "namespaces", None, None),
             ),
             (
                 Method::PUT,

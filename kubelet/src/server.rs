@@ -222,7 +222,8 @@ async fn container_id(s: &Shared, pod: &Pod, container: &str) -> Result<String, 
 }
 
 fn flag(q: &[(String, String)], key: &str) -> bool {
-    q.iter().any(|(k, v)| k == key && (v == "true" || v == "1"))
+    q.iter()
+        .any(|(k, v)| k == key && minik8s_types::parse_bool(v) == Some(true))
 }
 
 /// `exec`: runs `command` in the container over an upgraded connection.
@@ -269,6 +270,12 @@ async fn container_stream(
         flag(&q, "stdout"),
         flag(&q, "stderr"),
     );
+    if !(stdin || stdout || stderr) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "you must specify at least 1 of stdin, stdout, stderr".into(),
+        );
+    }
     let url = if exec {
         let cmd = q
             .iter()
@@ -361,7 +368,10 @@ async fn container_logs(
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let truthy = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+    let truthy = |k: &str| {
+        q.get(k)
+            .is_some_and(|v| minik8s_types::parse_bool(v) == Some(true))
+    };
     let Some(pod) = pod_of(&s, &ns, &name) else {
         return status(
             StatusCode::NOT_FOUND,

@@ -176,7 +176,14 @@ async fn handle(
     record.user = Some((user.name.clone(), user.groups.clone()));
     match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
         RequestInfo::NonResource { path, .. } => {
-            crate::discovery::serve(&api, &path, &parts.headers)
+            let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+            match segments.as_slice() {
+                [endpoint @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 1 => {
+                    crate::health::serve(&api, endpoint, rest.first().copied(), parts.uri.query())
+                        .await
+                }
+                _ => crate::discovery::serve(&api, &path, &parts.headers),
+            }
         }
         RequestInfo::Resource(req) => {
             record.verb = req.verb.as_str().to_owned();

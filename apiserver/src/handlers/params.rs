@@ -74,7 +74,7 @@ const STREAMING: [&str; 14] = [
 ];
 
 fn truthy(v: &str) -> bool {
-    matches!(v, "true" | "1" | "True" | "TRUE")
+    minik8s_types::parse_bool(v) == Some(true)
 }
 
 impl Params {

@@ -93,9 +93,30 @@ pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
 
 /// Decodes a create or update body and checks its kind and apiVersion.
 fn decode(ctx: &Ctx, body: &Bytes) -> ApiResult<(Value, Vec<String>)> {
-    let obj = object::decode_body(ctx.content_type(), body)?;
+    let mut obj = object::decode_body(ctx.content_type(), body)?;
+    default_kind(&ctx.res, &mut obj);
     check_kind(&ctx.res, &obj, body)?;
     typed(ctx, obj)
+}
+
+/// A built-in kind's body may leave out `kind` and `apiVersion`: as upstream's decoder does
+/// with the endpoint's group, version and kind, they are taken from the request path (typed
+/// clients such as the official Python client send models without them). Custom resources
+/// must still name them.
+fn default_kind(res: &ResourceInfo, obj: &mut Value) {
+    if res.is_custom() {
+        return;
+    }
+    let Some(m) = obj.as_object_mut() else {
+        return;
+    };
+    let missing = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
+    if missing(m.get("kind")) {
+        m.insert("kind".into(), json!(res.kind));
+    }
+    if missing(m.get("apiVersion")) {
+        m.insert("apiVersion".into(), json!(res.api_version()));
+    }
 }
 
 fn check_kind(res: &ResourceInfo, obj: &Value, body: &[u8]) -> ApiResult<()> {
@@ -286,41 +307,13 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
         causes.extend(crate::crd::validate(obj));
     }
     if let Some(old) = old {
-        causes.extend(immutable_changes(res, obj, old));
+        causes.extend(crate::strategy::validate_update(res, obj, old));
     }
     if causes.is_empty() {
         return Ok(());
     }
     let name = meta_str(obj, "name").unwrap_or_default();
     Err(ApiError::invalid(&res.group, &res.kind, name, causes))
-}
-
-/// Fields that may not change on update.
-fn immutable_changes(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let fields: &[(&str, &str)] = match (res.group.as_str(), res.kind.as_str()) {
-        ("apps", _) | ("batch", "Job") => &[("/spec/selector", "spec.selector")],
-        _ => &[],
-    };
-    for (ptr, field) in fields {
-        if new.pointer(ptr) != old.pointer(ptr) {
-            causes.push(Cause::immutable(field));
-        }
-    }
-    if matches!(res.kind.as_str(), "ConfigMap" | "Secret")
-        && old.get("immutable") == Some(&json!(true))
-    {
-        for f in ["data", "binaryData", "stringData"] {
-            if new.get(f) != old.get(f) {
-                causes.push(Cause {
-                    reason: "FieldValueForbidden".into(),
-                    message: "Forbidden: field is immutable when `immutable` is set".into(),
-                    field: f.into(),
-                });
-            }
-        }
-    }
-    causes
 }
 
 /// Namespaced objects may only be created in an existing namespace that is not terminating.
@@ -531,6 +524,7 @@ pub fn prepare_update(
         record_manager(ctx, Some(old), new, Some("status"));
         return Ok(());
     }
+    crate::strategy::prepare_update(&res, new, old, subresource);
     let old_meta = meta(old).clone();
     {
         let m = object::meta_mut(new);
@@ -600,15 +594,17 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
     // deleted ends it, unless it is still in its grace period (a terminating pod whose
     // kubelet writes status keeps existing until the kubelet deletes it).
     let finished = meta(&new).get("deletionTimestamp").is_some()
-        && meta(&new)
-            .get("finalizers")
-            .and_then(Value::as_array)
-            .is_none_or(|f| f.is_empty())
+        && crate::strategy::finalized(&ctx.res, &new)
         && meta(old)
             .get("deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
             .unwrap_or(0)
             == 0;
+    if !finished && unchanged(&new, old) {
+        // As upstream: an update that changes nothing is not written (no new
+        // resourceVersion, no watch event); the stored object is the answer.
+        return Ok(old.clone());
+    }
     if ctx.params.dry_run {
         object::meta_mut(&mut new).insert("resourceVersion".into(), json!(expected.to_string()));
         return Ok(new);
@@ -636,6 +632,50 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
         return Ok(current(ctx).await?.0);
     }
     Ok(new)
+}
+
+/// Whether an updated object equals the stored one but for its resourceVersion and the
+/// timestamps of its managedFields entries (which an update that changes nothing renews).
+fn unchanged(new: &Value, old: &Value) -> bool {
+    let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else {
+        return new == old;
+    };
+    let rest =
+        |m: &serde_json::Map<String, Value>| m.iter().filter(|(k, _)| *k != "metadata").count();
+    if rest(n) != rest(o)
+        || n.iter()
+            .any(|(k, v)| k != "metadata" && o.get(k) != Some(v))
+    {
+        return false;
+    }
+    let (Some(nm), Some(om)) = (
+        n.get("metadata").and_then(Value::as_object),
+        o.get("metadata").and_then(Value::as_object),
+    ) else {
+        return n.get("metadata") == o.get("metadata");
+    };
+    let skip = |k: &str| k == "resourceVersion" || k == "managedFields";
+    let count = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !skip(k)).count();
+    if count(nm) != count(om) || nm.iter().any(|(k, v)| !skip(k) && om.get(k) != Some(v)) {
+        return false;
+    }
+    let entries = |m: &serde_json::Map<String, Value>| -> Vec<Value> {
+        m.get("managedFields")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        let mut e = e.clone();
+                        if let Some(e) = e.as_object_mut() {
+                            e.remove("time");
+                        }
+                        e
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    entries(nm) == entries(om)
 }
 
 /// The revision an update expects: the body's resourceVersion, else the stored one.
@@ -967,7 +1007,7 @@ async fn try_delete(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<Option<(Status
         0
     };
     let already = meta(&obj).get("deletionTimestamp").is_some();
-    if finalizers.is_empty() && grace == 0 {
+    if finalizers.is_empty() && grace == 0 && !crate::strategy::held_by_spec(&ctx.res, &obj) {
         if opts.dry_run {
             return Ok(Some((StatusCode::OK, obj)));
         }

@@ -124,6 +124,11 @@ impl std::fmt::Debug for ResourceInfo {
 }
 
 impl ResourceInfo {
+    /// Whether this is a custom resource (served from a CRD) rather than a built-in kind.
+    pub fn is_custom(&self) -> bool {
+        self.serving == Serving::Stored && self.decode.is_none()
+    }
+
     /// Where its list types (merge keys, sets) come from.
     pub fn lists(&self) -> crate::patch::Lists<'_> {
         match &self.crd_schema {

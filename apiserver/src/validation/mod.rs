@@ -1,17 +1,20 @@
 //! Validation shared by every kind (object metadata: names, labels, annotations) and the
-//! few per-kind rules users hit most, each producing upstream's field causes.
+//! per-kind rules of upstream's `ValidateX` functions (`kinds`), each producing upstream's
+//! field causes.
+
+mod kinds;
 
 use crate::error::Cause;
 use crate::registry::{NameRule, ResourceInfo};
 use serde_json::Value;
 
 const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+pub(crate) const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 const DNS1035_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 const LABEL_VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
 const QUALIFIED_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
 
-fn is_label(s: &str) -> bool {
+pub(crate) fn is_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()
@@ -124,109 +127,11 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     causes
 }
 
-/// The per-kind rules users meet most often.
+/// The per-kind rules of an object (upstream's `ValidateX` of its kind).
 pub fn validate_kind(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
-    match (info.group.as_str(), info.kind.as_str()) {
-        ("", "Pod") => validate_pod_spec(obj.get("spec"), "spec", &mut causes),
-        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
-            let spec = obj.get("spec");
-            let selector = spec.and_then(|s| s.get("selector"));
-            if selector.is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty())) {
-                causes.push(Cause::required("spec.selector", ""));
-            } else if let Ok(sel) =
-                minik8s_types::LabelSelector::from_json(selector.expect("checked"))
-            {
-                let labels = spec.and_then(|s| s.pointer("/template/metadata/labels"));
-                if sel.is_empty() {
-                    causes.push(Cause::invalid(
-                        "spec.selector",
-                        "{}",
-                        "empty selector is invalid for deployment",
-                    ));
-                } else if !sel.matches_json(labels) {
-                    let shown = labels.map(|l| l.to_string()).unwrap_or_default();
-                    causes.push(Cause::invalid(
-                        "spec.template.metadata.labels",
-                        &shown,
-                        "`selector` does not match template `labels`",
-                    ));
-                }
-            }
-            validate_pod_spec(
-                spec.and_then(|s| s.pointer("/template/spec")),
-                "spec.template.spec",
-                &mut causes,
-            );
-            if let Some(r) = spec.and_then(|s| s.get("replicas")).and_then(Value::as_i64)
-                && r < 0
-            {
-                causes.push(Cause::invalid(
-                    "spec.replicas",
-                    &r.to_string(),
-                    "must be greater than or equal to 0",
-                ));
-            }
-        }
-        ("batch", "Job") => validate_pod_spec(
-            obj.pointer("/spec/template/spec"),
-            "spec.template.spec",
-            &mut causes,
-        ),
-        ("", "ConfigMap") => {
-            for field in ["data", "binaryData"] {
-                if let Some(m) = obj.get(field).and_then(Value::as_object) {
-                    for k in m.keys() {
-                        let ok = !k.is_empty()
-                            && k.len() <= 253
-                            && k.bytes().all(|b| {
-                                b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
-                            });
-                        if !ok {
-                            causes.push(Cause::invalid(field, k, "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"));
-                        }
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
+    kinds::validate(&info.group, &info.kind, obj, &mut causes);
     causes
-}
-
-fn validate_pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
-    let containers = spec
-        .and_then(|s| s.get("containers"))
-        .and_then(Value::as_array);
-    match containers {
-        None => causes.push(Cause::required(&format!("{path}.containers"), "")),
-        Some(cs) if cs.is_empty() => {
-            causes.push(Cause::required(&format!("{path}.containers"), ""))
-        }
-        Some(cs) => {
-            let mut seen = std::collections::HashSet::new();
-            for (i, c) in cs.iter().enumerate() {
-                let name = c.get("name").and_then(Value::as_str).unwrap_or_default();
-                let field = format!("{path}.containers[{i}].name");
-                if name.is_empty() {
-                    causes.push(Cause::required(&field, ""));
-                } else if !is_label(name) {
-                    causes.push(Cause::invalid(&field, name, LABEL_MSG));
-                } else if !seen.insert(name.to_owned()) {
-                    causes.push(Cause::duplicate(&field, name));
-                }
-                if c.get("image")
-                    .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    causes.push(Cause::required(
-                        &format!("{path}.containers[{i}].image"),
-                        "",
-                    ));
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]
