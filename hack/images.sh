@@ -3,13 +3,20 @@
 # `busybox` (with an httpd docroot at /www) as docker archives in DIR (default
 # target/images): pause.tar (registry.k8s.io/pause:3.9-local) and busybox.tar
 # (docker.io/library/busybox:latest). Idempotent: keeps archives that exist.
+#
+# busybox is built from Debian's busybox source package with upstream's default
+# configuration (as the upstream busybox image is): Debian's own binaries leave out applet
+# options users reach for (`wget -T` segfaults in Debian's build, which lacks the timeout
+# feature), and a static glibc binary cannot load the name-service modules its resolver
+# needs. The image carries the dynamic binary with its glibc, the NSS modules and an
+# /etc/nsswitch.conf, like upstream's busybox:glibc.
 source "$(dirname "$0")/lib.sh"
 DIR="$(realpath -m "${1:-$ROOT/target/images}")"
 mkdir -p "$DIR"
 if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ]; then
   exit 0
 fi
-for tool in umoci skopeo gcc busybox; do
+for tool in umoci skopeo gcc make bzip2; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
 done
 work="$(mktemp -d)"
@@ -34,11 +41,21 @@ umoci config --image layout:pause --config.entrypoint /pause --config.user 65535
 umoci new --image layout:busybox
 umoci unpack --rootless --image layout:busybox b-bb >/dev/null
 mkdir -p b-bb/rootfs/bin b-bb/rootfs/www b-bb/rootfs/tmp b-bb/rootfs/etc b-bb/rootfs/root
-bb="$(command -v busybox)"
+bb="$("$ROOT/hack/busybox.sh")"
 cp "$bb" b-bb/rootfs/bin/busybox
 for a in $("$bb" --list); do [ "$a" = busybox ] || ln -sf busybox "b-bb/rootfs/bin/$a"; done
+# The binary's shared libraries (from ldd) and glibc's name-service modules.
+libs="$(ldd "$bb" | awk '/=>/ { print $3 } /^\t\// { print $1 }')"
+for lib in $libs /lib/x86_64-linux-gnu/libnss_files.so.2 /lib/x86_64-linux-gnu/libnss_dns.so.2; do
+  [ -e "$lib" ] || continue
+  mkdir -p "b-bb/rootfs$(dirname "$lib")"
+  cp -L "$lib" "b-bb/rootfs$lib"
+done
+printf 'passwd: files\ngroup: files\nhosts: files dns\nnetworks: files\n' > b-bb/rootfs/etc/nsswitch.conf
 echo 'root:x:0:0:root:/root:/bin/sh' > b-bb/rootfs/etc/passwd
+echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >> b-bb/rootfs/etc/passwd
 echo 'root:x:0:' > b-bb/rootfs/etc/group
+echo 'nogroup:x:65534:' >> b-bb/rootfs/etc/group
 echo hello > b-bb/rootfs/www/index.html
 umoci repack --image layout:busybox b-bb
 umoci config --image layout:busybox --config.cmd /bin/sh --config.env PATH=/bin:/usr/bin:/sbin --os linux --architecture amd64

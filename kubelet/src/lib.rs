@@ -120,6 +120,23 @@ async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
     Ok(())
 }
 
+/// Says plainly at start when the runtime has no sandbox (pause) image and cannot pull one:
+/// every pod would stay in ContainerCreating with `FailedCreatePodSandBox` events.
+async fn check_pause_image(cri: &Cri, image: &str) {
+    if matches!(cri.image_id(image).await, Ok(Some(_))) {
+        return;
+    }
+    if let Err(e) = cri.pull_image(image).await {
+        tracing::error!(
+            image,
+            error = %e,
+            "the node has no pause image, so no pod can start: build the local images with \
+             `bash hack/images.sh DATA_DIR/images` (hack/up.sh does) and restart, or load an \
+             archive with `bash hack/load-image.sh pause.tar`"
+        );
+    }
+}
+
 /// Runs the kubelet until `shutdown`. The runtime and its pods keep running after it stops.
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Result<()> {
     netguard::install(&cfg.node_name).await?;
@@ -128,6 +145,7 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
         runtime.import(image).await?;
     }
     let cri = Cri::connect(&runtime.socket()).await?;
+    check_pause_image(&cri, &cfg.runtime.sandbox_image).await;
     let facts = node::Facts::gather(
         &cfg.node_name,
         cfg.node_ip.clone(),

@@ -739,7 +739,7 @@ fn service(spec: Option<&Value>, causes: &mut Vec<Cause>) {
             )),
             _ => {}
         }
-        if p.get("nodePort").is_some_and(|n| !n.is_null()) && ty == "ClusterIP" {
+        if int(Some(p), "nodePort").is_some_and(|n| n != 0) && ty == "ClusterIP" {
             causes.push(Cause::forbidden(
                 &format!("{path}.nodePort"),
                 "may not be used when `type` is 'ClusterIP'",

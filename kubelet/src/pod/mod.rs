@@ -44,12 +44,22 @@ pub struct Worker {
     pulls: Mutex<HashMap<(String, String), (std::time::Instant, Duration)>>,
     /// Probe results per container.
     pub probes: probe::Probes,
+    /// Publishes the pod events the kubelet reports (`FailedCreatePodSandBox`, …).
+    recorder: kube::runtime::events::Recorder,
 }
 
 impl Worker {
     /// A worker set for one node.
     pub fn new(client: Client, cri: Cri, layout: Layout, host_ip: String) -> Self {
+        let recorder = kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "kubelet".into(),
+                instance: Some(layout.node.clone()),
+            },
+        );
         Worker {
+            recorder,
             client,
             cri,
             layout,
@@ -285,6 +295,24 @@ impl Worker {
         Ok(any)
     }
 
+    /// Publishes a Warning event about the pod (failures to record one are only logged).
+    async fn warn(&self, pod: &Pod, reason: &str, action: &str, note: String) {
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self
+            .recorder
+            .publish(&event, &kube::Resource::object_ref(pod, &()))
+            .await
+        {
+            tracing::warn!(pod = %pod.name_any(), error = %e, "recording event {reason}");
+        }
+    }
+
     /// Starts a new sandbox (after stopping a dead one).
     async fn start_sandbox(&self, pod: &Pod, attempt: u32, observed: &Observed) -> Result<()> {
         if let Some(old) = &observed.sandbox {
@@ -442,8 +470,23 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         let state = plan::state(&shape, &observed, now_ns());
         let acted = match &state {
             State::NoSandbox { attempt } => {
-                w.start_sandbox(&pod, *attempt, &observed).await?;
-                true
+                match w.start_sandbox(&pod, *attempt, &observed).await {
+                    Ok(()) => true,
+                    // As upstream: the pod stays Pending with its containers waiting in
+                    // ContainerCreating, an event says why, and the sandbox is retried.
+                    Err(e) => {
+                        tracing::warn!(pod = %pod.name_any(), error = %e, "pod sandbox not created");
+                        w.warn(
+                            &pod,
+                            "FailedCreatePodSandBox",
+                            "CreatePodSandbox",
+                            format!("Failed to create pod sandbox: {e}"),
+                        )
+                        .await;
+                        requeue = Some(plan::BACKOFF_BASE);
+                        false
+                    }
+                }
             }
             State::Initializing { index, wait } => {
                 if wait.is_zero() {

@@ -110,6 +110,13 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
         annotations: pod.annotations().clone().into_iter().collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: format!("{}/pod{uid}", layout.cgroup_root),
+            // The pod's namespaced sysctls, set in its sandbox as upstream does.
+            sysctls: spec
+                .security_context
+                .iter()
+                .flat_map(|s| s.sysctls.iter().flatten())
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespaces(pod)),
                 ..Default::default()

@@ -1,0 +1,213 @@
+"""The official Kubernetes Python client, written the way its users write it (typed models
+without `kind`, watch streams, create_from_yaml, the dynamic client, kubernetes.stream), against
+a minik8s cluster. KUBECONFIG names the cluster; the Rust test `user_paths.rs` runs this file."""
+
+import base64
+import os
+import tempfile
+import time
+import uuid
+
+import pytest
+from kubernetes import client, config, dynamic, utils, watch
+from kubernetes.client.rest import ApiException
+from kubernetes.stream import stream
+
+
+@pytest.fixture(scope="session")
+def api():
+    config.load_kube_config()
+    return client.ApiClient()
+
+
+@pytest.fixture
+def ns(api):
+    v1 = client.CoreV1Api(api)
+    name = "py-" + uuid.uuid4().hex[:8]
+    v1.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    v1.delete_namespace(name)
+
+
+def test_typed_models_without_kind_create_read_patch_replace_and_delete(api, ns):
+    v1 = client.CoreV1Api(api)
+    created = v1.read_namespace(ns)
+    assert created.metadata.labels["kubernetes.io/metadata.name"] == ns
+    cm = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="settings"), data={"a": "1"})
+    out = v1.create_namespaced_config_map(ns, cm)
+    assert out.kind == "ConfigMap" and out.api_version == "v1"
+    assert v1.read_namespaced_config_map("settings", ns).data == {"a": "1"}
+    patched = v1.patch_namespaced_config_map("settings", ns, {"data": {"b": "2"}})
+    assert patched.data == {"a": "1", "b": "2"}
+    # Patching with what is already there writes nothing: same resourceVersion.
+    again = v1.patch_namespaced_config_map("settings", ns, {"data": {"b": "2"}})
+    assert again.metadata.resource_version == patched.metadata.resource_version
+    patched.data["c"] = "3"
+    replaced = v1.replace_namespaced_config_map("settings", ns, patched)
+    assert replaced.data["c"] == "3"
+    ev = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name="settings-"),
+        involved_object=client.V1ObjectReference(kind="ConfigMap", name="settings", namespace=ns),
+        reason="Checked", message="looked at it", type="Normal",
+    )
+    assert v1.create_namespaced_event(ns, ev).reason == "Checked"
+    v1.delete_namespaced_config_map("settings", ns)
+    with pytest.raises(ApiException) as e:
+        v1.read_namespaced_config_map("settings", ns)
+    assert e.value.status == 404
+
+
+def test_secret_string_data_lands_in_data_and_is_not_kept(api, ns):
+    v1 = client.CoreV1Api(api)
+    s = client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), string_data={"user": "admin"})
+    out = v1.create_namespaced_secret(ns, s)
+    assert out.string_data is None
+    got = v1.read_namespaced_secret("creds", ns)
+    assert got.string_data is None
+    assert base64.b64decode(got.data["user"]) == b"admin"
+
+
+def test_watch_streams_resume_from_a_resource_version(api, ns):
+    v1 = client.CoreV1Api(api)
+    start = v1.list_namespaced_config_map(ns).metadata.resource_version
+    v1.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="one")))
+    w = watch.Watch()
+    seen = []
+    last = None
+    for event in w.stream(v1.list_namespaced_config_map, ns, resource_version=start, timeout_seconds=10):
+        if event["object"].metadata.name == "one":
+            seen.append(event["type"])
+            last = event["object"].metadata.resource_version
+            w.stop()
+    assert seen == ["ADDED"]
+    v1.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="two")))
+    names = []
+    w = watch.Watch()
+    for event in w.stream(v1.list_namespaced_config_map, ns, resource_version=last, timeout_seconds=10):
+        names.append((event["type"], event["object"].metadata.name))
+        if event["object"].metadata.name == "two":
+            w.stop()
+    assert ("ADDED", "one") not in names
+    assert names[-1] == ("ADDED", "two")
+
+
+MANIFESTS = """
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: app-config
+data:
+  mode: fast
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: app
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: app}
+  template:
+    metadata:
+      labels: {app: app}
+    spec:
+      containers:
+      - name: app
+        image: busybox
+        command: ["sleep", "3600"]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: app
+spec:
+  selector: {app: app}
+  ports:
+  - port: 80
+    targetPort: 8080
+"""
+
+
+def test_create_from_yaml_takes_a_multi_document_file(api, ns):
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(MANIFESTS)
+    try:
+        utils.create_from_yaml(api, f.name, namespace=ns)
+    finally:
+        os.unlink(f.name)
+    assert client.CoreV1Api(api).read_namespaced_config_map("app-config", ns).data == {"mode": "fast"}
+    assert client.AppsV1Api(api).read_namespaced_deployment("app", ns).spec.replicas == 1
+    assert client.CoreV1Api(api).read_namespaced_service("app", ns).spec.cluster_ip
+
+
+def test_the_dynamic_client_serves_built_in_kinds(api, ns):
+    dyn = dynamic.DynamicClient(api)
+    cms = dyn.resources.get(api_version="v1", kind="ConfigMap")
+    cms.create(body={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dyn"}, "data": {"x": "1"}}, namespace=ns)
+    assert cms.get(name="dyn", namespace=ns).data.x == "1"
+    cms.patch(name="dyn", namespace=ns, body={"data": {"x": "2"}}, content_type="application/merge-patch+json")
+    assert cms.get(name="dyn", namespace=ns).data.x == "2"
+    names = [i.metadata.name for i in cms.get(namespace=ns).items]
+    assert "dyn" in names
+    cms.delete(name="dyn", namespace=ns)
+    deploys = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    assert deploys.get(namespace=ns).items == []
+
+
+def test_invalid_objects_are_422_with_the_field_named(api, ns):
+    hpa = client.V2HorizontalPodAutoscaler(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V2HorizontalPodAutoscalerSpec(
+            scale_target_ref=client.V2CrossVersionObjectReference(api_version="apps/v1", kind="Deployment", name="web"),
+            min_replicas=5, max_replicas=2,
+        ),
+    )
+    with pytest.raises(ApiException) as e:
+        client.AutoscalingV2Api(api).create_namespaced_horizontal_pod_autoscaler(ns, hpa)
+    assert e.value.status == 422
+    assert "spec.maxReplicas" in e.value.body
+
+
+def busybox_pod(name, command):
+    return client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="main", image="busybox", command=command)],
+            termination_grace_period_seconds=1,
+        ),
+    )
+
+
+def wait_running(v1, name, ns, limit=90):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        pod = v1.read_namespaced_pod(name, ns)
+        if pod.status.phase == "Running":
+            return pod
+        time.sleep(0.5)
+    raise AssertionError(f"pod {name} never ran: {pod.status}")
+
+
+def test_pod_spec_updates_are_refused_but_images_may_change(api, ns):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(ns, busybox_pod("fixed", ["sleep", "3600"]))
+    with pytest.raises(ApiException) as e:
+        v1.patch_namespaced_pod("fixed", ns, {"spec": {"restartPolicy": "Never"}})
+    assert e.value.status == 422
+    assert "pod updates may not change fields" in e.value.body
+    out = v1.patch_namespaced_pod("fixed", ns, {"spec": {"containers": [{"name": "main", "image": "busybox:latest"}]}})
+    assert out.spec.containers[0].image == "busybox:latest"
+
+
+def test_exec_through_kubernetes_stream(api, ns):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(ns, busybox_pod("shell", ["sleep", "3600"]))
+    wait_running(v1, "shell", ns)
+    out = stream(v1.connect_get_namespaced_pod_exec, "shell", ns,
+                 command=["sh", "-c", "echo hello from $(hostname)"],
+                 stderr=True, stdin=False, stdout=True, tty=False)
+    assert out == "hello from shell\n"
+    # A malformed exec (no stream asked for) is a 400, not a server error.
+    with pytest.raises(ApiException) as e:
+        v1.connect_get_namespaced_pod_exec("shell", ns, command=["true"], stdout=False, stderr=False, stdin=False)
+    assert e.value.status == 400

@@ -1,0 +1,329 @@
+//! Upstream API behaviours that stock kubectl users meet, each checked the way a user hits
+//! it: namespaces that hold their contents until finalized, custom resources applied twice,
+//! no-op patches, Secret `stringData`, namespace labels, pod and finalizer update rules,
+//! validation of kinds no controller reads, scope of paths, health checks and discovery order.
+
+use minik8s_conformance::Cluster;
+
+const CRD: &str = include_str!("crontab-crd.yaml");
+
+fn json(c: &Cluster, args: &[&str]) -> serde_json::Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&c.ok(&a)).expect("kubectl prints JSON")
+}
+
+#[test]
+fn a_deleted_namespace_terminates_until_its_contents_are_gone_and_a_new_one_starts_empty() {
+    let c = Cluster::start();
+    c.ok(&["create", "namespace", "team"]);
+    c.ok(&[
+        "create",
+        "configmap",
+        "cm",
+        "-n",
+        "team",
+        "--from-literal=a=b",
+    ]);
+    c.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        "-n",
+        "team",
+        "--from-literal=p=q",
+    ]);
+    c.ok(&["create", "deployment", "d", "-n", "team", "--image=busybox"]);
+    c.ok(&["delete", "namespace", "team", "--wait=false"]);
+    // No namespace controller yet: the namespace stays, Terminating, with its contents.
+    let ns = json(&c, &["get", "namespace", "team"]);
+    assert_eq!(ns["status"]["phase"], "Terminating", "{ns}");
+    assert!(ns["metadata"]["deletionTimestamp"].is_string(), "{ns}");
+    assert_eq!(ns["spec"]["finalizers"], serde_json::json!(["kubernetes"]));
+    assert!(
+        c.ok(&["get", "configmap", "cm", "-n", "team", "-o", "name"])
+            .contains("cm")
+    );
+    let refused = c.fails(&["create", "configmap", "late", "-n", "team"]);
+    assert!(refused.contains("is being terminated"), "{refused}");
+    // The namespace controller empties it, then finalizes it.
+    c.run_controllers(0);
+    c.eventually(&["get", "namespaces", "-o", "name"], |o| {
+        !o.contains("namespace/team")
+    });
+    c.ok(&["create", "namespace", "team"]);
+    for kind in ["configmaps", "secrets", "deployments"] {
+        let left = c.ok(&["get", kind, "-n", "team", "-o", "name"]);
+        let user: Vec<&str> = left
+            .lines()
+            .filter(|l| !l.contains("kube-root-ca.crt"))
+            .collect();
+        assert!(
+            user.is_empty(),
+            "{kind} inherited by the new namespace: {left}"
+        );
+    }
+    // Every namespace carries its name as a label.
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "namespace",
+            "team",
+            "-o",
+            "jsonpath={.metadata.labels.kubernetes\\.io/metadata\\.name}"
+        ]),
+        "team"
+    );
+}
+
+#[test]
+fn a_custom_resource_applies_again_after_an_edit() {
+    let c = Cluster::start();
+    let r = c.with_manifest(&["apply"], CRD);
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &["get", "crd", "crontabs.stable.example.com", "-o", "name"],
+        |o| !o.is_empty(),
+    );
+    let cr = |spec: &str| {
+        format!(
+            "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata:\n  name: tab\nspec:\n  cronSpec: \"{spec}\"\n  image: img\n"
+        )
+    };
+    let r = c.with_manifest(&["apply"], &cr("* * * * */5"));
+    assert!(r.ok, "{}", r.stderr);
+    let r = c.with_manifest(&["apply"], &cr("* * * * */10"));
+    assert!(r.ok, "second apply: {}", r.stderr);
+    assert!(r.stdout.contains("configured"), "{}", r.stdout);
+    assert_eq!(
+        c.ok(&["get", "crontab", "tab", "-o", "jsonpath={.spec.cronSpec}"]),
+        "* * * * */10"
+    );
+}
+
+#[test]
+fn patches_that_change_nothing_write_nothing() {
+    let c = Cluster::start();
+    c.ok(&["create", "configmap", "x", "--from-literal=a=1"]);
+    let before = c.ok(&[
+        "get",
+        "cm",
+        "x",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ]);
+    let out = c.ok(&["patch", "cm", "x", "-p", r#"{"data":{"a":"1"}}"#]);
+    assert!(out.contains("patched (no change)"), "{out}");
+    let out = c.ok(&["label", "cm", "x", "k=v"]);
+    assert!(out.contains("labeled"), "{out}");
+    let labelled = c.ok(&[
+        "get",
+        "cm",
+        "x",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ]);
+    assert_ne!(before, labelled);
+    let out = c.ok(&[
+        "patch",
+        "cm",
+        "x",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"k":"v"}}}"#,
+    ]);
+    assert!(out.contains("patched (no change)"), "{out}");
+    assert_eq!(
+        labelled,
+        c.ok(&[
+            "get",
+            "cm",
+            "x",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}"
+        ])
+    );
+}
+
+#[test]
+fn secrets_merge_string_data_into_data_and_never_return_it() {
+    let c = Cluster::start();
+    let r = c.with_manifest(
+        &["apply"],
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\ndata:\n  a: eA==\nstringData:\n  user: admin\n",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let s = json(&c, &["get", "secret", "creds"]);
+    assert!(s.get("stringData").is_none(), "{s}");
+    assert_eq!(s["data"]["user"], "YWRtaW4=");
+    assert_eq!(s["data"]["a"], "eA==");
+    c.ok(&[
+        "patch",
+        "secret",
+        "creds",
+        "-p",
+        r#"{"stringData":{"user":"root"}}"#,
+    ]);
+    let s = json(&c, &["get", "secret", "creds"]);
+    assert!(s.get("stringData").is_none(), "{s}");
+    assert_eq!(s["data"]["user"], "cm9vdA==");
+}
+
+#[test]
+fn pod_specs_and_finalizers_of_deleting_objects_cannot_change() {
+    let c = Cluster::start();
+    c.ok(&["run", "p", "--image=busybox", "--", "sleep", "3600"]);
+    let err = c.fails(&[
+        "patch",
+        "pod",
+        "p",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"restartPolicy":"Never"}}"#,
+    ]);
+    assert!(
+        err.contains("spec: Forbidden: pod updates may not change fields"),
+        "{err}"
+    );
+    c.ok(&["set", "image", "pod/p", "p=busybox:1.36"]);
+    c.ok(&[
+        "patch",
+        "pod",
+        "p",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"activeDeadlineSeconds":100}}"#,
+    ]);
+    let err = c.fails(&[
+        "patch",
+        "pod",
+        "p",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"activeDeadlineSeconds":200}}"#,
+    ]);
+    assert!(err.contains("spec.activeDeadlineSeconds"), "{err}");
+
+    c.ok(&["create", "configmap", "held"]);
+    c.ok(&[
+        "patch",
+        "cm",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/a"]}}"#,
+    ]);
+    c.ok(&["delete", "cm", "held", "--wait=false"]);
+    let err = c.fails(&[
+        "patch",
+        "cm",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":["example.com/a","example.com/b"]}}"#,
+    ]);
+    assert!(err.contains("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted"), "{err}");
+    c.ok(&[
+        "patch",
+        "cm",
+        "held",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    let gone = c.fails(&["get", "cm", "held"]);
+    assert!(gone.contains("NotFound"), "{gone}");
+}
+
+#[test]
+fn kinds_no_controller_reads_are_still_validated() {
+    let c = Cluster::start();
+    let cases = [
+        (
+            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: h}\nspec:\n  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}\n  minReplicas: 5\n  maxReplicas: 2\n",
+            "spec.maxReplicas: Invalid value: 2: must be greater than or equal to `minReplicas`",
+        ),
+        (
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: b}\nspec: {minAvailable: 1, maxUnavailable: 1}\n",
+            "minAvailable and maxUnavailable cannot be both set",
+        ),
+        (
+            "apiVersion: v1\nkind: Service\nmetadata: {name: s}\nspec:\n  ports: [{port: 70000}]\n",
+            "spec.ports[0].port",
+        ),
+        (
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec:\n      restartPolicy: Always\n      containers: [{name: c, image: busybox}]\n",
+            "spec.template.spec.restartPolicy: Unsupported value",
+        ),
+    ];
+    for (manifest, expected) in cases {
+        let r = c.with_manifest(&["create"], manifest);
+        assert!(!r.ok, "accepted:\n{manifest}");
+        let err = r.stderr.replace('"', "");
+        assert!(
+            err.contains(&expected.replace('"', "")),
+            "{manifest}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn paths_health_checks_and_discovery_order_match_upstream() {
+    let c = Cluster::start();
+    let err = c.fails(&["get", "--raw", "/api/v1/namespaces/default/namespaces"]);
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+    let err = c.fails(&["get", "--raw", "/api/v1/namespaces/default/nodes"]);
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+    for endpoint in ["readyz", "livez", "healthz"] {
+        let out = c.ok(&["get", "--raw", &format!("/{endpoint}?verbose")]);
+        assert!(out.contains("[+]ping ok"), "{out}");
+        assert!(out.contains("[+]etcd ok"), "{out}");
+        assert!(
+            out.trim_end()
+                .ends_with(&format!("{endpoint} check passed")),
+            "{out}"
+        );
+        assert_eq!(c.ok(&["get", "--raw", &format!("/{endpoint}")]), "ok");
+    }
+    let out = c.ok(&["get", "--raw", "/readyz?verbose&exclude=etcd"]);
+    assert!(out.contains("[+]etcd excluded: ok"), "{out}");
+    assert_eq!(c.ok(&["get", "--raw", "/readyz/ping"]), "ok");
+
+    let resources = c.ok(&["api-resources", "--no-headers"]);
+    let pods: Vec<&str> = resources
+        .lines()
+        .filter(|l| l.split_whitespace().next() == Some("pods"))
+        .collect();
+    assert!(pods.len() >= 2, "{resources}");
+    assert!(pods[0].contains(" v1 "), "core pods first: {pods:?}");
+    let first = resources.lines().next().unwrap_or_default();
+    assert!(first.contains(" v1 "), "core group first: {first}");
+
+    // A malformed exec is a 400 naming what is missing, never a 500.
+    c.ok(&["run", "p", "--image=busybox", "--", "sleep", "3600"]);
+    let err = c.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/p/exec?command=ls&stdout=False",
+    ]);
+    assert!(
+        err.contains("you must specify at least 1 of stdin, stdout, stderr"),
+        "{err}"
+    );
+    let err = c.fails(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/p/exec?command=ls&stdout=maybe",
+    ]);
+    assert!(
+        err.contains("BadRequest") || err.contains("invalid value for stdout"),
+        "{err}"
+    );
+}
