@@ -99,6 +99,45 @@ pub fn validate_update(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Caus
             causes.push(Cause::immutable("type"));
         }
         ("", "Pod") => pod_update(new, old, &mut causes),
+        ("batch", "Job") => {
+            // The pod template is fixed once a Job may have started pods (upstream lets a
+            // suspended Job's template change).
+            let suspended = old.pointer("/spec/suspend") == Some(&json!(true));
+            if !suspended && new.pointer("/spec/template") != old.pointer("/spec/template") {
+                causes.push(Cause::immutable("spec.template"));
+            }
+            if new.pointer("/spec/completionMode") != old.pointer("/spec/completionMode") {
+                causes.push(Cause::immutable("spec.completionMode"));
+            }
+        }
+        ("apps", "StatefulSet") => {
+            const MUTABLE: [&str; 7] = [
+                "replicas",
+                "ordinals",
+                "template",
+                "updateStrategy",
+                "revisionHistoryLimit",
+                "persistentVolumeClaimRetentionPolicy",
+                "minReadySeconds",
+            ];
+            let rest = |v: &Value| -> Vec<(String, Value)> {
+                v.get("spec")
+                    .and_then(Value::as_object)
+                    .map(|m| {
+                        m.iter()
+                            .filter(|(k, _)| !MUTABLE.contains(&k.as_str()))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            if rest(new) != rest(old) {
+                causes.push(Cause::forbidden(
+                    "spec",
+                    "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+                ));
+            }
+        }
         _ => {}
     }
     causes

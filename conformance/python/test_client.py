@@ -57,6 +57,23 @@ def test_typed_models_without_kind_create_read_patch_replace_and_delete(api, ns)
     assert e.value.status == 404
 
 
+def test_reviews_and_token_requests_take_typed_models(api, ns):
+    review = client.V1SelfSubjectAccessReview(
+        spec=client.V1SelfSubjectAccessReviewSpec(
+            resource_attributes=client.V1ResourceAttributes(verb="list", resource="pods", namespace=ns)
+        )
+    )
+    out = client.AuthorizationV1Api(api).create_self_subject_access_review(review)
+    assert out.status.allowed is True
+    assert out.kind == "SelfSubjectAccessReview"
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="bot")))
+    token = v1.create_namespaced_service_account_token(
+        "bot", ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=600))
+    )
+    assert token.status.token
+
+
 def test_secret_string_data_lands_in_data_and_is_not_kept(api, ns):
     v1 = client.CoreV1Api(api)
     s = client.V1Secret(metadata=client.V1ObjectMeta(name="creds"), string_data={"user": "admin"})

@@ -296,13 +296,18 @@ fn paths_health_checks_and_discovery_order_match_upstream() {
     assert!(out.contains("[+]etcd excluded: ok"), "{out}");
     assert_eq!(c.ok(&["get", "--raw", "/readyz/ping"]), "ok");
 
+    for sort in [&[][..], &["--sort-by=name"][..]] {
+        let mut args = vec!["api-resources", "--no-headers"];
+        args.extend_from_slice(sort);
+        let resources = c.ok(&args);
+        let pods: Vec<&str> = resources
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some("pods"))
+            .collect();
+        assert!(pods.len() >= 2, "{resources}");
+        assert!(pods[0].contains(" v1 "), "core pods first: {pods:?}");
+    }
     let resources = c.ok(&["api-resources", "--no-headers"]);
-    let pods: Vec<&str> = resources
-        .lines()
-        .filter(|l| l.split_whitespace().next() == Some("pods"))
-        .collect();
-    assert!(pods.len() >= 2, "{resources}");
-    assert!(pods[0].contains(" v1 "), "core pods first: {pods:?}");
     let first = resources.lines().next().unwrap_or_default();
     assert!(first.contains(" v1 "), "core group first: {first}");
 

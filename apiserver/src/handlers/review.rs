@@ -57,6 +57,7 @@ fn attributes(spec: &Value, namespace: Option<&str>) -> ApiResult<Attributes> {
 /// Answers a review.
 pub async fn handle(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let mut obj = crate::object::decode_body(ctx.content_type(), &body)?;
+    super::write::default_kind(&ctx.res, &mut obj);
     let (obj, _) = super::write::typed(&ctx, std::mem::take(&mut obj))?;
     let mut obj = obj;
     let spec = obj.get("spec").cloned().unwrap_or(json!({}));

@@ -103,7 +103,7 @@ fn decode(ctx: &Ctx, body: &Bytes) -> ApiResult<(Value, Vec<String>)> {
 /// with the endpoint's group, version and kind, they are taken from the request path (typed
 /// clients such as the official Python client send models without them). Custom resources
 /// must still name them.
-fn default_kind(res: &ResourceInfo, obj: &mut Value) {
+pub(crate) fn default_kind(res: &ResourceInfo, obj: &mut Value) {
     if res.is_custom() {
         return;
     }
