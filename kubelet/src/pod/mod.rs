@@ -109,6 +109,30 @@ impl Worker {
             .is_some_and(|(until, _)| std::time::Instant::now() < *until)
     }
 
+    /// When to look at a pod whose containers did not start again: after a relist period
+    /// while a pull has just failed (its back-off then shows), else after the back-off base.
+    fn retry_after(&self, uid: &str) -> Duration {
+        let pulls = self.pulls.lock().expect("pulls lock");
+        let settling = pulls.iter().any(|((u, _), (until, delay))| {
+            u == uid
+                && until
+                    .checked_sub(*delay)
+                    .is_some_and(|at| at.elapsed() < RELIST)
+        });
+        if settling { RELIST } else { plan::BACKOFF_BASE }
+    }
+
+    /// Whether the container's last pull failed less than a relist period ago: its
+    /// `ErrImagePull` stays shown until a later sync finds it in back-off, as upstream's
+    /// kubelet shows it until its next sync (this kubelet also syncs on its own status writes).
+    fn pull_just_failed(&self, uid: &str, container: &str) -> bool {
+        self.pulls
+            .lock()
+            .expect("pulls lock")
+            .get(&(uid.to_owned(), container.to_owned()))
+            .is_some_and(just_failed)
+    }
+
     /// Records a pull's outcome: a failure doubles the back-off (10 s … 5 min), a success
     /// clears it.
     fn pull_done(&self, uid: &str, container: &str, failed: bool) {
@@ -123,6 +147,13 @@ impl Worker {
             pulls.remove(&key);
         }
     }
+}
+
+/// Whether a pull back-off entry (retry instant, delay) began less than a relist period ago.
+fn just_failed((until, delay): &(std::time::Instant, Duration)) -> bool {
+    until
+        .checked_sub(*delay)
+        .is_some_and(|at| at.elapsed() < RELIST)
 }
 
 fn now_ns() -> i64 {
@@ -240,6 +271,9 @@ impl Worker {
         };
         let attempt = observed.latest(name).map_or(0, |r| r.attempt + 1);
         if self.pull_waits(&uid, name) {
+            if self.pull_just_failed(&uid, name) {
+                return false;
+            }
             let message = match self.failures(&uid).get(name) {
                 Some((reason, message)) if reason == "ImagePullBackOff" => message.clone(),
                 before => format!(
@@ -493,7 +527,7 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
                     let names = [shape.init[*index].as_str()];
                     let ok = w.start_all(&pod, &names, &observed, &mut prepared).await?;
                     if !ok {
-                        requeue = Some(plan::BACKOFF_BASE);
+                        requeue = Some(w.retry_after(&uid));
                     }
                     ok
                 } else {
@@ -515,7 +549,7 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
                         .collect();
                     let any = w.start_all(&pod, &names, &observed, &mut prepared).await?;
                     if !any {
-                        requeue = Some(plan::BACKOFF_BASE);
+                        requeue = Some(w.retry_after(&uid));
                     }
                     any
                 }
