@@ -677,7 +677,10 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "{.status.containerStatuses[0].containerID} {.metadata.uid}",
     );
     let (container, mirror_uid) = first.split_once(' ').unwrap();
-    c.ok(&["delete", "pod", "static-web-n1"]);
+    // --wait=false: the kubelet makes the mirror again under the same name at once, and
+    // kubectl's wait (an informer on that name) can list the new mirror and then wait for a
+    // DELETED event that never comes; the uid check below is the real wait.
+    c.ok(&["delete", "pod", "static-web-n1", "--wait=false"]);
     c.eventually(
         &[
             "get",

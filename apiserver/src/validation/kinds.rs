@@ -720,7 +720,7 @@ fn service(spec: Option<&Value>, causes: &mut Vec<Cause>) {
         let proto = str_at(Some(p), "protocol").unwrap_or("TCP");
         if !seen.insert((port, proto)) {
             causes.push(Cause::duplicate(
-                &format!("{path}"),
+                &path,
                 &format!("{{\"Protocol\":\"{proto}\",\"Port\":{port}}}"),
             ));
         }
