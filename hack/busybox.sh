@@ -30,7 +30,7 @@ build="$OUT/build"
 rm -rf "$build" && mkdir -p "$build"
 tar -xf "$orig" -C "$build" --strip-components=1
 log "building busybox (upstream defconfig)"
-make -C "$build" -s defconfig >&2
+make -C "$build" -s defconfig >/dev/null
 make -C "$build" -s -j"$(nproc)" busybox >&2
 cp "$build/busybox" "$OUT/busybox.tmp" && mv "$OUT/busybox.tmp" "$OUT/busybox"
 rm -rf "$build" "$apt_dir"

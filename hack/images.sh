@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the node's local images without a registry (node recipe): a static `pause` and a
 # `busybox` (with an httpd docroot at /www) as docker archives in DIR (default
-# target/images): pause.tar (registry.k8s.io/pause:3.9-local) and busybox.tar
-# (docker.io/library/busybox:latest). Idempotent: keeps archives that exist.
+# target/images): pause.tar (registry.k8s.io/pause:3.9-local), busybox.tar
+# (docker.io/library/busybox:latest) and function-python.tar
+# (docker.io/minik8s/function-python:v1, the Function runtime). Idempotent: keeps archives
+# that exist.
 #
 # busybox is built from Debian's busybox source package with upstream's default
 # configuration (as the upstream busybox image is): Debian's own binaries leave out applet
@@ -13,7 +15,7 @@
 source "$(dirname "$0")/lib.sh"
 DIR="$(realpath -m "${1:-$ROOT/target/images}")"
 mkdir -p "$DIR"
-if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ]; then
+if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ] && [ -s "$DIR/function-python.tar" ]; then
   exit 0
 fi
 for tool in umoci skopeo gcc make bzip2; do
@@ -59,8 +61,36 @@ echo 'nogroup:x:65534:' >> b-bb/rootfs/etc/group
 echo hello > b-bb/rootfs/www/index.html
 umoci repack --image layout:busybox b-bb
 umoci config --image layout:busybox --config.cmd /bin/sh --config.env PATH=/bin:/usr/bin:/sbin --os linux --architecture amd64
+# The Python function runtime: Debian's own Python packages unpacked into a rootfs, the
+# shared libraries its binary and extension modules load, and the invocation server.
+umoci new --image layout:function-python
+umoci unpack --rootless --image layout:function-python b-py >/dev/null
+mkdir -p debs && (cd debs && apt-get download -qq python3.11-minimal libpython3.11-minimal libpython3.11-stdlib 2>/dev/null \
+  || { apt-get update -qq && apt-get download -qq python3.11-minimal libpython3.11-minimal libpython3.11-stdlib; })
+for deb in debs/*.deb; do dpkg -x "$deb" b-py/rootfs; done
+libs="$( { ldd b-py/rootfs/usr/bin/python3.11; for so in b-py/rootfs/usr/lib/python3.11/lib-dynload/*.so; do ldd "$so"; done; } \
+  | awk '/=>/ && $3 ~ /^\// { print $3 } /^\t\// { print $1 }' | sort -u)"
+for lib in $libs; do
+  [ -e "b-py/rootfs$lib" ] && continue
+  mkdir -p "b-py/rootfs$(dirname "$lib")"
+  cp -L "$lib" "b-py/rootfs$lib"
+done
+mkdir -p b-py/rootfs/runtime b-py/rootfs/code b-py/rootfs/tmp b-py/rootfs/etc
+cp "$ROOT/serverless-crd/runtime/server.py" b-py/rootfs/runtime/server.py
+# Byte-compiled once here (Debian compiles in its postinst, which an unpacked rootfs never
+# runs): imports at a cold start read .pyc files instead of compiling the standard library.
+chroot b-py/rootfs /usr/bin/python3.11 -m compileall -q --invalidation-mode unchecked-hash \
+  /usr/lib/python3.11 /runtime >/dev/null
+echo 'root:x:0:0:root:/root:/bin/sh' > b-py/rootfs/etc/passwd
+echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >> b-py/rootfs/etc/passwd
+umoci repack --image layout:function-python b-py
+umoci config --image layout:function-python --config.entrypoint /usr/bin/python3.11 \
+  --config.cmd=-u --config.cmd=/runtime/server.py --config.env PYTHONDONTWRITEBYTECODE=1 \
+  --config.exposedports 8080/tcp --os linux --architecture amd64
+skopeo copy -q oci:layout:function-python "docker-archive:$DIR/function-python.tar.tmp:docker.io/minik8s/function-python:v1"
 skopeo copy -q oci:layout:pause "docker-archive:$DIR/pause.tar.tmp:registry.k8s.io/pause:3.9-local"
 skopeo copy -q oci:layout:busybox "docker-archive:$DIR/busybox.tar.tmp:docker.io/library/busybox:latest"
 mv "$DIR/pause.tar.tmp" "$DIR/pause.tar"
 mv "$DIR/busybox.tar.tmp" "$DIR/busybox.tar"
+mv "$DIR/function-python.tar.tmp" "$DIR/function-python.tar"
 log "images ready in $DIR"

@@ -29,6 +29,7 @@ pub mod proto;
 pub mod rbac;
 pub mod registry;
 pub mod request;
+pub mod rules;
 pub mod server;
 pub mod strategy;
 pub mod structural;

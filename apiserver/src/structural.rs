@@ -1,6 +1,7 @@
 //! Custom resources against their CRD's structural OpenAPI v3 schema: defaulting, pruning of
 //! unknown fields and validation (types, required, enum, pattern, bounds, items,
-//! `x-kubernetes-int-or-string`, `x-kubernetes-preserve-unknown-fields`), as upstream does.
+//! `x-kubernetes-int-or-string`, `x-kubernetes-preserve-unknown-fields`, and the CEL rules of
+//! `x-kubernetes-validations` through [`crate::rules`]), as upstream does.
 
 use crate::error::Cause;
 use serde_json::{Map, Value};
@@ -73,6 +74,10 @@ pub fn apply(schema: &Value, obj: &mut Value) -> Outcome {
         }
     }
     required(schema, map, "", &mut out);
+    if out.causes.is_empty() {
+        out.causes
+            .extend(crate::rules::causes(schema, obj, "<nil>"));
+    }
     out
 }
 
@@ -96,7 +101,17 @@ fn required(schema: &Value, map: &Map<String, Value>, path: &str, out: &mut Outc
     }
 }
 
+/// Checks one value against its schema node, then the node's validation rules (only when
+/// the value itself passed: rules assume well-typed input).
 fn walk(s: &Value, v: &mut Value, path: &str, out: &mut Outcome) {
+    let before = out.causes.len();
+    walk_value(s, v, path, out);
+    if out.causes.len() == before && !v.is_null() {
+        out.causes.extend(crate::rules::causes(s, v, path));
+    }
+}
+
+fn walk_value(s: &Value, v: &mut Value, path: &str, out: &mut Outcome) {
     if v.is_null() {
         if !is_true(s, "nullable") {
             // Upstream drops nulls for non-nullable fields when defaulting; treat as absent.
@@ -264,6 +279,23 @@ pub fn structural_errors(schema: &Value, path: &str) -> Vec<Cause> {
 }
 
 fn check(s: &Value, path: &str, causes: &mut Vec<Cause>, root: bool) {
+    for (i, r) in s
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!("{path}.x-kubernetes-validations[{i}].rule");
+        match r.get("rule").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required(&field, "")),
+            Some(rule) => {
+                if let Err(e) = crate::rules::compile(rule) {
+                    causes.push(Cause::invalid(&field, rule, &e.to_string()));
+                }
+            }
+        }
+    }
     let typed = s.get("type").and_then(Value::as_str).is_some();
     let exempt = is_true(s, "x-kubernetes-int-or-string")
         || is_true(s, "x-kubernetes-preserve-unknown-fields");

@@ -72,6 +72,9 @@ pub enum UpError {
     /// The node.
     #[error(transparent)]
     Kubelet(#[from] minik8s_kubelet::Error),
+    /// Installing the built-in CRDs (Functions, …).
+    #[error("installing the built-in CRDs")]
+    Crds(#[source] kube::Error),
     /// Copying the admin kubeconfig.
     #[error("writing {path}")]
     Io {
@@ -151,6 +154,10 @@ pub async fn up(
         path: link.clone(),
         source,
     })?;
+    // The built-in CRDs (the serverless kinds), applied as the admin.
+    minik8s_serverless::install(minik8s_kubeconfig::client(&admin).await?)
+        .await
+        .map_err(UpError::Crds)?;
     // The controllers, as the controller-manager identity, stopping with the cluster.
     let manager = Identity::components(&cfg.node_name)
         .into_iter()

@@ -1,0 +1,136 @@
+//! CRD validation rules (`x-kubernetes-validations`): CEL expressions over `self`, the value
+//! of the schema node that carries them, evaluated with the `cel` crate as upstream's
+//! apiextensions-apiserver does. Transition rules (those reading `oldSelf`) are checked
+//! only when an old value exists, which the structural walk does not have: they are skipped.
+
+use crate::error::Cause;
+use serde_json::Value;
+
+/// Why a rule could not be evaluated.
+#[derive(Debug, thiserror::Error)]
+pub enum RuleError {
+    /// The expression does not parse.
+    #[error("compilation failed: {0}")]
+    Compile(String),
+    /// Evaluating it failed (no such key, wrong types, …).
+    #[error("{0}")]
+    Execute(String),
+    /// It did not evaluate to a boolean.
+    #[error("rule did not evaluate to a bool: {0}")]
+    NotBool(String),
+}
+
+/// Whether a rule reads the old value (a transition rule).
+pub fn is_transition(rule: &str) -> bool {
+    rule.contains("oldSelf")
+}
+
+/// Compiles a rule (to check it when a CRD is written).
+pub fn compile(rule: &str) -> Result<(), RuleError> {
+    cel::Program::compile(rule)
+        .map(|_| ())
+        .map_err(|e| RuleError::Compile(e.to_string()))
+}
+
+/// Evaluates `rule` with `self` bound to `value`.
+pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
+    let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
+    let mut context = cel::Context::default();
+    context
+        .add_variable("self", value.clone())
+        .map_err(|e| RuleError::Execute(e.to_string()))?;
+    match program
+        .execute(&context)
+        .map_err(|e| RuleError::Execute(e.to_string()))?
+    {
+        cel::Value::Bool(b) => Ok(b),
+        other => Err(RuleError::NotBool(format!("{other:?}"))),
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "boolean",
+        Value::Null => "null",
+    }
+}
+
+/// The causes from the rules of schema node `schema` for `value` at `path`.
+pub fn causes(schema: &Value, value: &Value, path: &str) -> Vec<Cause> {
+    let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for r in rules {
+        let Some(rule) = r.get("rule").and_then(Value::as_str) else {
+            continue;
+        };
+        if is_transition(rule) {
+            continue;
+        }
+        let field = match r.get("fieldPath").and_then(Value::as_str) {
+            Some(fp) if !fp.is_empty() => format!("{path}{fp}"),
+            _ => path.to_owned(),
+        };
+        let detail = match check(rule, value) {
+            Ok(true) => continue,
+            Ok(false) => r
+                .get("message")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("failed rule: {rule}")),
+            Err(e) => format!("{e}: {rule}"),
+        };
+        let mut cause = Cause::invalid(&field, kind_of(value), &detail);
+        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
+            cause.reason = reason.to_owned();
+        }
+        out.push(cause);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rules_see_self_and_report_their_message_or_the_rule() {
+        let schema = json!({"x-kubernetes-validations": [
+            {"rule": "self.minScale <= self.maxScale", "message": "minScale must not exceed maxScale"},
+            {"rule": "!has(self.name) || self.name.startsWith('a')"},
+            {"rule": "self.minScale == oldSelf.minScale"},
+        ]});
+        assert!(
+            causes(
+                &schema,
+                &json!({"minScale": 0, "maxScale": 4}),
+                "spec.scale"
+            )
+            .is_empty()
+        );
+        let got = causes(
+            &schema,
+            &json!({"minScale": 5, "maxScale": 4, "name": "b"}),
+            "spec.scale",
+        );
+        let lines: Vec<String> = got.iter().map(Cause::line).collect();
+        assert_eq!(
+            lines,
+            [
+                "spec.scale: Invalid value: \"object\": minScale must not exceed maxScale",
+                "spec.scale: Invalid value: \"object\": failed rule: !has(self.name) || self.name.startsWith('a')",
+            ]
+        );
+        assert!(compile("self.x >").is_err());
+    }
+}

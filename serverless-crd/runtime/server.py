@@ -1,0 +1,101 @@
+"""The minik8s Python function runtime: a small invocation server on the standard library.
+
+POST / with a JSON body calls handler(event) (or handler(event, context) when the handler takes
+two arguments; context has invocation_id and deadline) and answers its JSON result. A handler
+exception is a 500 {"error", "traceback"}; a body that is not JSON is a 400; code that does not
+import is a 502 {"error", "sourceReady": false} for every call, and GET /healthz says so too.
+"""
+
+import importlib
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+CODE_DIR = os.environ.get("FUNCTION_DIR", "/code")
+HANDLER = os.environ.get("FUNCTION_HANDLER", "main.handler")
+TIMEOUT = float(os.environ.get("FUNCTION_TIMEOUT_SECONDS", "60"))
+MAX_BODY = 6 * 1024 * 1024
+
+
+def load():
+    """Imports the handler: (function, None) or (None, error text)."""
+    sys.path.insert(0, CODE_DIR)
+    module_name, _, func_name = HANDLER.rpartition(".")
+    try:
+        module = importlib.import_module(module_name or "main")
+        func = getattr(module, func_name)
+        if not callable(func):
+            raise TypeError(f"{HANDLER} is not callable")
+        return func, None
+    except BaseException as e:  # a SyntaxError or anything the module raises on import
+        return None, "".join(traceback.format_exception_only(type(e), e)).strip()
+
+
+HANDLER_FN, LOAD_ERROR = load()
+TAKES_CONTEXT = False
+if HANDLER_FN is not None:
+    try:
+        TAKES_CONTEXT = len(inspect.signature(HANDLER_FN).parameters) >= 2
+    except (TypeError, ValueError):
+        TAKES_CONTEXT = False
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # quiet: logs are the function's own prints
+        pass
+
+    def answer(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/healthz":
+            self.answer(200, {"sourceReady": LOAD_ERROR is None, "error": LOAD_ERROR})
+        else:
+            self.answer(404, {"error": "not found"})
+
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self.answer(413, {"error": f"request body over {MAX_BODY} bytes"})
+            return
+        raw = self.rfile.read(length) if length else b""
+        if LOAD_ERROR is not None:
+            self.answer(502, {"error": f"the function's source does not load: {LOAD_ERROR}", "sourceReady": False})
+            return
+        try:
+            event = json.loads(raw) if raw.strip() else None
+        except ValueError as e:
+            self.answer(400, {"error": f"the request body is not JSON: {e}"})
+            return
+        context = {
+            "invocation_id": self.headers.get("X-Invocation-Id") or str(uuid.uuid4()),
+            "deadline": time.time() + TIMEOUT,
+        }
+        try:
+            result = HANDLER_FN(event, context) if TAKES_CONTEXT else HANDLER_FN(event)
+            body = json.dumps(result).encode()
+        except Exception as e:
+            self.answer(500, {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+if __name__ == "__main__":
+    port = int(os.environ.get("PORT", "8080"))
+    HTTPServer(("0.0.0.0", port), Handler).serve_forever()

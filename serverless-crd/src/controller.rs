@@ -1,0 +1,345 @@
+//! The Function controller: a Function becomes a code ConfigMap (inline source), a Deployment
+//! of the runtime image mounting the code, and a Service, all owned by the Function so that
+//! deleting it removes them. A change of code or handler rolls the pods (the code's hash is a
+//! template annotation). Replicas belong to the autoscaler: the controller sets them only when
+//! it creates the Deployment (`minScale`), and never again.
+
+use crate::types::{Function, FunctionStatus, Runtime};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The runtime image of `python3` functions (built locally by `hack/images.sh`).
+pub const PYTHON_IMAGE: &str = "minik8s/function-python:v1";
+/// The label that names a pod's function.
+pub const FUNCTION_LABEL: &str = "serverless.minik8s.io/function";
+/// The template annotation that changes with the code (rolls the pods).
+pub const CODE_HASH: &str = "serverless.minik8s.io/code-hash";
+/// The port the runtime serves on.
+pub const RUNTIME_PORT: i32 = 8080;
+const MANAGER: &str = "function-controller";
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call failed.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Api { what, source }
+}
+
+/// What the controller needs.
+pub struct Config {
+    /// The gateway's base URL as users reach it (`http://<node address>:<port>`).
+    pub gateway_url: String,
+}
+
+struct Ctx {
+    client: Client,
+    cfg: Config,
+}
+
+/// The name of a function's children (ConfigMap, Deployment, Service).
+pub fn child_name(function: &str) -> String {
+    format!("fn-{function}")
+}
+
+/// The module file the handler names (`main.handler` → `main.py`).
+fn module_file(handler: &str) -> String {
+    let module = handler.rsplit_once('.').map_or("main", |(m, _)| m);
+    format!("{}.py", module.replace('.', "/"))
+}
+
+fn owner(f: &Function) -> OwnerReference {
+    f.controller_owner_ref(&())
+        .expect("a stored Function has a uid")
+}
+
+/// A short stable hash (FNV-1a) of the code and handler, for the template annotation.
+fn hash(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0)) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// The Deployment's pod template for a function.
+fn template(f: &Function, code_hash: &str) -> Value {
+    let name = f.name_any();
+    let spec = &f.spec;
+    let mut env = vec![
+        json!({"name": "FUNCTION_HANDLER", "value": spec.handler}),
+        json!({"name": "FUNCTION_TIMEOUT_SECONDS", "value": spec.timeout_seconds.to_string()}),
+    ];
+    env.extend(
+        spec.env
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null)),
+    );
+    let (image, volumes, mounts) = match spec.runtime {
+        Runtime::Python3 => {
+            let (cm, key) = match spec.source.as_ref().and_then(|s| s.config_map_ref.as_ref()) {
+                Some(r) => (r.name.clone(), r.key.clone()),
+                None => (child_name(&name), module_file(&spec.handler)),
+            };
+            (
+                PYTHON_IMAGE.to_owned(),
+                json!([{"name": "code", "configMap": {"name": cm,
+                    "items": [{"key": key, "path": module_file(&spec.handler)}]}}]),
+                json!([{"name": "code", "mountPath": "/code", "readOnly": true}]),
+            )
+        }
+        Runtime::Image => (spec.image.clone().unwrap_or_default(), json!([]), json!([])),
+    };
+    let mut container = json!({
+        "name": "function",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"name": "http", "containerPort": RUNTIME_PORT}],
+        "env": env,
+        "volumeMounts": mounts,
+    });
+    if let Some(r) = &spec.resources {
+        container["resources"] = serde_json::to_value(r).unwrap_or(Value::Null);
+    }
+    json!({
+        "metadata": {
+            "labels": {FUNCTION_LABEL: name},
+            "annotations": {CODE_HASH: code_hash},
+        },
+        "spec": {
+            "containers": [container],
+            "volumes": volumes,
+            // A function's pods are stateless and drain through the gateway first.
+            "terminationGracePeriodSeconds": 2,
+            "enableServiceLinks": false,
+        },
+    })
+}
+
+async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let name = f.name_any();
+    let ns = f.namespace().unwrap_or_default();
+    let child = child_name(&name);
+    let owner = owner(&f);
+    let pp = PatchParams::apply(MANAGER).force();
+
+    // The code: inline source as a ConfigMap of our own; a configMapRef is read where it is.
+    let code = match f.spec.source.as_ref() {
+        Some(s) if s.config_map_ref.is_some() => {
+            let r = s.config_map_ref.as_ref().expect("checked");
+            let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+            cms.get_opt(&r.name)
+                .await
+                .map_err(api("reading the source ConfigMap"))?
+                .and_then(|cm| cm.data.and_then(|d| d.get(&r.key).cloned()))
+        }
+        Some(s) => s.inline.clone(),
+        None => None,
+    };
+    if f.spec.runtime == Runtime::Python3
+        && f.spec
+            .source
+            .as_ref()
+            .and_then(|s| s.config_map_ref.as_ref())
+            .is_none()
+    {
+        let cm = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
+                "labels": {FUNCTION_LABEL: name}},
+            "data": {module_file(&f.spec.handler): code.clone().unwrap_or_default()},
+        });
+        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+            .patch(&child, &pp, &Patch::Apply(&cm))
+            .await
+            .map_err(api("applying the code ConfigMap"))?;
+    }
+    let code_hash = hash(&[
+        code.as_deref().unwrap_or_default(),
+        &f.spec.handler,
+        f.spec.image.as_deref().unwrap_or_default(),
+    ]);
+
+    // The Deployment: created with minScale replicas; afterwards only its template changes.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let template = template(&f, &code_hash);
+    let selector = json!({"matchLabels": {FUNCTION_LABEL: name}});
+    let existing = deployments
+        .get_opt(&child)
+        .await
+        .map_err(api("reading the Deployment"))?;
+    let deployment = match existing {
+        None => {
+            let d: Deployment = serde_json::from_value(json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
+                    "labels": {FUNCTION_LABEL: name}},
+                "spec": {
+                    "replicas": f.spec.scale.min_scale,
+                    "selector": selector,
+                    "template": template,
+                    // New pods come up before old ones go: a code update drops no request.
+                    "strategy": {"type": "RollingUpdate",
+                        "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}},
+                },
+            }))
+            .expect("a Deployment");
+            match deployments.create(&PostParams::default(), &d).await {
+                Ok(d) => d,
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    return Ok(Action::requeue(Duration::from_millis(200)));
+                }
+                Err(e) => return Err(api("creating the Deployment")(e)),
+            }
+        }
+        Some(_) => deployments
+            .patch(
+                &child,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": template}})),
+            )
+            .await
+            .map_err(api("updating the Deployment"))?,
+    };
+
+    let svc = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
+            "labels": {FUNCTION_LABEL: name}},
+        "spec": {"selector": {FUNCTION_LABEL: name},
+            "ports": [{"name": "http", "port": 80, "targetPort": RUNTIME_PORT}]},
+    });
+    Api::<Service>::namespaced(ctx.client.clone(), &ns)
+        .patch(&child, &pp, &Patch::Apply(&svc))
+        .await
+        .map_err(api("applying the Service"))?;
+
+    // Status: replicas from the Deployment, the URL, and conditions.
+    let ds = deployment.status.clone().unwrap_or_default();
+    let old = f.status.clone().unwrap_or_default();
+    let source_missing = f.spec.runtime == Runtime::Python3 && code.is_none();
+    let mut conditions = Vec::new();
+    let mut set = |type_: &str, status: bool, reason: &str, message: String| {
+        let status = if status { "True" } else { "False" };
+        let keep = old
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status);
+        conditions.push(Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: f.metadata.generation,
+            last_transition_time: keep
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| Time(jiff::Timestamp::now())),
+        });
+    };
+    // SourceReady: known missing here; an import error is reported by the gateway, which
+    // keeps its condition (False with the Python message) until the code changes.
+    let import_failed = old.conditions.iter().find(|c| {
+        c.type_ == "SourceReady"
+            && c.status == "False"
+            && c.reason == "ImportError"
+            && old.observed_generation == f.metadata.generation
+    });
+    match (source_missing, import_failed) {
+        (true, _) => set(
+            "SourceReady",
+            false,
+            "SourceMissing",
+            "the function has no source (spec.source.inline or a ConfigMap key that exists)".into(),
+        ),
+        (false, Some(c)) => set("SourceReady", false, "ImportError", c.message.clone()),
+        (false, None) => set("SourceReady", true, "SourceLoaded", String::new()),
+    }
+    let ready = !source_missing && import_failed.is_none();
+    set(
+        "Ready",
+        ready,
+        if ready { "Ready" } else { "SourceNotReady" },
+        if ready {
+            "the function answers at its URL (scaling from zero on the first request)".into()
+        } else {
+            "the function's source is not ready".into()
+        },
+    );
+    let status = FunctionStatus {
+        url: Some(format!("{}/function/{ns}/{name}", ctx.cfg.gateway_url)),
+        replicas: ds.replicas.unwrap_or(0),
+        ready_replicas: ds.ready_replicas.unwrap_or(0),
+        observed_generation: f.metadata.generation,
+        conditions,
+        last_cold_start_millis: old.last_cold_start_millis,
+    };
+    if f.status.as_ref() != Some(&status) {
+        let functions: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
+        functions
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .map_err(api("writing the Function's status"))?;
+    }
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+fn error_policy(f: Arc<Function>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(function = %f.name_any(), error = %e, "function reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// Runs the Function controller until `shutdown`.
+pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
+    let functions: Api<Function> = Api::all(client.clone());
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    Controller::new(functions, watcher::Config::default())
+        .owns(
+            deployments,
+            watcher::Config::default().labels(FUNCTION_LABEL),
+        )
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile, error_policy, Arc::new(Ctx { client, cfg }))
+        .for_each(|_| async {})
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handlers_name_their_module_file_and_code_changes_change_the_hash() {
+        assert_eq!(module_file("main.handler"), "main.py");
+        assert_eq!(module_file("add.handler"), "add.py");
+        assert_eq!(module_file("handler"), "main.py");
+        assert_ne!(hash(&["a", "main.handler"]), hash(&["b", "main.handler"]));
+        assert_ne!(hash(&["ab", "c"]), hash(&["a", "bc"]));
+    }
+}
