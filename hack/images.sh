@@ -3,7 +3,7 @@
 # `busybox` (with an httpd docroot at /www) as docker archives in DIR (default
 # target/images): pause.tar (registry.k8s.io/pause:3.9-local), busybox.tar
 # (docker.io/library/busybox:latest) and function-python.tar
-# (docker.io/minik8s/function-python:v1, the Function runtime). Idempotent: keeps archives
+# (docker.io/minik8s/function-python:py-<hash of its server>, the Function runtime). Idempotent: keeps archives
 # that exist.
 #
 # busybox is built from Debian's busybox source package with upstream's default
@@ -15,7 +15,9 @@
 source "$(dirname "$0")/lib.sh"
 DIR="$(realpath -m "${1:-$ROOT/target/images}")"
 mkdir -p "$DIR"
-if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ] && [ -s "$DIR/function-python.tar" ]; then
+tag="py-$(sha256sum "$ROOT/serverless-crd/runtime/server.py" | cut -c1-12)"
+if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ] && [ -s "$DIR/function-python.tar" ] \
+   && [ "$(cat "$DIR/function-python.tag" 2>/dev/null)" = "$tag" ]; then
   exit 0
 fi
 for tool in umoci skopeo gcc make bzip2; do
@@ -87,10 +89,14 @@ umoci repack --image layout:function-python b-py
 umoci config --image layout:function-python --config.entrypoint /usr/bin/python3.11 \
   --config.cmd=-u --config.cmd=/runtime/server.py --config.env PYTHONDONTWRITEBYTECODE=1 \
   --config.exposedports 8080/tcp --os linux --architecture amd64
-skopeo copy -q oci:layout:function-python "docker-archive:$DIR/function-python.tar.tmp:docker.io/minik8s/function-python:v1"
+# Tagged by the invocation server's hash, as the Function controller names it, so a node
+# never runs a stale runtime under a reused tag.
+tag="py-$(sha256sum "$ROOT/serverless-crd/runtime/server.py" | cut -c1-12)"
+skopeo copy -q oci:layout:function-python "docker-archive:$DIR/function-python.tar.tmp:docker.io/minik8s/function-python:$tag"
 skopeo copy -q oci:layout:pause "docker-archive:$DIR/pause.tar.tmp:registry.k8s.io/pause:3.9-local"
 skopeo copy -q oci:layout:busybox "docker-archive:$DIR/busybox.tar.tmp:docker.io/library/busybox:latest"
 mv "$DIR/pause.tar.tmp" "$DIR/pause.tar"
 mv "$DIR/busybox.tar.tmp" "$DIR/busybox.tar"
 mv "$DIR/function-python.tar.tmp" "$DIR/function-python.tar"
+echo "$tag" > "$DIR/function-python.tag"
 log "images ready in $DIR"

@@ -35,6 +35,8 @@ pub struct UpConfig {
     pub images: Vec<PathBuf>,
     /// Where the node's local registry listens (`None`: no registry, images are imported).
     pub registry: Option<SocketAddr>,
+    /// Where the function gateway listens (`None`: no gateway nor Function controller).
+    pub gateway: Option<SocketAddr>,
 }
 
 impl UpConfig {
@@ -174,6 +176,24 @@ pub async fn up(
         tasks.spawn(async move {
             if let Err(e) = minik8s_controllers::manager::run(client, &names, shutdown).await {
                 tracing::error!(error = %e, "controllers stopped");
+            }
+        });
+    }
+    if let Some(listen) = cfg.gateway {
+        // Functions: the gateway and the Function controller (as the admin for now).
+        let client = minik8s_kubeconfig::client(&admin).await?;
+        let public_host = match &cfg.kubelet().node_ip {
+            Some(ip) => ip.clone(),
+            None => minik8s_kubelet::node::default_ip().await,
+        };
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let fcfg = minik8s_serverless::Config {
+                listen,
+                public_host,
+            };
+            if let Err(e) = minik8s_serverless::serve(client, fcfg, shutdown).await {
+                tracing::error!(error = %e, "the function gateway stopped");
             }
         });
     }

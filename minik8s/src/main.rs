@@ -88,6 +88,12 @@ struct UpArgs {
     /// Run no local registry: the image archives are imported into the runtime instead.
     #[arg(long, env = "MINIK8S_NO_REGISTRY")]
     no_registry: bool,
+    /// Where the function gateway listens (a host port; Functions' URLs name it).
+    #[arg(long, env = "MINIK8S_GATEWAY", default_value = "0.0.0.0:8181")]
+    gateway: std::net::SocketAddr,
+    /// Run no function gateway or Function controller.
+    #[arg(long, env = "MINIK8S_NO_FUNCTIONS")]
+    no_functions: bool,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -108,6 +114,7 @@ impl TryFrom<UpArgs> for UpConfig {
             audit_level: a.audit_level,
             run_node: !a.no_node,
             registry: (!a.no_registry).then_some(a.registry),
+            gateway: (!a.no_functions).then_some(a.gateway),
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {

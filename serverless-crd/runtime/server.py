@@ -10,6 +10,7 @@ import importlib
 import inspect
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -45,6 +46,18 @@ if HANDLER_FN is not None:
         TAKES_CONTEXT = False
 
 
+BUSY = False
+STOPPING = False
+
+
+def on_term(signum, frame):
+    """Drains: exits now when idle, else once the request in hand is answered."""
+    global STOPPING
+    if not BUSY:
+        os._exit(0)
+    STOPPING = True
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -66,6 +79,17 @@ class Handler(BaseHTTPRequestHandler):
             self.answer(404, {"error": "not found"})
 
     def do_POST(self):
+        global BUSY
+        BUSY = True
+        try:
+            self.invoke()
+        finally:
+            BUSY = False
+            if STOPPING:
+                self.wfile.flush()
+                os._exit(0)
+
+    def invoke(self):
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             self.answer(413, {"error": f"request body over {MAX_BODY} bytes"})
@@ -96,6 +120,18 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class Server(HTTPServer):
+    """HTTPServer without its reverse lookup of the bound address (socket.getfqdn), which
+    waits for DNS timeouts in a pod without a resolver and delays the cold start."""
+
+    def server_bind(self):
+        import socketserver
+
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, on_term)
     port = int(os.environ.get("PORT", "8080"))
-    HTTPServer(("0.0.0.0", port), Handler).serve_forever()
+    Server(("0.0.0.0", port), Handler).serve_forever()

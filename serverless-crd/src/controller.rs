@@ -18,8 +18,16 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The runtime image of `python3` functions (built locally by `hack/images.sh`).
-pub const PYTHON_IMAGE: &str = "minik8s/function-python:v1";
+/// The invocation server the Python runtime image runs (its hash tags the image).
+pub const PYTHON_SERVER: &str = include_str!("../runtime/server.py");
+
+/// The runtime image of `python3` functions, as `hack/images.sh` builds and tags it:
+/// `minik8s/function-python:py-<first 12 hex digits of the server's SHA-256>`.
+pub fn python_image() -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, PYTHON_SERVER.as_bytes());
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("minik8s/function-python:py-{}", &hex[..12])
+}
 /// The label that names a pod's function.
 pub const FUNCTION_LABEL: &str = "serverless.minik8s.io/function";
 /// The template annotation that changes with the code (rolls the pods).
@@ -105,7 +113,7 @@ fn template(f: &Function, code_hash: &str) -> Value {
                 None => (child_name(&name), module_file(&spec.handler)),
             };
             (
-                PYTHON_IMAGE.to_owned(),
+                python_image(),
                 json!([{"name": "code", "configMap": {"name": cm,
                     "items": [{"key": key, "path": module_file(&spec.handler)}]}}]),
                 json!([{"name": "code", "mountPath": "/code", "readOnly": true}]),
@@ -132,8 +140,9 @@ fn template(f: &Function, code_hash: &str) -> Value {
         "spec": {
             "containers": [container],
             "volumes": volumes,
-            // A function's pods are stateless and drain through the gateway first.
-            "terminationGracePeriodSeconds": 2,
+            // A pod being removed gets no new requests from the gateway and finishes the one
+            // in hand (the runtime exits after it on SIGTERM) within the function's timeout.
+            "terminationGracePeriodSeconds": f.spec.timeout_seconds + 2,
             "enableServiceLinks": false,
         },
     })

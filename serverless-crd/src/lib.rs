@@ -1,8 +1,10 @@
-//! minik8s serverless: the `Function` custom resource and, to come, its controller, gateway
-//! (activator and autoscaler) and the Workflow resources. An API client only: the apiserver
-//! learns these kinds from their CRDs at run time.
+//! minik8s serverless: the `Function` custom resource, its controller, and the gateway
+//! (activator and autoscaler); the Workflow resources are to come. An API client only: the
+//! apiserver learns these kinds from their CRDs at run time.
 
+pub mod autoscaler;
 pub mod controller;
+pub mod gateway;
 pub mod types;
 
 pub use types::{Function, FunctionSpec, FunctionStatus};
@@ -21,6 +23,80 @@ pub async fn install(client: kube::Client) -> Result<(), kube::Error> {
         )
         .await?;
     }
+    Ok(())
+}
+
+/// Where functions are served.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The gateway's listening address (a host port; `0.0.0.0:8181` in `minik8s up`).
+    pub listen: std::net::SocketAddr,
+    /// The node address users and pods reach the gateway at (for `status.url` and the
+    /// `minik8s-system/gateway` Service's endpoint).
+    pub public_host: String,
+}
+
+/// The namespace of the gateway's Service.
+pub const SYSTEM_NAMESPACE: &str = "minik8s-system";
+
+/// Runs the gateway and the Function controller until `shutdown`.
+pub async fn serve(
+    client: kube::Client,
+    cfg: Config,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Result<(), gateway::Error> {
+    let running = gateway::start(
+        client.clone(),
+        gateway::Config { listen: cfg.listen },
+        shutdown.clone(),
+    )
+    .await?;
+    let port = running.addr.port();
+    if let Err(e) = gateway_service(&client, &cfg.public_host, port).await {
+        tracing::warn!(error = %e, "the minik8s-system/gateway Service");
+    }
+    let controller = controller::run(
+        client,
+        controller::Config {
+            gateway_url: format!("http://{}:{port}", cfg.public_host),
+        },
+        shutdown,
+    );
+    let _ = tokio::join!(controller, running.done);
+    Ok(())
+}
+
+/// The Service `gateway` in `minik8s-system` (port 80) that pods reach the gateway through:
+/// no selector, one EndpointSlice naming the node's address and the gateway's port.
+async fn gateway_service(client: &kube::Client, host: &str, port: u16) -> Result<(), kube::Error> {
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    use kube::api::{Api, Patch, PatchParams};
+    let pp = PatchParams::apply("minik8s-gateway").force();
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}});
+    Api::<Namespace>::all(client.clone())
+        .patch(SYSTEM_NAMESPACE, &pp, &Patch::Apply(&ns))
+        .await?;
+    let svc = serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "gateway", "namespace": SYSTEM_NAMESPACE},
+        "spec": {"ports": [{"name": "http", "port": 80, "targetPort": port, "protocol": "TCP"}]},
+    });
+    Api::<Service>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .patch("gateway", &pp, &Patch::Apply(&svc))
+        .await?;
+    let slice = serde_json::json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "gateway", "namespace": SYSTEM_NAMESPACE,
+            "labels": {"kubernetes.io/service-name": "gateway",
+                "endpointslice.kubernetes.io/managed-by": "minik8s-gateway"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+    });
+    Api::<EndpointSlice>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .patch("gateway", &pp, &Patch::Apply(&slice))
+        .await?;
     Ok(())
 }
 

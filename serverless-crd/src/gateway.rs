@@ -1,0 +1,756 @@
+//! The gateway (activator): `POST /function/<namespace>/<name>` invokes a function. It routes to
+//! the function's running pods (least outstanding requests, at most `targetConcurrency` each),
+//! holds requests in a bounded queue while the function scales from zero or all pods are busy,
+//! retries a connection refused while a just-started pod opens its port (this decides the cold
+//! start, not the kubelet's probes), and stops sending to pods being removed. It rebuilds all
+//! of this from the API (Functions and pods), so a restart loses nothing that matters. Its
+//! autoscaler writes each function's Deployment `scale`; `/metrics` is Prometheus text.
+
+use crate::autoscaler::{self, Samples};
+use crate::controller::{FUNCTION_LABEL, RUNTIME_PORT, child_name};
+use crate::types::Function;
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, Limited};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Largest request body (as AWS Lambda's synchronous payload limit).
+pub const MAX_BODY: usize = 6 * 1024 * 1024;
+/// How long one connection attempt to a pod may take before it is made again.
+const CONNECT_ATTEMPT: Duration = Duration::from_millis(100);
+/// How long a pod may refuse connections before the call fails.
+const CONNECT_FOR: Duration = Duration::from_secs(30);
+/// How often the autoscaler looks at every function.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What the gateway needs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where it listens (a host port).
+    pub listen: SocketAddr,
+}
+
+/// One pod requests can go to.
+#[derive(Debug)]
+struct Backend {
+    pod: String,
+    addr: SocketAddr,
+    inflight: AtomicUsize,
+}
+
+/// What the gateway keeps per function (rebuilt from pods and requests after a restart).
+#[derive(Default)]
+struct FnState {
+    backends: Mutex<Vec<Arc<Backend>>>,
+    waiting: AtomicUsize,
+    inflight: AtomicUsize,
+    changed: tokio::sync::Notify,
+    last_request: Mutex<Option<Instant>>,
+    samples: Mutex<Samples>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FnLabels {
+    namespace: String,
+    function: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    namespace: String,
+    function: String,
+    code: String,
+}
+
+struct Metrics {
+    registry: Registry,
+    requests: Family<CodeLabels, Counter>,
+    duration: Family<FnLabels, Histogram>,
+    cold_starts: Family<FnLabels, Counter>,
+    cold_start_duration: Family<FnLabels, Histogram>,
+    inflight: Family<FnLabels, Gauge>,
+    queue: Family<FnLabels, Gauge>,
+}
+
+fn histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<CodeLabels, Counter>::default();
+        let duration =
+            Family::<FnLabels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
+        let cold_starts = Family::<FnLabels, Counter>::default();
+        let cold_start_duration =
+            Family::<FnLabels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
+        let inflight = Family::<FnLabels, Gauge>::default();
+        let queue = Family::<FnLabels, Gauge>::default();
+        registry.register(
+            "minik8s_function_requests",
+            "Invocations by answer code",
+            requests.clone(),
+        );
+        registry.register(
+            "minik8s_function_request_duration_seconds",
+            "Invocation latency through the gateway",
+            duration.clone(),
+        );
+        registry.register(
+            "minik8s_function_cold_starts",
+            "Invocations that waited for a pod to start",
+            cold_starts.clone(),
+        );
+        registry.register(
+            "minik8s_function_cold_start_duration_seconds",
+            "From a cold request's arrival to its answer",
+            cold_start_duration.clone(),
+        );
+        registry.register(
+            "minik8s_function_inflight",
+            "Invocations being served",
+            inflight.clone(),
+        );
+        registry.register(
+            "minik8s_function_queue_length",
+            "Invocations waiting for a pod",
+            queue.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            duration,
+            cold_starts,
+            cold_start_duration,
+            inflight,
+            queue,
+        }
+    }
+}
+
+/// The gateway's shared state.
+pub struct Gateway {
+    client: Client,
+    functions: Store<Function>,
+    pods: Store<Pod>,
+    states: Mutex<HashMap<(String, String), Arc<FnState>>>,
+    metrics: Metrics,
+}
+
+/// A failed invocation: its HTTP answer.
+#[derive(Debug)]
+struct Failure {
+    code: StatusCode,
+    message: String,
+    retry_after: Option<u64>,
+}
+
+impl Failure {
+    fn new(code: StatusCode, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> Response {
+        let mut r = (
+            self.code,
+            [(header::CONTENT_TYPE, "application/json")],
+            json!({"error": self.message}).to_string(),
+        )
+            .into_response();
+        if let Some(s) = self.retry_after
+            && let Ok(v) = HeaderValue::from_str(&s.to_string())
+        {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        r
+    }
+}
+
+/// Marks the function active when a request ends (idleness counts from the last answer).
+struct Activity<'a>(&'a FnState);
+
+impl Drop for Activity<'_> {
+    fn drop(&mut self) {
+        *self.0.last_request.lock().expect("last") = Some(Instant::now());
+    }
+}
+
+/// Decrements a counter when dropped (a request leaving the queue or a pod).
+struct Count<'a>(&'a AtomicUsize);
+
+impl Drop for Count<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn count(c: &AtomicUsize) -> Count<'_> {
+    c.fetch_add(1, Ordering::SeqCst);
+    Count(c)
+}
+
+impl Gateway {
+    fn state(&self, ns: &str, name: &str) -> Arc<FnState> {
+        self.states
+            .lock()
+            .expect("states")
+            .entry((ns.to_owned(), name.to_owned()))
+            .or_default()
+            .clone()
+    }
+
+    /// Rebuilds a function's backends from its pods: running, with an address, not being
+    /// removed. Backends that stay keep their in-flight counts.
+    fn refresh(&self, ns: &str, function: &str) {
+        let state = self.state(ns, function);
+        let mut backends = state.backends.lock().expect("backends");
+        let pods: Vec<Arc<Pod>> = self
+            .pods
+            .state()
+            .into_iter()
+            .filter(|p| {
+                p.namespace().as_deref() == Some(ns)
+                    && p.labels().get(FUNCTION_LABEL).map(String::as_str) == Some(function)
+            })
+            .collect();
+        let mut next = Vec::new();
+        for p in pods {
+            let status = p.status.as_ref();
+            let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+            let ip = status.and_then(|s| s.pod_ip.as_deref()).unwrap_or_default();
+            if !running || ip.is_empty() || p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+                continue;
+            };
+            let name = p.name_any();
+            match backends.iter().find(|b| b.pod == name) {
+                Some(b) => next.push(b.clone()),
+                None => next.push(Arc::new(Backend {
+                    pod: name,
+                    addr: SocketAddr::new(ip, RUNTIME_PORT as u16),
+                    inflight: AtomicUsize::new(0),
+                })),
+            }
+        }
+        *backends = next;
+        drop(backends);
+        state.changed.notify_waiters();
+    }
+
+    /// Picks the least loaded backend with a free slot and takes the slot.
+    fn pick(state: &FnState, target: usize) -> Option<Arc<Backend>> {
+        let backends = state.backends.lock().expect("backends");
+        let b = backends
+            .iter()
+            .filter(|b| b.inflight.load(Ordering::SeqCst) < target)
+            .min_by_key(|b| b.inflight.load(Ordering::SeqCst))?
+            .clone();
+        b.inflight.fetch_add(1, Ordering::SeqCst);
+        Some(b)
+    }
+
+    /// Sets the function's Deployment to at least one pod, now (the first request of a
+    /// function scaled to zero must not wait for the autoscaler's tick).
+    async fn wake(&self, ns: &str, name: &str) {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+        let child = child_name(name);
+        match api.get_scale(&child).await {
+            Ok(s) if s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) == 0 => {
+                let patch = Patch::Merge(json!({"spec": {"replicas": 1}}));
+                if let Err(e) = api
+                    .patch_scale(&child, &PatchParams::default(), &patch)
+                    .await
+                {
+                    tracing::warn!(function = %name, error = %e, "scaling from zero");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(function = %name, error = %e, "reading the scale"),
+        }
+    }
+
+    async fn invoke(&self, ns: &str, name: &str, body: Bytes) -> Result<Response, Failure> {
+        let started = Instant::now();
+        let f = self
+            .functions
+            .get(&ObjectRef::new(name).within(ns))
+            .ok_or_else(|| {
+                Failure::new(
+                    StatusCode::NOT_FOUND,
+                    format!("function {ns}/{name} not found"),
+                )
+            })?;
+        if serde_json::from_slice::<serde_json::Value>(&body).is_err() && !body.is_empty() {
+            return Err(Failure::new(
+                StatusCode::BAD_REQUEST,
+                "the request body is not JSON",
+            ));
+        }
+        let spec = &f.spec;
+        let state = self.state(ns, name);
+        *state.last_request.lock().expect("last") = Some(started);
+        let deadline = started + Duration::from_secs(spec.timeout_seconds.max(1) as u64);
+        let target = spec.scale.target_concurrency.max(1) as usize;
+        let labels = FnLabels {
+            namespace: ns.to_owned(),
+            function: name.to_owned(),
+        };
+
+        // A slot on a pod, waiting in the bounded queue if there is none.
+        let mut cold = false;
+        let backend = match Self::pick(&state, target) {
+            Some(b) => b,
+            None => {
+                if state.waiting.load(Ordering::SeqCst) >= spec.scale.queue_limit.max(0) as usize {
+                    let mut f = Failure::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!(
+                            "function {ns}/{name} is at its queue limit ({})",
+                            spec.scale.queue_limit
+                        ),
+                    );
+                    f.retry_after = Some(1);
+                    return Err(f);
+                }
+                let _waiting = count(&state.waiting);
+                self.metrics.queue.get_or_create(&labels).inc();
+                cold = state.backends.lock().expect("backends").is_empty();
+                if cold {
+                    self.wake(ns, name).await;
+                }
+                let got = loop {
+                    let notified = state.changed.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    if let Some(b) = Self::pick(&state, target) {
+                        break Some(b);
+                    }
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(deadline.into()) => break None,
+                    }
+                };
+                self.metrics.queue.get_or_create(&labels).dec();
+                got.ok_or_else(|| {
+                    Failure::new(
+                        StatusCode::GATEWAY_TIMEOUT,
+                        format!(
+                            "function {ns}/{name} had no pod free within {} s",
+                            spec.timeout_seconds
+                        ),
+                    )
+                })?
+            }
+        };
+        let _inflight = count(&state.inflight);
+        let _active = Activity(&state);
+        let gauge = self.metrics.inflight.get_or_create_owned(&labels);
+        gauge.inc();
+        let result = forward(backend.addr, body, deadline).await;
+        gauge.dec();
+        backend.inflight.fetch_sub(1, Ordering::SeqCst);
+        state.changed.notify_waiters();
+        let answer = match result {
+            Ok((code, bytes)) => {
+                if code == StatusCode::BAD_GATEWAY {
+                    self.source_failed(&f, &bytes).await;
+                }
+                Ok((code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response())
+            }
+            Err(Forward::Timeout) => {
+                // A handler that never returns: the pod is recycled.
+                let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+                let _ = pods
+                    .delete(&backend.pod, &DeleteParams::default().grace_period(0))
+                    .await;
+                Err(Failure::new(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "function {ns}/{name} did not answer within {} s",
+                        spec.timeout_seconds
+                    ),
+                ))
+            }
+            Err(Forward::Failed(e)) => Err(Failure::new(
+                StatusCode::BAD_GATEWAY,
+                format!("calling function {ns}/{name}: {e}"),
+            )),
+        };
+        let code = match &answer {
+            Ok(r) => r.status(),
+            Err(f) => f.code,
+        };
+        let elapsed = started.elapsed();
+        self.metrics
+            .requests
+            .get_or_create(&CodeLabels {
+                namespace: ns.to_owned(),
+                function: name.to_owned(),
+                code: code.as_u16().to_string(),
+            })
+            .inc();
+        self.metrics
+            .duration
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+        if cold && code.is_success() {
+            self.metrics.cold_starts.get_or_create(&labels).inc();
+            self.metrics
+                .cold_start_duration
+                .get_or_create(&labels)
+                .observe(elapsed.as_secs_f64());
+            let api: Api<Function> = Api::namespaced(self.client.clone(), ns);
+            let patch = Patch::Merge(
+                json!({"status": {"lastColdStartMillis": elapsed.as_millis() as i64}}),
+            );
+            let _ = api
+                .patch_status(name, &PatchParams::default(), &patch)
+                .await;
+        }
+        answer
+    }
+
+    /// A pod answered that the function's code does not load: the Function says so.
+    async fn source_failed(&self, f: &Function, body: &[u8]) {
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return;
+        };
+        if v.get("sourceReady") != Some(&json!(false)) {
+            return;
+        }
+        let message = v.get("error").and_then(|e| e.as_str()).unwrap_or_default();
+        let now = jiff::Timestamp::now().to_string();
+        let conditions = json!([
+            {"type": "SourceReady", "status": "False", "reason": "ImportError", "message": message,
+             "lastTransitionTime": now, "observedGeneration": f.metadata.generation},
+            {"type": "Ready", "status": "False", "reason": "SourceNotReady",
+             "message": "the function's source is not ready", "lastTransitionTime": now,
+             "observedGeneration": f.metadata.generation},
+        ]);
+        let already = f.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "SourceReady" && c.status == "False" && c.message == message)
+        });
+        if already {
+            return;
+        }
+        let api: Api<Function> =
+            Api::namespaced(self.client.clone(), &f.namespace().unwrap_or_default());
+        let patch = Patch::Merge(json!({"status": {"conditions": conditions}}));
+        if let Err(e) = api
+            .patch_status(&f.name_any(), &PatchParams::default(), &patch)
+            .await
+        {
+            tracing::warn!(function = %f.name_any(), error = %e, "reporting the source error");
+        }
+    }
+
+    /// One autoscaler pass over every function.
+    async fn autoscale(&self) {
+        let now = Instant::now();
+        for f in self.functions.state() {
+            let ns = f.namespace().unwrap_or_default();
+            let name = f.name_any();
+            let state = self.state(&ns, &name);
+            let concurrency =
+                state.inflight.load(Ordering::SeqCst) + state.waiting.load(Ordering::SeqCst);
+            let (stable, panic) = {
+                let mut s = state.samples.lock().expect("samples");
+                s.record(now, concurrency as f64);
+                (
+                    s.average(now, autoscaler::STABLE),
+                    s.average(now, autoscaler::PANIC),
+                )
+            };
+            let idle = state
+                .last_request
+                .lock()
+                .expect("last")
+                .map_or(Duration::MAX, |t| now.duration_since(t));
+            let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
+            let child = child_name(&name);
+            let Ok(scale) = api.get_scale(&child).await else {
+                continue;
+            };
+            let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
+            let s = &f.spec.scale;
+            let want = autoscaler::desired(autoscaler::Inputs {
+                current,
+                stable,
+                panic,
+                now: concurrency,
+                idle,
+                target: s.target_concurrency,
+                min: s.min_scale,
+                max: s.max_scale,
+                to_zero_after: Duration::from_secs(s.scale_to_zero_after_seconds.max(0) as u64),
+            });
+            if want != current {
+                tracing::info!(function = %name, namespace = %ns, from = current, to = want, concurrency, "scaling");
+                let patch = Patch::Merge(json!({"spec": {"replicas": want}}));
+                if let Err(e) = api
+                    .patch_scale(&child, &PatchParams::default(), &patch)
+                    .await
+                {
+                    tracing::warn!(function = %name, error = %e, "scaling");
+                }
+            }
+        }
+    }
+}
+
+/// Why forwarding failed.
+#[derive(Debug)]
+enum Forward {
+    /// No answer by the deadline.
+    Timeout,
+    /// The pod could not be called.
+    Failed(String),
+}
+
+/// POSTs `body` to the pod, retrying a refused connection (the runtime is starting) until
+/// the deadline.
+async fn forward(
+    addr: SocketAddr,
+    body: Bytes,
+    deadline: Instant,
+) -> Result<(StatusCode, Bytes), Forward> {
+    let call = async {
+        // A pod that has just started may refuse (its runtime is not listening yet) or not
+        // answer at all (its network is still being wired): each attempt is short, and they
+        // go on until the deadline. A pod that keeps failing past CONNECT_FOR is reported.
+        let first = Instant::now();
+        let tcp = loop {
+            let attempt =
+                tokio::time::timeout(CONNECT_ATTEMPT, tokio::net::TcpStream::connect(addr)).await;
+            match attempt {
+                Ok(Ok(s)) => break s,
+                Ok(Err(e)) if first.elapsed() > CONNECT_FOR => {
+                    return Err(Forward::Failed(e.to_string()));
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(%addr, error = %e, "pod not answering yet");
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err(_) => tracing::debug!(%addr, "connect attempt timed out"),
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .map_err(|e| Forward::Failed(e.to_string()))?;
+        tokio::spawn(conn);
+        let req = hyper::Request::post("/")
+            .header(header::HOST, addr.to_string())
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))
+            .map_err(|e| Forward::Failed(e.to_string()))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| Forward::Failed(e.to_string()))?;
+        let code = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| Forward::Failed(e.to_string()))?
+            .to_bytes();
+        Ok((code, bytes))
+    };
+    match tokio::time::timeout_at(deadline.into(), call).await {
+        Ok(r) => r,
+        Err(_) => Err(Forward::Timeout),
+    }
+}
+
+async fn invoke(
+    State(g): State<Arc<Gateway>>,
+    Path((ns, name)): Path<(String, String)>,
+    req: Request,
+) -> Response {
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Failure::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is over {MAX_BODY} bytes"),
+            )
+            .into_response();
+        }
+    };
+    match g.invoke(&ns, &name, body).await {
+        Ok(r) => r,
+        Err(f) => f.into_response(),
+    }
+}
+
+async fn metrics(State(g): State<Arc<Gateway>>) -> Response {
+    let mut text = String::new();
+    if prometheus_client::encoding::text::encode(&mut text, &g.metrics.registry).is_err() {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// The gateway's HTTP routes.
+fn app(g: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/function/{ns}/{name}", post(invoke))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .with_state(g)
+}
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding its port.
+    #[error("listening on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A started gateway: its address, and the task serving it.
+pub struct Running {
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// Ends when the gateway has stopped.
+    pub done: tokio::task::JoinHandle<()>,
+}
+
+/// Starts the gateway (routes, pod and Function watches, autoscaler) until `shutdown`.
+pub async fn start(
+    client: Client,
+    cfg: Config,
+    shutdown: CancellationToken,
+) -> Result<Running, Error> {
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Listen {
+        addr: cfg.listen,
+        source,
+    })?;
+    let (functions, fn_writer) = reflector::store::<Function>();
+    let (pods, pod_writer) = reflector::store::<Pod>();
+    let g = Arc::new(Gateway {
+        client: client.clone(),
+        functions,
+        pods,
+        states: Mutex::new(HashMap::new()),
+        metrics: Metrics::new(),
+    });
+    let fn_watch = reflector::reflector(
+        fn_writer,
+        watcher(
+            Api::<Function>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| async {});
+    let pod_watch = {
+        let g = g.clone();
+        reflector::reflector(
+            pod_writer,
+            watcher(
+                Api::<Pod>::all(client.clone()),
+                watcher::Config::default().labels(FUNCTION_LABEL),
+            ),
+        )
+        .default_backoff()
+        .for_each(move |ev| {
+            let g = g.clone();
+            async move {
+                let touched: Vec<Pod> = match ev {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::Delete(p)) => vec![p],
+                    Ok(watcher::Event::InitDone) => {
+                        g.pods.state().iter().map(|p| (**p).clone()).collect()
+                    }
+                    _ => vec![],
+                };
+                for p in touched {
+                    if let (Some(ns), Some(f)) = (p.namespace(), p.labels().get(FUNCTION_LABEL)) {
+                        g.refresh(&ns, f);
+                    }
+                }
+            }
+        })
+    };
+    let scaler = {
+        let g = g.clone();
+        async move {
+            let mut tick = tokio::time::interval(TICK);
+            loop {
+                tick.tick().await;
+                g.autoscale().await;
+            }
+        }
+    };
+    let serve = axum::serve(listener, app(g.clone())).with_graceful_shutdown({
+        let s = shutdown.clone();
+        async move { s.cancelled().await }
+    });
+    let done = tokio::spawn(async move {
+        tokio::select! {
+            r = serve => if let Err(e) = r { tracing::error!(error = %e, "the gateway stopped") },
+            _ = fn_watch => {},
+            _ = pod_watch => {},
+            _ = scaler => {},
+            _ = shutdown.cancelled() => {},
+        }
+    });
+    tracing::info!(%addr, "function gateway listening");
+    Ok(Running { addr, done })
+}
