@@ -10,7 +10,9 @@ need_root
 cd "$ROOT"
 DATA_DIR="${DATA_DIR:-/var/lib/minik8s}"
 "$ROOT/hack/images.sh" "$DATA_DIR/images"
-log "building minik8s (release)"
-cargo build --release -p minik8s --quiet
+log "building minik8s and kubectl-fn (release)"
+cargo build --release -p minik8s -p minik8s-serverless --bin minik8s --bin kubectl-fn --quiet
+# kubectl finds plugins on the PATH by name: `kubectl fn …` runs kubectl-fn.
+install -m 0755 "$ROOT/target/release/kubectl-fn" /usr/local/bin/kubectl-fn
 log "starting minik8s (data in $DATA_DIR)"
 exec "$ROOT/target/release/minik8s" up --data-dir "$DATA_DIR" --port "${PORT:-6443}" --storage "${STORAGE:-embedded}"

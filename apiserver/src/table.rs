@@ -233,23 +233,42 @@ fn service_ports(svc: &Value) -> String {
     or_none(parts.join(","))
 }
 
-/// Evaluates a simple JSONPath (`.spec.replicas`, `.status.conditions[0].type`).
+/// Evaluates the JSONPath of a printer column: fields (`.spec.replicas`), indexes
+/// (`.status.conditions[0]`) and filters on a field's value
+/// (`.status.conditions[?(@.type=="Ready")].status`, the first match), as upstream's columns use.
 pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = obj;
-    for part in path
-        .trim_start_matches('.')
-        .split('.')
-        .filter(|p| !p.is_empty())
-    {
-        let (name, index) = match part.split_once('[') {
-            Some((n, i)) => (n, i.trim_end_matches(']').parse::<usize>().ok()),
-            None => (part, None),
-        };
-        if !name.is_empty() {
-            cur = cur.get(name)?;
-        }
-        if let Some(i) = index {
-            cur = cur.get(i)?;
+    let mut rest = path.trim();
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let name = &r[..end];
+            if !name.is_empty() {
+                cur = cur.get(name)?;
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix("[?(") {
+            let end = r.find(")]")?;
+            let (field, want) = r[..end].split_once("==")?;
+            let field = field.trim().strip_prefix('@')?;
+            let want = want.trim().trim_matches(['"', '\'']);
+            cur = cur.as_array()?.iter().find(|item| {
+                json_path(item, field).is_some_and(|v| match v {
+                    Value::String(s) => s == want,
+                    Value::Number(n) => want.parse::<f64>().ok() == n.as_f64(),
+                    Value::Bool(b) => want.parse::<bool>().ok() == Some(*b),
+                    _ => false,
+                })
+            })?;
+            rest = &r[end + 2..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            cur = cur.get(r[..end].trim().parse::<usize>().ok()?)?;
+            rest = &r[end + 1..];
+        } else {
+            let end = rest.find(['.', '[']).unwrap_or(rest.len());
+            cur = cur.get(&rest[..end])?;
+            rest = &rest[end..];
         }
     }
     Some(cur)
@@ -1118,6 +1137,26 @@ fn crd_table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printer_column_paths_index_and_filter() {
+        let obj = json!({"status": {"replicas": 2, "conditions": [
+            {"type": "SourceReady", "status": "True"}, {"type": "Ready", "status": "False"}]}});
+        assert_eq!(json_path(&obj, ".status.replicas"), Some(&json!(2)));
+        assert_eq!(
+            json_path(&obj, ".status.conditions[0].type"),
+            Some(&json!("SourceReady"))
+        );
+        assert_eq!(
+            json_path(&obj, r#".status.conditions[?(@.type=="Ready")].status"#),
+            Some(&json!("False"))
+        );
+        assert_eq!(
+            json_path(&obj, r#".status.conditions[?(@.type=="Gone")].status"#),
+            None
+        );
+        assert_eq!(json_path(&obj, ".spec.x"), None);
+    }
 
     #[test]
     fn ages_print_like_kubectl() {

@@ -388,6 +388,7 @@ impl Cluster {
         let mut cmd = Command::new("kubectl");
         cmd.args(args)
             .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", plugin_path())
             .env("HOME", self.dir.path())
             .env_remove("KUBECTL_EXTERNAL_DIFF")
             .stdin(std::process::Stdio::piped())
@@ -426,6 +427,40 @@ impl Cluster {
         let mut args: Vec<&str> = verb.to_vec();
         args.extend(["-f", "-"]);
         self.kubectl_stdin(&args, Some(manifest))
+    }
+}
+
+/// `PATH` with the workspace's binaries first, so kubectl finds the `kubectl-fn` plugin.
+fn plugin_path() -> String {
+    let bins = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent()?.parent().map(Path::to_path_buf))
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!("{bins}:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+impl Cluster {
+    /// Installs the serverless CRDs and runs the function gateway (on a free port of every
+    /// address) and the Function controller as the admin until the returned token (or the
+    /// cluster) stops; Functions' URLs name the node's address.
+    pub fn run_functions(&self) -> CancellationToken {
+        let client = self.client();
+        self.rt
+            .block_on(minik8s_serverless::install(client.clone()))
+            .expect("the serverless CRDs install");
+        let stop = self.shutdown.child_token();
+        let token = stop.clone();
+        self.rt.spawn(async move {
+            let cfg = minik8s_serverless::Config {
+                listen: "0.0.0.0:0".parse().expect("addr"),
+                public_host: minik8s_kubelet::node::default_ip().await,
+            };
+            if let Err(e) = minik8s_serverless::serve(client, cfg, token).await {
+                eprintln!("functions: {e}");
+            }
+        });
+        stop
     }
 }
 

@@ -24,7 +24,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds (once) the local pause and busybox image archives; returns their paths.
+/// Builds (once) the local pause, busybox and Python function runtime image archives;
+/// returns their paths.
 pub fn images() -> Vec<PathBuf> {
     let root = repo_root();
     let dir = root.join("target/images");
@@ -34,7 +35,11 @@ pub fn images() -> Vec<PathBuf> {
         .status()
         .expect("hack/images.sh runs");
     assert!(status.success(), "building the local images failed");
-    vec![dir.join("pause.tar"), dir.join("busybox.tar")]
+    vec![
+        dir.join("pause.tar"),
+        dir.join("busybox.tar"),
+        dir.join("function-python.tar"),
+    ]
 }
 
 /// One HTTP GET with a short timeout: the body, or `None`.

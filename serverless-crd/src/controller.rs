@@ -306,15 +306,22 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         last_cold_start_millis: old.last_cold_start_millis,
     };
     if f.status.as_ref() != Some(&status) {
+        // Pinned to the version read: the gateway writes status too (a source that does not
+        // import, the last cold start), and a stale view must not overwrite it; a conflict
+        // is retried on a fresh read.
         let functions: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
-        functions
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"status": status})),
-            )
+        let patch =
+            json!({"metadata": {"resourceVersion": f.resource_version()}, "status": status});
+        match functions
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
-            .map_err(api("writing the Function's status"))?;
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            Err(e) => return Err(api("writing the Function's status")(e)),
+        }
     }
     Ok(Action::requeue(Duration::from_secs(30)))
 }

@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing;
 use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::{BodyExt, Full, Limited};
@@ -59,6 +59,8 @@ struct Backend {
     pod: String,
     addr: SocketAddr,
     inflight: AtomicUsize,
+    /// The pod is being removed (or gone): nothing new is sent to it.
+    removed: std::sync::atomic::AtomicBool,
 }
 
 /// What the gateway keeps per function (rebuilt from pods and requests after a restart).
@@ -261,7 +263,13 @@ impl Gateway {
                     pod: name,
                     addr: SocketAddr::new(ip, RUNTIME_PORT as u16),
                     inflight: AtomicUsize::new(0),
+                    removed: std::sync::atomic::AtomicBool::new(false),
                 })),
+            }
+        }
+        for old in backends.iter() {
+            if !next.iter().any(|b| Arc::ptr_eq(b, old)) {
+                old.removed.store(true, Ordering::SeqCst);
             }
         }
         *backends = next;
@@ -328,60 +336,69 @@ impl Gateway {
             function: name.to_owned(),
         };
 
-        // A slot on a pod, waiting in the bounded queue if there is none.
+        // A slot on a pod, waiting in the bounded queue if there is none; again if the pod
+        // went away before the request could be sent to it.
         let mut cold = false;
-        let backend = match Self::pick(&state, target) {
-            Some(b) => b,
-            None => {
-                if state.waiting.load(Ordering::SeqCst) >= spec.scale.queue_limit.max(0) as usize {
-                    let mut f = Failure::new(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        format!(
-                            "function {ns}/{name} is at its queue limit ({})",
-                            spec.scale.queue_limit
-                        ),
-                    );
-                    f.retry_after = Some(1);
-                    return Err(f);
-                }
-                let _waiting = count(&state.waiting);
-                self.metrics.queue.get_or_create(&labels).inc();
-                cold = state.backends.lock().expect("backends").is_empty();
-                if cold {
-                    self.wake(ns, name).await;
-                }
-                let got = loop {
-                    let notified = state.changed.notified();
-                    tokio::pin!(notified);
-                    notified.as_mut().enable();
-                    if let Some(b) = Self::pick(&state, target) {
-                        break Some(b);
+        let (backend, result) = loop {
+            let backend = match Self::pick(&state, target) {
+                Some(b) => b,
+                None => {
+                    if state.waiting.load(Ordering::SeqCst)
+                        >= spec.scale.queue_limit.max(0) as usize
+                    {
+                        let mut f = Failure::new(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            format!(
+                                "function {ns}/{name} is at its queue limit ({})",
+                                spec.scale.queue_limit
+                            ),
+                        );
+                        f.retry_after = Some(1);
+                        return Err(f);
                     }
-                    tokio::select! {
-                        _ = notified => {}
-                        _ = tokio::time::sleep_until(deadline.into()) => break None,
+                    let _waiting = count(&state.waiting);
+                    self.metrics.queue.get_or_create(&labels).inc();
+                    cold = state.backends.lock().expect("backends").is_empty();
+                    if cold {
+                        self.wake(ns, name).await;
                     }
-                };
-                self.metrics.queue.get_or_create(&labels).dec();
-                got.ok_or_else(|| {
-                    Failure::new(
-                        StatusCode::GATEWAY_TIMEOUT,
-                        format!(
-                            "function {ns}/{name} had no pod free within {} s",
-                            spec.timeout_seconds
-                        ),
-                    )
-                })?
+                    let got = loop {
+                        let notified = state.changed.notified();
+                        tokio::pin!(notified);
+                        notified.as_mut().enable();
+                        if let Some(b) = Self::pick(&state, target) {
+                            break Some(b);
+                        }
+                        tokio::select! {
+                            _ = notified => {}
+                            _ = tokio::time::sleep_until(deadline.into()) => break None,
+                        }
+                    };
+                    self.metrics.queue.get_or_create(&labels).dec();
+                    got.ok_or_else(|| {
+                        Failure::new(
+                            StatusCode::GATEWAY_TIMEOUT,
+                            format!(
+                                "function {ns}/{name} had no pod free within {} s",
+                                spec.timeout_seconds
+                            ),
+                        )
+                    })?
+                }
+            };
+            let _inflight = count(&state.inflight);
+            let _active = Activity(&state);
+            let gauge = self.metrics.inflight.get_or_create_owned(&labels);
+            gauge.inc();
+            let result = forward(&backend, body.clone(), deadline).await;
+            gauge.dec();
+            backend.inflight.fetch_sub(1, Ordering::SeqCst);
+            state.changed.notify_waiters();
+            match result {
+                Err(Forward::Gone) => continue,
+                other => break (backend, other),
             }
         };
-        let _inflight = count(&state.inflight);
-        let _active = Activity(&state);
-        let gauge = self.metrics.inflight.get_or_create_owned(&labels);
-        gauge.inc();
-        let result = forward(backend.addr, body, deadline).await;
-        gauge.dec();
-        backend.inflight.fetch_sub(1, Ordering::SeqCst);
-        state.changed.notify_waiters();
         let answer = match result {
             Ok((code, bytes)) => {
                 if code == StatusCode::BAD_GATEWAY {
@@ -403,6 +420,11 @@ impl Gateway {
                     ),
                 ))
             }
+            // Retried above; kept total rather than assumed.
+            Err(Forward::Gone) => Err(Failure::new(
+                StatusCode::BAD_GATEWAY,
+                format!("calling function {ns}/{name}: its pod went away"),
+            )),
             Err(Forward::Failed(e)) => Err(Failure::new(
                 StatusCode::BAD_GATEWAY,
                 format!("calling function {ns}/{name}: {e}"),
@@ -539,15 +561,18 @@ enum Forward {
     Timeout,
     /// The pod could not be called.
     Failed(String),
+    /// The pod went away before the request was sent: another may take it.
+    Gone,
 }
 
 /// POSTs `body` to the pod, retrying a refused connection (the runtime is starting) until
 /// the deadline.
 async fn forward(
-    addr: SocketAddr,
+    backend: &Backend,
     body: Bytes,
     deadline: Instant,
 ) -> Result<(StatusCode, Bytes), Forward> {
+    let addr = backend.addr;
     let call = async {
         // A pod that has just started may refuse (its runtime is not listening yet) or not
         // answer at all (its network is still being wired): each attempt is short, and they
@@ -558,6 +583,7 @@ async fn forward(
                 tokio::time::timeout(CONNECT_ATTEMPT, tokio::net::TcpStream::connect(addr)).await;
             match attempt {
                 Ok(Ok(s)) => break s,
+                _ if backend.removed.load(Ordering::SeqCst) => return Err(Forward::Gone),
                 Ok(Err(e)) if first.elapsed() > CONNECT_FOR => {
                     return Err(Forward::Failed(e.to_string()));
                 }
@@ -568,34 +594,58 @@ async fn forward(
                 Err(_) => tracing::debug!(%addr, "connect attempt timed out"),
             }
         };
-        let _ = tcp.set_nodelay(true);
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-                .await
-                .map_err(|e| Forward::Failed(e.to_string()))?;
-        tokio::spawn(conn);
-        let req = hyper::Request::post("/")
-            .header(header::HOST, addr.to_string())
-            .header(header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body))
-            .map_err(|e| Forward::Failed(e.to_string()))?;
-        let resp = sender
-            .send_request(req)
+        post_on(tcp, &addr.to_string(), "/", body)
             .await
-            .map_err(|e| Forward::Failed(e.to_string()))?;
-        let code = resp.status();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| Forward::Failed(e.to_string()))?
-            .to_bytes();
-        Ok((code, bytes))
+            .map_err(Forward::Failed)
     };
     match tokio::time::timeout_at(deadline.into(), call).await {
         Ok(r) => r,
         Err(_) => Err(Forward::Timeout),
     }
+}
+
+/// POSTs a JSON body on a connected stream (HTTP/1.1); the answer's code and body.
+pub async fn post_on(
+    tcp: tokio::net::TcpStream,
+    host: &str,
+    path: &str,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), String> {
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = hyper::Request::post(path)
+        .header(header::HOST, host)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(body))
+        .map_err(|e| e.to_string())?;
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let code = resp.status();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((code, bytes))
+}
+
+/// POSTs a JSON body to an `http://host:port/path` URL.
+pub async fn post(url: &str, body: Bytes) -> Result<(StatusCode, Bytes), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("not an http:// URL: {url}"))?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let tcp = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| format!("connecting to {authority}: {e}"))?;
+    post_on(tcp, authority, path, body).await
 }
 
 async fn invoke(
@@ -637,9 +687,9 @@ async fn metrics(State(g): State<Arc<Gateway>>) -> Response {
 /// The gateway's HTTP routes.
 fn app(g: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/function/{ns}/{name}", post(invoke))
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/function/{ns}/{name}", routing::post(invoke))
+        .route("/metrics", routing::get(metrics))
+        .route("/healthz", routing::get(|| async { "ok" }))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(g)
 }

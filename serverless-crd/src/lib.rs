@@ -3,6 +3,7 @@
 //! apiserver learns these kinds from their CRDs at run time.
 
 pub mod autoscaler;
+pub mod cli;
 pub mod controller;
 pub mod gateway;
 pub mod types;

@@ -1,0 +1,245 @@
+//! `kubectl fn`: the kubectl plugin for Functions (`kubectl-fn` on the PATH). `register FILE`
+//! creates or updates a Function from a Python file by server-side apply; `invoke NAME [JSON|-]`
+//! prints the function's JSON answer (non-zero exit and the error on failure); `list`, `logs
+//! NAME`, `delete NAME`. `-n/--namespace` as kubectl, else the kubeconfig's namespace.
+
+use crate::types::Function;
+use clap::{Parser, Subcommand};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The plugin's arguments.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kubectl-fn",
+    about = "Register, invoke and manage minik8s Functions"
+)]
+pub struct Args {
+    /// The namespace (default: the kubeconfig context's).
+    #[arg(short, long, global = true)]
+    namespace: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Creates or updates a Function from a Python file (server-side apply).
+    Register {
+        /// The Python module.
+        file: PathBuf,
+        /// The Function's name (default: the file's name without `.py`).
+        #[arg(long)]
+        name: Option<String>,
+        /// `module.function` to call (default `main.handler`; the file is stored as the module).
+        #[arg(long, default_value = "main.handler")]
+        handler: String,
+        /// Pods kept when idle.
+        #[arg(long)]
+        min: Option<i32>,
+        /// Most pods.
+        #[arg(long)]
+        max: Option<i32>,
+        /// Requests one pod serves at once.
+        #[arg(long)]
+        target_concurrency: Option<i32>,
+        /// Seconds without requests before scaling to zero.
+        #[arg(long)]
+        scale_to_zero_after: Option<i32>,
+        /// Longest time one invocation may take.
+        #[arg(long)]
+        timeout: Option<i64>,
+    },
+    /// Invokes a function with a JSON event (an argument, `-` for standard input, or `{}`).
+    Invoke {
+        /// The Function.
+        name: String,
+        /// The event.
+        data: Option<String>,
+    },
+    /// Lists Functions.
+    List,
+    /// Prints the logs of a function's pods.
+    Logs {
+        /// The Function.
+        name: String,
+    },
+    /// Deletes a Function (and with it its pods, Deployment, Service and code).
+    Delete {
+        /// The Function.
+        name: String,
+    },
+}
+
+/// Why the plugin failed (printed, with a non-zero exit).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reaching the cluster.
+    #[error("{}", describe(.0))]
+    Kube(#[from] kube::Error),
+    /// The kubeconfig.
+    #[error("{0}")]
+    Config(String),
+    /// A local file.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The invocation failed.
+    #[error("{0}")]
+    Invoke(String),
+}
+
+/// An API error as kubectl prints it (`Error from server (NotFound): …`).
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("Error from server ({}): {}", s.reason, s.message),
+        other => other.to_string(),
+    }
+}
+
+/// Runs the plugin.
+pub async fn run(args: Args) -> Result<(), Error> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let config = kube::Config::infer()
+        .await
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let ns = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    let client = Client::try_from(config)?;
+    let functions: Api<Function> = Api::namespaced(client.clone(), &ns);
+    match args.command {
+        Command::Register {
+            file,
+            name,
+            handler,
+            min,
+            max,
+            target_concurrency,
+            scale_to_zero_after,
+            timeout,
+        } => {
+            let code = std::fs::read_to_string(&file).map_err(|source| Error::Read {
+                path: file.clone(),
+                source,
+            })?;
+            let name = name.unwrap_or_else(|| {
+                file.file_stem()
+                    .map(|s| s.to_string_lossy().replace('_', "-").to_lowercase())
+                    .unwrap_or_default()
+            });
+            let mut scale = serde_json::Map::new();
+            for (k, v) in [
+                ("minScale", min),
+                ("maxScale", max),
+                ("targetConcurrency", target_concurrency),
+                ("scaleToZeroAfterSeconds", scale_to_zero_after),
+            ] {
+                if let Some(v) = v {
+                    scale.insert(k.into(), v.into());
+                }
+            }
+            let mut spec = serde_json::json!({"runtime": "python3", "handler": handler,
+                "source": {"inline": code}});
+            if !scale.is_empty() {
+                spec["scale"] = scale.into();
+            }
+            if let Some(t) = timeout {
+                spec["timeoutSeconds"] = t.into();
+            }
+            let f = serde_json::json!({
+                "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "Function",
+                "metadata": {"name": name}, "spec": spec,
+            });
+            functions
+                .patch(
+                    &name,
+                    &PatchParams::apply("kubectl-fn").force(),
+                    &Patch::Apply(&f),
+                )
+                .await?;
+            println!("function.serverless.minik8s.io/{name} registered");
+        }
+        Command::Invoke { name, data } => {
+            let body = match data.as_deref() {
+                Some("-") => {
+                    let mut s = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .map_err(|source| Error::Read {
+                            path: "-".into(),
+                            source,
+                        })?;
+                    s
+                }
+                Some(d) => d.to_owned(),
+                None => "{}".to_owned(),
+            };
+            // A function registered a moment ago gets its URL from the controller shortly.
+            let mut url = None;
+            for _ in 0..50 {
+                let f = functions.get(&name).await?;
+                url = f.status.and_then(|s| s.url);
+                if url.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let url =
+                url.ok_or_else(|| Error::Invoke(format!("function {name} has no URL yet")))?;
+            let (code, answer) = crate::gateway::post(&url, body.into_bytes().into())
+                .await
+                .map_err(Error::Invoke)?;
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if !code.is_success() {
+                return Err(Error::Invoke(format!("{}: {text}", code.as_u16())));
+            }
+            println!("{text}");
+        }
+        Command::List => {
+            println!("{:<24} {:<6} {:<9} URL", "NAME", "READY", "REPLICAS");
+            for f in functions.list(&ListParams::default()).await? {
+                let status = f.status.clone().unwrap_or_default();
+                let ready = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == "Ready")
+                    .map_or("Unknown", |c| c.status.as_str())
+                    .to_owned();
+                println!(
+                    "{:<24} {:<6} {:<9} {}",
+                    f.name_any(),
+                    ready,
+                    status.replicas,
+                    status.url.unwrap_or_default()
+                );
+            }
+        }
+        Command::Logs { name } => {
+            let pods: Api<Pod> = Api::namespaced(client, &ns);
+            let lp = ListParams::default()
+                .labels(&format!("{}={name}", crate::controller::FUNCTION_LABEL));
+            for p in pods.list(&lp).await? {
+                let logs = pods.logs(&p.name_any(), &LogParams::default()).await?;
+                for line in logs.lines() {
+                    println!("[{}] {line}", p.name_any());
+                }
+            }
+        }
+        Command::Delete { name } => {
+            functions.delete(&name, &DeleteParams::default()).await?;
+            println!("function.serverless.minik8s.io \"{name}\" deleted");
+        }
+    }
+    Ok(())
+}
