@@ -10,13 +10,19 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The `q` quantile (nearest rank) of a set of durations; zero for none.
+pub fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort_unstable();
+    let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+    samples[i]
+}
+
 /// Milliseconds at p50/p99 of a set of durations.
 pub fn percentiles(samples: &mut [Duration]) -> Value {
-    samples.sort_unstable();
-    let at = |q: f64| {
-        let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
-        (samples[i].as_secs_f64() * 1e6).round() / 1e3
-    };
+    let mut at = |q: f64| (percentile(samples, q).as_secs_f64() * 1e6).round() / 1e3;
     json!({"p50_ms": at(0.5), "p99_ms": at(0.99), "max_ms": at(1.0)})
 }
 
@@ -89,10 +95,18 @@ impl Server {
             .collect::<Vec<_>>()
             .join(",");
         let registry = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+        let gateway = std::net::TcpListener::bind("0.0.0.0:0")?.local_addr()?;
         Self::start_with(
             binary,
             dir,
-            &["--image", &list, "--registry", &registry.to_string()],
+            &[
+                "--image",
+                &list,
+                "--registry",
+                &registry.to_string(),
+                "--gateway",
+                &gateway.to_string(),
+            ],
         )
         .await
     }

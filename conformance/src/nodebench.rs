@@ -25,7 +25,7 @@ fn pod(name: &str) -> Pod {
 
 /// Creates `n` pods one after another, each once the previous is Running; returns each
 /// create → Running latency as the watch saw it.
-async fn pod_starts(client: kube::Client, n: usize) -> anyhow::Result<Vec<Duration>> {
+pub async fn pod_starts(client: kube::Client, n: usize) -> anyhow::Result<Vec<Duration>> {
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let mut watch = pods
         .watch(&WatchParams::default().labels("bench=pods"), "0")

@@ -85,8 +85,14 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     );
     println!("cold start through kubectl fn: {cold:?}");
 
-    // Plain HTTP from the host, and from a pod through the gateway Service.
+    // Plain HTTP from the host (curl, as the README says), and from a pod through the
+    // gateway Service.
     let add = url(&c, "add");
+    let curl = std::process::Command::new("curl")
+        .args(["-sS", "-X", "POST", &add, "-d", r#"{"x":1,"y":2}"#])
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), r#"{"sum": 3}"#);
     assert_eq!(
         post(&c, &add, r#"{"x":1,"y":2}"#),
         (200, r#"{"sum": 3}"#.into())

@@ -1,0 +1,223 @@
+//! The function benchmark behind `fn-bench`: cold starts from zero to the first answer (next
+//! to the pod start latency of the same node), warm invocations through the gateway against
+//! direct calls to the pod (the gateway's overhead), and sustained load from many clients.
+
+use crate::bench::{Server, percentile, percentiles};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use minik8s_serverless::Function;
+use minik8s_serverless::gateway::post;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const LABEL: &str = "serverless.minik8s.io/function";
+
+/// What to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// Cold starts.
+    pub cold_starts: usize,
+    /// Warm calls through the gateway and directly.
+    pub warm_calls: usize,
+    /// Concurrent clients for the sustained load.
+    pub clients: usize,
+    /// How long the sustained load lasts.
+    pub load_for: Duration,
+}
+
+async fn apply(fns: &Api<Function>, name: &str, scale: Value) -> anyhow::Result<()> {
+    let f = json!({
+        "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "Function",
+        "metadata": {"name": name},
+        "spec": {"runtime": "python3", "source": {"inline":
+            "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n"},
+            "scale": scale},
+    });
+    fns.patch(
+        name,
+        &PatchParams::apply("fn-bench").force(),
+        &Patch::Apply(&f),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn url_of(fns: &Api<Function>, name: &str) -> anyhow::Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(u) = fns.get(name).await?.status.and_then(|s| s.url) {
+            return Ok(u);
+        }
+        anyhow::ensure!(Instant::now() < deadline, "function {name} has no URL");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the function has no pods at all (scaled to zero and gone).
+async fn wait_gone(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
+    let lp = ListParams::default().labels(&format!("{LABEL}={name}"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !pods.list(&lp).await?.items.is_empty() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "function {name} did not scale to zero"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+const EVENT: &str = r#"{"x":1,"y":2}"#;
+
+async fn call(url: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let (code, body) = post(url, EVENT.into())
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    anyhow::ensure!(
+        code.is_success(),
+        "{code}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    Ok(started.elapsed())
+}
+
+/// Runs the whole benchmark against `minik8s up` with its node.
+pub async fn run(
+    binary: &std::path::Path,
+    images: &[std::path::PathBuf],
+    plan: Plan,
+) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let server = Server::start_with_node(binary, dir.path(), images).await?;
+    let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while nodes.list(&Default::default()).await?.items.is_empty() {
+        anyhow::ensure!(Instant::now() < deadline, "the node did not register");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let result = measure(client, plan).await;
+    let down = std::process::Command::new(binary)
+        .args(["down", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
+    drop(server);
+    anyhow::ensure!(down.status.success(), "minik8s down failed");
+    result
+}
+
+async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
+    let fns: Api<Function> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+
+    // Pod start latency on the same node, for comparison.
+    let mut pod_start = crate::nodebench::pod_starts(client.clone(), 10).await?;
+
+    // Cold starts: scale to zero after 1 s idle, wait until no pod is left, call.
+    apply(
+        &fns,
+        "cold",
+        json!({"minScale": 0, "maxScale": 1, "scaleToZeroAfterSeconds": 1}),
+    )
+    .await?;
+    let url = url_of(&fns, "cold").await?;
+    call(&url).await?; // pulls the runtime image once
+    let mut cold = Vec::new();
+    for _ in 0..plan.cold_starts {
+        wait_gone(&pods, "cold").await?;
+        cold.push(call(&url).await?);
+    }
+
+    // Warm: one pod kept; through the gateway, then straight to the pod.
+    apply(&fns, "warm", json!({"minScale": 1, "maxScale": 1})).await?;
+    let url = url_of(&fns, "warm").await?;
+    call(&url).await?;
+    let mut via_gateway = Vec::new();
+    for _ in 0..plan.warm_calls {
+        via_gateway.push(call(&url).await?);
+    }
+    let lp = ListParams::default().labels(&format!("{LABEL}=warm"));
+    let ip = pods
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .find_map(|p| p.status?.pod_ip);
+    let ip = ip.ok_or_else(|| anyhow::anyhow!("the warm pod has no IP"))?;
+    let direct_url = format!("http://{ip}:8080/");
+    let mut direct = Vec::new();
+    for _ in 0..plan.warm_calls {
+        direct.push(call(&direct_url).await?);
+    }
+    let overhead_ms =
+        (percentile(&mut via_gateway, 0.5) - percentile(&mut direct, 0.5)).as_secs_f64() * 1e3;
+
+    // Sustained load: clients calling back to back; the pods used are sampled.
+    apply(
+        &fns,
+        "load",
+        json!({"minScale": 1, "maxScale": 4, "scaleToZeroAfterSeconds": 60}),
+    )
+    .await?;
+    let url = Arc::new(url_of(&fns, "load").await?);
+    call(&url).await?;
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let max_pods = Arc::new(AtomicI32::new(0));
+    let until = Instant::now() + plan.load_for;
+    let mut tasks = Vec::new();
+    for _ in 0..plan.clients {
+        let (url, ok, failed) = (url.clone(), ok.clone(), failed.clone());
+        tasks.push(tokio::spawn(async move {
+            while Instant::now() < until {
+                match call(&url).await {
+                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }));
+    }
+    let sampler = {
+        let (deployments, max_pods) = (deployments.clone(), max_pods.clone());
+        tokio::spawn(async move {
+            while Instant::now() < until {
+                if let Ok(d) = deployments.get("fn-load").await {
+                    let n = d.spec.and_then(|s| s.replicas).unwrap_or(0);
+                    max_pods.fetch_max(n, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    for t in tasks {
+        t.await?;
+    }
+    sampler.await?;
+    let secs = started.elapsed().as_secs_f64();
+    for name in ["cold", "warm", "load"] {
+        let _ = fns.delete(name, &Default::default()).await;
+    }
+    Ok(json!({
+        "pod_start_create_to_running": percentiles(&mut pod_start),
+        "cold_start": {"samples": cold.len(), "latency": percentiles(&mut cold)},
+        "warm": {
+            "through_gateway": percentiles(&mut via_gateway),
+            "direct_to_pod": percentiles(&mut direct),
+            "gateway_overhead_p50_ms": (overhead_ms * 1000.0).round() / 1000.0,
+        },
+        "sustained": {
+            "clients": plan.clients,
+            "seconds": (secs * 10.0).round() / 10.0,
+            "requests": ok.load(Ordering::Relaxed),
+            "requests_per_second": (ok.load(Ordering::Relaxed) as f64 / secs).round(),
+            "errors": failed.load(Ordering::Relaxed),
+            "max_pods": max_pods.load(Ordering::Relaxed),
+        },
+    }))
+}

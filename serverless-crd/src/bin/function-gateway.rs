@@ -1,0 +1,33 @@
+//! `function-gateway`: the function gateway (activator and autoscaler) and the Function
+//! controller as their own process (`minik8s up` runs them in its own).
+
+use clap::Parser;
+
+/// The function gateway and controller.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Kubeconfig of the identity it acts as.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: std::path::PathBuf,
+    /// Where the gateway listens.
+    #[arg(long, env = "MINIK8S_GATEWAY", default_value = "0.0.0.0:8181")]
+    listen: std::net::SocketAddr,
+    /// The node address users and pods reach the gateway at (Functions' URLs name it).
+    #[arg(long, env = "MINIK8S_GATEWAY_HOST")]
+    public_host: String,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    minik8s_kubeconfig::process::init_tracing();
+    let args = Args::parse();
+    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+    let client = minik8s_kubeconfig::client(&args.kubeconfig).await?;
+    minik8s_serverless::install(client.clone()).await?;
+    let cfg = minik8s_serverless::Config {
+        listen: args.listen,
+        public_host: args.public_host,
+    };
+    minik8s_serverless::serve(client, cfg, shutdown).await?;
+    Ok(())
+}
