@@ -85,6 +85,43 @@ async fn call(url: &str) -> anyhow::Result<Duration> {
     Ok(started.elapsed())
 }
 
+/// Type of a kept client connection.
+type Kept = hyper::client::conn::http1::SendRequest<http_body_util::Full<bytes::Bytes>>;
+
+/// One call on a kept connection (made, or made again, as needed).
+async fn call_kept(conn: &mut Option<Kept>, url: &str) -> anyhow::Result<Duration> {
+    let rest = url.strip_prefix("http://").unwrap_or(url);
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let started = Instant::now();
+    if conn.as_ref().is_none_or(|c| c.is_closed()) {
+        let tcp = tokio::net::TcpStream::connect(authority).await?;
+        tcp.set_nodelay(true)?;
+        let (sender, driver) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+        tokio::spawn(driver);
+        *conn = Some(sender);
+    }
+    let sender = conn.as_mut().expect("made above");
+    sender.ready().await?;
+    let req = hyper::Request::post(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+            EVENT.as_bytes(),
+        )))?;
+    let resp = sender.send_request(req).await?;
+    let code = resp.status();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await?
+        .to_bytes();
+    anyhow::ensure!(
+        code.is_success(),
+        "{code}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    Ok(started.elapsed())
+}
+
 /// Runs the whole benchmark against `minik8s up` with its node.
 pub async fn run(
     binary: &std::path::Path,
@@ -168,17 +205,27 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
     call(&url).await?;
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
+    let kinds: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>> = Arc::default();
     let max_pods = Arc::new(AtomicI32::new(0));
     let until = Instant::now() + plan.load_for;
     let mut tasks = Vec::new();
     for _ in 0..plan.clients {
-        let (url, ok, failed) = (url.clone(), ok.clone(), failed.clone());
+        let (url, ok, failed, kinds) = (url.clone(), ok.clone(), failed.clone(), kinds.clone());
         tasks.push(tokio::spawn(async move {
+            // One keep-alive connection a client, as HTTP clients hold them (a connection a
+            // request would spend the machine's ephemeral ports, not the gateway's time).
+            let mut conn = None;
             while Instant::now() < until {
-                match call(&url).await {
-                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
-                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
-                };
+                match call_kept(&mut conn, &url).await {
+                    Ok(_) => {
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        let kind: String = e.to_string().chars().take(80).collect();
+                        *kinds.lock().expect("kinds").entry(kind).or_default() += 1;
+                    }
+                }
             }
         }));
     }
@@ -217,6 +264,7 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
             "requests": ok.load(Ordering::Relaxed),
             "requests_per_second": (ok.load(Ordering::Relaxed) as f64 / secs).round(),
             "errors": failed.load(Ordering::Relaxed),
+            "error_kinds": *kinds.lock().expect("kinds"),
             "max_pods": max_pods.load(Ordering::Relaxed),
         },
     }))
