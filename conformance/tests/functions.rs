@@ -49,6 +49,8 @@ fn url(c: &Cluster, name: &str) -> String {
 
 #[test]
 fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
+    // kubectl finds the plugin next to the test binaries (cargo test builds it).
+    minik8s_conformance::node::bin("kubectl-fn");
     let c = Cluster::start();
     c.run_controllers(0);
     let node = c.run_node("f1", 6);
