@@ -2,7 +2,7 @@
 //! to the pod start latency of the same node), warm invocations through the gateway against
 //! direct calls to the pod (the gateway's overhead), and sustained load from many clients.
 
-use crate::bench::{Server, percentile, percentiles};
+use crate::bench::{percentile, percentiles};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -129,14 +129,7 @@ pub async fn run(
     plan: Plan,
 ) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
-    let server = Server::start_with_node(binary, dir.path(), images).await?;
-    let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
-    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while nodes.list(&Default::default()).await?.items.is_empty() {
-        anyhow::ensure!(Instant::now() < deadline, "the node did not register");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (server, client) = crate::nodebench::with_node(binary, dir.path(), images).await?;
     let result = measure(client, plan).await;
     let down = std::process::Command::new(binary)
         .args(["down", "--data-dir"])

@@ -121,18 +121,29 @@ async fn cri_floor(socket: &Path, n: usize) -> anyhow::Result<Vec<Duration>> {
     Ok(samples)
 }
 
-/// Pod start latency through `minik8s up` (with its node) and the CRI floor, in one run.
-pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> anyhow::Result<Value> {
-    let dir = tempfile::tempdir()?;
-    let server = Server::start_with_node(binary, dir.path(), images).await?;
+/// Starts `minik8s up` with its node in `dir` and waits until the node has registered; the
+/// server and an admin client.
+pub async fn with_node(
+    binary: &Path,
+    dir: &Path,
+    images: &[std::path::PathBuf],
+) -> anyhow::Result<(Server, kube::Client)> {
+    let server = Server::start_with_node(binary, dir, images).await?;
     let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
-    // Wait for the node, then one pod to warm the image and the caches.
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(60);
     while nodes.list(&Default::default()).await?.items.is_empty() {
         anyhow::ensure!(Instant::now() < deadline, "the node did not register");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok((server, client))
+}
+
+/// Pod start latency through `minik8s up` (with its node) and the CRI floor, in one run.
+pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> anyhow::Result<Value> {
+    let dir = tempfile::tempdir()?;
+    let (server, client) = with_node(binary, dir.path(), images).await?;
+    // One pod first, to warm the image and the caches.
     let _ = pod_starts(client.clone(), 1).await?;
     let mut through_cluster = pod_starts(client, n).await?;
     let socket = dir.path().join("node/containerd/containerd.sock");

@@ -66,6 +66,15 @@ fn int(v: Option<&Value>, key: &str) -> Option<i64> {
     v.and_then(|v| v.get(key)).and_then(Value::as_i64)
 }
 
+/// The elements of the array at `key` of `v`, numbered (none if absent or not an array).
+fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+    v.get(key)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+}
+
 fn str_at<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a str> {
     v.and_then(|v| v.get(key)).and_then(Value::as_str)
 }
@@ -868,13 +877,7 @@ fn container(
         causes,
     );
     let mut ports = HashSet::new();
-    for (i, p) in c
-        .get("ports")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, p) in items(c, "ports") {
         let ppath = format!("{path}.ports[{i}]");
         let port = int(Some(p), "containerPort").unwrap_or(0);
         if !(1..=65535).contains(&port) {
@@ -906,13 +909,7 @@ fn container(
             }
         }
     }
-    for (i, e) in c
-        .get("env")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, e) in items(c, "env") {
         let field = format!("{path}.env[{i}].name");
         match str_at(Some(e), "name") {
             None | Some("") => causes.push(Cause::required(&field, "")),
@@ -924,13 +921,7 @@ fn container(
             Some(_) => {}
         }
     }
-    for (i, m) in c
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, m) in items(c, "volumeMounts") {
         let mpath = format!("{path}.volumeMounts[{i}]");
         match str_at(Some(m), "name") {
             None | Some("") => causes.push(Cause::required(&format!("{mpath}.name"), "")),
