@@ -503,7 +503,14 @@ impl Gateway {
     /// One autoscaler pass over every function.
     async fn autoscale(&self) {
         let now = Instant::now();
-        for f in self.functions.state() {
+        let functions = self.functions.state();
+        // The state of deleted functions goes (requests still running hold their own).
+        self.states.lock().expect("states").retain(|(ns, name), _| {
+            functions
+                .iter()
+                .any(|f| f.namespace().as_deref() == Some(ns) && f.name_any() == *name)
+        });
+        for f in functions {
             let ns = f.namespace().unwrap_or_default();
             let name = f.name_any();
             let state = self.state(&ns, &name);

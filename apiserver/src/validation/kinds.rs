@@ -79,6 +79,13 @@ fn str_at<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a str> {
     v.and_then(|v| v.get(key)).and_then(Value::as_str)
 }
 
+/// `key` of `v` is a non-empty string, else a Required cause at `path.key`.
+fn require(v: Option<&Value>, key: &str, path: &str, detail: &str, causes: &mut Vec<Cause>) {
+    if str_at(v, key).is_none_or(str::is_empty) {
+        causes.push(Cause::required(&format!("{path}.{key}"), detail));
+    }
+}
+
 /// `key` of `v`, when set, is at least `min`.
 fn at_least(v: Option<&Value>, key: &str, path: &str, min: i64, causes: &mut Vec<Cause>) {
     if let Some(n) = int(v, key)
@@ -415,10 +422,7 @@ fn cronjob(spec: Option<&Value>, causes: &mut Vec<Cause>) {
 
 fn hpa(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     let target = spec.and_then(|s| s.get("scaleTargetRef"));
-    match str_at(target, "kind") {
-        None | Some("") => causes.push(Cause::required("spec.scaleTargetRef.kind", "")),
-        Some(_) => {}
-    }
+    require(target, "kind", "spec.scaleTargetRef", "", causes);
     match str_at(target, "name") {
         None | Some("") => causes.push(Cause::required("spec.scaleTargetRef.name", "")),
         Some(n) => causes.extend(super::check_name(
@@ -561,27 +565,23 @@ fn hpa_metric(m: &Value, path: &str, causes: &mut Vec<Cause>) {
         return;
     };
     let spath = format!("{path}.{field}");
-    if matches!(ty, "Resource" | "ContainerResource")
-        && source
-            .get("name")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-    {
-        causes.push(Cause::required(
-            &format!("{spath}.name"),
+    if matches!(ty, "Resource" | "ContainerResource") {
+        require(
+            Some(source),
+            "name",
+            &spath,
             "must specify a resource name",
-        ));
+            causes,
+        );
     }
-    if ty == "ContainerResource"
-        && source
-            .get("container")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-    {
-        causes.push(Cause::required(
-            &format!("{spath}.container"),
+    if ty == "ContainerResource" {
+        require(
+            Some(source),
+            "container",
+            &spath,
             "must specify a container",
-        ));
+            causes,
+        );
     }
     let target = source.get("target");
     let tpath = format!("{spath}.target");
@@ -866,9 +866,7 @@ fn container(
     } else if !names.insert(name.to_owned()) {
         causes.push(Cause::duplicate(&field, name));
     }
-    if str_at(Some(c), "image").is_none_or(str::is_empty) {
-        causes.push(Cause::required(&format!("{path}.image"), ""));
-    }
+    require(Some(c), "image", path, "", causes);
     one_of(
         Some(c),
         "imagePullPolicy",
@@ -932,9 +930,7 @@ fn container(
             }),
             Some(_) => {}
         }
-        if str_at(Some(m), "mountPath").is_none_or(str::is_empty) {
-            causes.push(Cause::required(&format!("{mpath}.mountPath"), ""));
-        }
+        require(Some(m), "mountPath", &mpath, "", causes);
     }
     // Requests may not exceed limits.
     let resources = c.get("resources");
