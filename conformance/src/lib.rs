@@ -450,6 +450,12 @@ impl Cluster {
         self.rt
             .block_on(minik8s_serverless::install(client.clone()))
             .expect("the serverless CRDs install");
+        // As `minik8s up` runs them: as their own user, with the roles `install` binds.
+        let kubeconfig = self.user_kubeconfig(minik8s_serverless::USER, &[]);
+        let client = self
+            .rt
+            .block_on(minik8s_kubeconfig::client(&kubeconfig))
+            .expect("the functions' client");
         let stop = self.shutdown.child_token();
         let token = stop.clone();
         self.rt.spawn(async move {

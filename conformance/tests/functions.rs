@@ -56,6 +56,49 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     let node = c.run_node("f1", 6);
     let functions = c.run_functions();
 
+    // The gateway and the controller run as their own user, with no more than they need;
+    // users bound to `edit` manage functions (the aggregated roles `install` adds).
+    let can = |args: &[&str]| c.kubectl(args).stdout.trim().to_string();
+    let user = minik8s_serverless::USER;
+    assert_eq!(
+        can(&["auth", "can-i", "patch", "deployments/scale", "--as", user]),
+        "yes"
+    );
+    assert_eq!(
+        can(&["auth", "can-i", "list", "secrets", "--as", user]),
+        "no"
+    );
+    assert_eq!(
+        can(&["auth", "can-i", "create", "nodes", "--as", user]),
+        "no"
+    );
+    c.ok(&[
+        "create",
+        "rolebinding",
+        "dev-edit",
+        "--clusterrole",
+        "edit",
+        "--user",
+        "dev",
+    ]);
+    c.eventually(
+        &["auth", "can-i", "create", "functions", "--as", "dev"],
+        |o| o.trim() == "yes",
+    );
+    assert_eq!(
+        can(&[
+            "auth",
+            "can-i",
+            "list",
+            "workflowruns",
+            "--as",
+            "dev",
+            "-n",
+            "other"
+        ]),
+        "no"
+    );
+
     // The walk-through: register add.py, invoke it cold (0 → 1) and warm, over kubectl fn.
     register(&c, "add", ADD, &["--scale-to-zero-after", "5"]);
     c.eventually(
@@ -256,14 +299,129 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         failed.stderr
     );
 
+    // A handler that never returns: 504 at timeoutSeconds, and its pod is recycled.
     register(
         &c,
         "stuck",
         "import time\ndef handler(event):\n    time.sleep(60)\n",
-        &["--timeout", "2"],
+        &["--timeout", "2", "--min", "1"],
     );
-    let (code, body) = post(&c, &url(&c, "stuck"), "{}");
+    let stuck_url = url(&c, "stuck");
+    let pod = c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "serverless.minik8s.io/function=stuck",
+            "--field-selector",
+            "status.phase=Running",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ],
+        |p| !p.is_empty() && !p.contains(' '),
+    );
+    c.eventually(
+        &[
+            "get",
+            "deployment",
+            "fn-stuck",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        |r| r == "1",
+    );
+    let started = Instant::now();
+    let (code, body) = post(&c, &stuck_url, "{}");
     assert_eq!(code, 504, "{body}");
+    assert!(body.contains("did not answer within 2 s"), "{body}");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "504 after {took:?}");
+    c.eventually(
+        &["get", "pods", &pod, "--ignore-not-found", "-o", "name"],
+        |o| o.trim().is_empty(),
+    );
+    c.eventually(
+        &[
+            "get",
+            "deployment",
+            "fn-stuck",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        |r| r == "1",
+    );
+    assert!(c.ok(&["fn", "delete", "stuck"]).contains("deleted"));
+
+    // The module from a ConfigMap the user keeps (`source.configMapRef`); changing it rolls
+    // the pods to the new code.
+    let greet = |text: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: greet-code}}\ndata:\n  greet.py: |\n    def handler(event):\n        return {{\"{text}\": event[\"name\"]}}\n"
+        )
+    };
+    assert!(c.with_manifest(&["apply"], &greet("hello")).ok);
+    let made = c.with_manifest(
+        &["apply"],
+        "apiVersion: serverless.minik8s.io/v1alpha1\nkind: Function\nmetadata: {name: greet}\n\
+         spec:\n  handler: greet.handler\n  source: {configMapRef: {name: greet-code, key: greet.py}}\n",
+    );
+    assert!(made.ok, "{}", made.stderr);
+    let (code, body) = post(&c, &url(&c, "greet"), r#"{"name":"ada"}"#);
+    assert_eq!((code, body.as_str()), (200, r#"{"hello": "ada"}"#));
+    assert!(c.with_manifest(&["apply"], &greet("goodbye")).ok);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, body) = post(&c, &url(&c, "greet"), r#"{"name":"ada"}"#);
+        assert_eq!(code, 200, "{body}");
+        if body == r#"{"goodbye": "ada"}"# {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new ConfigMap never served: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(c.ok(&["fn", "delete", "greet"]).contains("deleted"));
+    assert!(
+        c.ok(&["get", "configmap", "greet-code", "-o", "name"])
+            .contains("greet-code"),
+        "the user's ConfigMap is the user's"
+    );
+
+    // `runtime: image`: an image run as it is, serving the protocol on its own. The runtime
+    // image itself qualifies: without a code volume it calls a module the image carries.
+    let image = c.ok(&[
+        "get",
+        "deployment",
+        "fn-add",
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    let made = c.with_manifest(
+        &["apply"],
+        &format!(
+            "apiVersion: serverless.minik8s.io/v1alpha1\nkind: Function\nmetadata: {{name: base}}\n\
+             spec: {{runtime: image, image: \"{image}\", handler: os.path.basename}}\n"
+        ),
+    );
+    assert!(made.ok, "{}", made.stderr);
+    let (code, body) = post(&c, &url(&c, "base"), r#""/srv/data/report.txt""#);
+    assert_eq!((code, body.as_str()), (200, r#""report.txt""#));
+    assert!(
+        c.ok(&[
+            "get",
+            "configmaps",
+            "-l",
+            "serverless.minik8s.io/function=base",
+            "-o",
+            "name"
+        ])
+        .trim()
+        .is_empty(),
+        "an image function has no code ConfigMap"
+    );
+    assert!(c.ok(&["fn", "delete", "base"]).contains("deleted"));
 
     register(&c, "broken", "def handler(event)\n    return 1\n", &[]);
     let (code, body) = post(&c, &url(&c, "broken"), "{}");

@@ -180,8 +180,10 @@ pub async fn up(
         });
     }
     if let Some(listen) = cfg.gateway {
-        // Functions: the gateway and the Function controller (as the admin for now).
-        let client = minik8s_kubeconfig::client(&admin).await?;
+        // Functions: the gateway and the Function controller, as their own user.
+        let identity = Identity::new("functions", minik8s_serverless::USER, &[]);
+        let kubeconfig = pki.ensure_identity(&identity)?;
+        let client = minik8s_kubeconfig::client(&kubeconfig).await?;
         let public_host = match &cfg.kubelet().node_ip {
             Some(ip) => ip.clone(),
             None => minik8s_kubelet::node::default_ip().await,

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -335,10 +336,34 @@ fn error_policy(f: Arc<Function>, e: &Error, _: Arc<Ctx>) -> Action {
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
     let functions: Api<Function> = Api::all(client.clone());
     let deployments: Api<Deployment> = Api::all(client.clone());
-    Controller::new(functions, watcher::Config::default())
+    let controller = Controller::new(functions, watcher::Config::default());
+    // A change to a ConfigMap a function's `source.configMapRef` names rolls its pods.
+    let store = controller.store();
+    let referring = move |cm: ConfigMap| {
+        let (ns, name) = (cm.namespace(), cm.name_any());
+        store
+            .state()
+            .into_iter()
+            .filter(|f| {
+                f.namespace() == ns
+                    && f.spec
+                        .source
+                        .as_ref()
+                        .and_then(|s| s.config_map_ref.as_ref())
+                        .is_some_and(|r| r.name == name)
+            })
+            .map(|f| ObjectRef::from_obj(&*f))
+            .collect::<Vec<_>>()
+    };
+    controller
         .owns(
             deployments,
             watcher::Config::default().labels(FUNCTION_LABEL),
+        )
+        .watches(
+            Api::<ConfigMap>::all(client.clone()),
+            watcher::Config::default(),
+            referring,
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, Arc::new(Ctx { client, cfg }))

@@ -10,21 +10,95 @@ pub mod types;
 
 pub use types::{Function, FunctionSpec, FunctionStatus};
 
-/// Installs (or updates) the CRDs by server-side apply, as the cluster's bootstrap does.
+/// The user the gateway and the controllers run as (bound to [`rbac`]'s role by `install`).
+pub const USER: &str = "system:minik8s-functions";
+
+/// Installs (or updates) the CRDs and the RBAC roles by server-side apply, as the cluster's
+/// bootstrap does.
 pub async fn install(client: kube::Client) -> Result<(), kube::Error> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Api, Patch, PatchParams};
-    let api: Api<CustomResourceDefinition> = Api::all(client);
+    let pp = PatchParams::apply("minik8s").force();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(
-            &name,
-            &PatchParams::apply("minik8s").force(),
-            &Patch::Apply(&crd),
-        )
-        .await?;
+        api.patch(&name, &pp, &Patch::Apply(&crd)).await?;
     }
+    let (roles, binding) = rbac();
+    let api: Api<ClusterRole> = Api::all(client.clone());
+    for role in roles {
+        let name = role["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        api.patch(&name, &pp, &Patch::Apply(&role)).await?;
+    }
+    let name = binding["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    Api::<ClusterRoleBinding>::all(client)
+        .patch(&name, &pp, &Patch::Apply(&binding))
+        .await?;
     Ok(())
+}
+
+/// The ClusterRoles (the components' own, and the parts of `view`/`edit`/`admin` that let
+/// users work with the serverless kinds) and the binding of the components' role to [`USER`].
+pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
+    use serde_json::json;
+    let manage = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    let read = ["get", "list", "watch"];
+    let kinds = ["functions", "workflows", "workflowruns"];
+    let statuses = [
+        "functions/status",
+        "workflows/status",
+        "workflowruns/status",
+    ];
+    let role = |name: &str, labels: serde_json::Value, rules: serde_json::Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels}, "rules": rules})
+    };
+    let components = role(
+        "minik8s:functions",
+        json!({}),
+        json!([
+            {"apiGroups": [types::GROUP], "resources": kinds, "verbs": manage},
+            {"apiGroups": [types::GROUP], "resources": statuses, "verbs": ["get", "patch", "update"]},
+            {"apiGroups": [""], "resources": ["configmaps", "services", "pods"], "verbs": manage},
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create", "patch"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": manage},
+            {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch", "update"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": manage},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        ]),
+    );
+    let edit = role(
+        "minik8s:functions:edit",
+        json!({"rbac.authorization.k8s.io/aggregate-to-edit": "true",
+            "rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
+        json!([{"apiGroups": [types::GROUP], "resources": kinds, "verbs": manage}]),
+    );
+    let view = role(
+        "minik8s:functions:view",
+        json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
+        json!([{"apiGroups": [types::GROUP], "resources": kinds.iter().chain(&statuses).collect::<Vec<_>>(), "verbs": read}]),
+    );
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "minik8s:functions"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "minik8s:functions"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]});
+    (vec![components, edit, view], binding)
 }
 
 /// Where functions are served.

@@ -100,6 +100,9 @@ impl Default for Scale {
     }
 }
 
+/// The API group of the serverless kinds.
+pub const GROUP: &str = "serverless.minik8s.io";
+
 /// A function: code, how it is called and how it scales.
 #[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[kube(
