@@ -1,13 +1,14 @@
 //! `kubectl fn`: the kubectl plugin for Functions (`kubectl-fn` on the PATH). `register FILE`
 //! creates or updates a Function from a Python file by server-side apply; `invoke NAME [JSON|-]`
 //! prints the function's JSON answer (non-zero exit and the error on failure); `list`, `logs
-//! NAME`, `delete NAME`. `-n/--namespace` as kubectl, else the kubeconfig's namespace.
+//! NAME`, `delete NAME`; `wf start NAME [--input JSON] [--wait]`, `wf runs NAME`, `wf describe
+//! RUN` for Workflows. `-n/--namespace` as kubectl, else the kubeconfig's namespace.
 
 use crate::types::Function;
 use clap::{Parser, Subcommand};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use std::io::Read;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -72,6 +73,34 @@ enum Command {
     Delete {
         /// The Function.
         name: String,
+    },
+    /// Workflows: start runs, list them, show one step by step.
+    #[command(subcommand)]
+    Wf(Wf),
+}
+
+#[derive(Subcommand, Debug)]
+enum Wf {
+    /// Starts a run of a Workflow (a WorkflowRun named `<workflow>-<random>`).
+    Start {
+        /// The Workflow.
+        name: String,
+        /// The first step's input (JSON).
+        #[arg(long)]
+        input: Option<String>,
+        /// Waits for the run to end and prints its output (or its error, exiting non-zero).
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Lists a Workflow's runs.
+    Runs {
+        /// The Workflow.
+        name: String,
+    },
+    /// Shows a run's steps as a timeline with durations.
+    Describe {
+        /// The WorkflowRun.
+        run: String,
     },
 }
 
@@ -239,6 +268,146 @@ pub async fn run(args: Args) -> Result<(), Error> {
         Command::Delete { name } => {
             functions.delete(&name, &DeleteParams::default()).await?;
             println!("function.serverless.minik8s.io \"{name}\" deleted");
+        }
+        Command::Wf(wf) => workflows(client, &ns, wf).await?,
+    }
+    Ok(())
+}
+
+/// A duration as people read it (`4.2ms`, `1.305s`).
+fn human(seconds: f64) -> String {
+    if seconds < 1.0 {
+        format!("{:.1}ms", seconds * 1000.0)
+    } else {
+        format!("{seconds:.3}s")
+    }
+}
+
+fn between(a: &str, b: &str) -> Option<f64> {
+    let a: jiff::Timestamp = a.parse().ok()?;
+    let b: jiff::Timestamp = b.parse().ok()?;
+    (b - a).total(jiff::Unit::Second).ok()
+}
+
+async fn workflows(client: Client, ns: &str, wf: Wf) -> Result<(), Error> {
+    use crate::workflow::controller::WORKFLOW_LABEL;
+    use crate::workflow::types::{Phase, Workflow, WorkflowRun};
+    use kube::api::PostParams;
+    let runs: Api<WorkflowRun> = Api::namespaced(client.clone(), ns);
+    match wf {
+        Wf::Start { name, input, wait } => {
+            let workflow = Api::<Workflow>::namespaced(client, ns).get(&name).await?;
+            let input: serde_json::Value = match input {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| Error::Invoke(format!("--input is not JSON: {e}")))?,
+                None => serde_json::json!({}),
+            };
+            let owner = workflow
+                .controller_owner_ref(&())
+                .expect("a stored Workflow");
+            let run: WorkflowRun = serde_json::from_value(serde_json::json!({
+                "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "WorkflowRun",
+                "metadata": {"generateName": format!("{name}-"), "labels": {WORKFLOW_LABEL: name},
+                    "ownerReferences": [owner]},
+                "spec": {"workflowRef": {"name": name}, "input": input},
+            }))
+            .expect("a WorkflowRun");
+            let made = runs.create(&PostParams::default(), &run).await?;
+            let run_name = made.name_any();
+            if !wait {
+                println!("workflowrun.serverless.minik8s.io/{run_name} started");
+                return Ok(());
+            }
+            loop {
+                let r = runs.get(&run_name).await?;
+                let status = r.status.unwrap_or_default();
+                match status.phase {
+                    Phase::Succeeded => {
+                        let output = match (status.output, status.output_ref) {
+                            (Some(o), _) => o.to_string(),
+                            (None, Some(cm)) => format!("(in ConfigMap {cm}, key value)"),
+                            (None, None) => "null".into(),
+                        };
+                        println!("{output}");
+                        return Ok(());
+                    }
+                    Phase::Failed => {
+                        return Err(Error::Invoke(format!(
+                            "run {run_name} failed: {}: {}",
+                            status.error.unwrap_or_default(),
+                            status.cause.unwrap_or_default()
+                        )));
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+        Wf::Runs { name } => {
+            let lp = ListParams::default().labels(&format!("{WORKFLOW_LABEL}={name}"));
+            println!("{:<32} {:<10} {:<16} DURATION", "NAME", "PHASE", "STEP");
+            for r in runs.list(&lp).await? {
+                let status = r.status.clone().unwrap_or_default();
+                println!(
+                    "{:<32} {:<10} {:<16} {}",
+                    r.name_any(),
+                    format!("{:?}", status.phase),
+                    status.step.unwrap_or_default(),
+                    status.duration.unwrap_or_default()
+                );
+            }
+        }
+        Wf::Describe { run } => {
+            let r = runs.get(&run).await?;
+            let status = r.status.clone().unwrap_or_default();
+            println!("Run:       {run}");
+            if let Some(w) = r.spec.workflow_ref.as_ref() {
+                println!("Workflow:  {}", w.name);
+            }
+            println!("Phase:     {:?}", status.phase);
+            if let Some(d) = &status.duration {
+                println!("Duration:  {d}");
+            }
+            if let Some(e) = &status.error {
+                println!(
+                    "Error:     {e}: {}",
+                    status.cause.clone().unwrap_or_default()
+                );
+            }
+            if let Some(o) = &status.output {
+                println!("Output:    {o}");
+            }
+            println!("Steps:");
+            println!(
+                "  {:>9}  {:<28} {:<8} {:>9}  {:<8} NEXT",
+                "AT", "STEP", "TYPE", "TOOK", "ATTEMPTS"
+            );
+            let start = status.start_time.clone().unwrap_or_default();
+            for s in &status.steps {
+                let at = between(&start, &s.start_time)
+                    .map(human)
+                    .unwrap_or_default();
+                let took = between(&s.start_time, &s.end_time)
+                    .map(human)
+                    .unwrap_or_default();
+                let next = match (&s.next, &s.error) {
+                    (Some(n), Some(e)) => format!("{n} (caught {e})"),
+                    (Some(n), None) => n.clone(),
+                    (None, Some(e)) => format!("(failed: {e})"),
+                    (None, None) => "(end)".into(),
+                };
+                println!(
+                    "  {:>9}  {:<28} {:<8} {:>9}  {:<8} {next}",
+                    format!("+{at}"),
+                    format!("{}{}", s.path, s.name),
+                    format!("{:?}", s.type_),
+                    took,
+                    if s.attempts > 0 {
+                        s.attempts.to_string()
+                    } else {
+                        "-".into()
+                    },
+                );
+            }
         }
     }
     Ok(())

@@ -88,7 +88,7 @@ struct CodeLabels {
 }
 
 struct Metrics {
-    registry: Registry,
+    registry: Arc<Registry>,
     requests: Family<CodeLabels, Counter>,
     duration: Family<FnLabels, Histogram>,
     cold_starts: Family<FnLabels, Counter>,
@@ -102,8 +102,8 @@ fn histogram() -> Histogram {
 }
 
 impl Metrics {
-    fn new() -> Self {
-        let mut registry = Registry::default();
+    /// The gateway's metrics, added to `registry` (which may hold others' already).
+    fn new(mut registry: Registry) -> Self {
         let requests = Family::<CodeLabels, Counter>::default();
         let duration =
             Family::<FnLabels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
@@ -143,7 +143,7 @@ impl Metrics {
             queue.clone(),
         );
         Metrics {
-            registry,
+            registry: Arc::new(registry),
             requests,
             duration,
             cold_starts,
@@ -163,11 +163,17 @@ pub struct Gateway {
     metrics: Metrics,
 }
 
+/// The header carrying an invocation's id to the function (`context["invocation_id"]`); a
+/// caller that retries sends the same id again, so a handler can deduplicate.
+pub const INVOCATION_ID: &str = "x-invocation-id";
+
 /// A failed invocation: its HTTP answer.
 #[derive(Debug)]
-struct Failure {
-    code: StatusCode,
-    message: String,
+pub struct Failure {
+    /// The answer's code.
+    pub code: StatusCode,
+    /// What went wrong.
+    pub message: String,
     retry_after: Option<u64>,
 }
 
@@ -222,6 +228,18 @@ fn count(c: &AtomicUsize) -> Count<'_> {
 }
 
 impl Gateway {
+    /// Whether Function `ns/name` exists (as the gateway's watch last saw it).
+    pub fn has_function(&self, ns: &str, name: &str) -> bool {
+        self.functions
+            .get(&ObjectRef::new(name).within(ns))
+            .is_some()
+    }
+
+    /// Waits until the gateway's view of Functions is complete (after a start).
+    pub async fn ready(&self) {
+        let _ = self.functions.wait_until_ready().await;
+    }
+
     fn state(&self, ns: &str, name: &str) -> Arc<FnState> {
         self.states
             .lock()
@@ -309,7 +327,15 @@ impl Gateway {
         }
     }
 
-    async fn invoke(&self, ns: &str, name: &str, body: Bytes) -> Result<Response, Failure> {
+    /// Invokes function `ns/name` with a JSON `body`: the function's answer (code and body,
+    /// any code the function itself gave), or why the gateway could not get one.
+    pub async fn call(
+        &self,
+        ns: &str,
+        name: &str,
+        body: Bytes,
+        invocation_id: &str,
+    ) -> Result<(StatusCode, Bytes), Failure> {
         let started = Instant::now();
         let f = self
             .functions
@@ -390,7 +416,7 @@ impl Gateway {
             let _active = Activity(&state);
             let gauge = self.metrics.inflight.get_or_create_owned(&labels);
             gauge.inc();
-            let result = forward(&backend, body.clone(), deadline).await;
+            let result = forward(&backend, body.clone(), invocation_id, deadline).await;
             gauge.dec();
             backend.inflight.fetch_sub(1, Ordering::SeqCst);
             state.changed.notify_waiters();
@@ -404,7 +430,7 @@ impl Gateway {
                 if code == StatusCode::BAD_GATEWAY {
                     self.source_failed(&f, &bytes).await;
                 }
-                Ok((code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response())
+                Ok((code, bytes))
             }
             Err(Forward::Timeout) => {
                 // A handler that never returns: the pod is recycled.
@@ -431,7 +457,7 @@ impl Gateway {
             )),
         };
         let code = match &answer {
-            Ok(r) => r.status(),
+            Ok((code, _)) => *code,
             Err(f) => f.code,
         };
         let elapsed = started.elapsed();
@@ -577,6 +603,7 @@ enum Forward {
 async fn forward(
     backend: &Backend,
     body: Bytes,
+    invocation_id: &str,
     deadline: Instant,
 ) -> Result<(StatusCode, Bytes), Forward> {
     let addr = backend.addr;
@@ -601,9 +628,15 @@ async fn forward(
                 Err(_) => tracing::debug!(%addr, "connect attempt timed out"),
             }
         };
-        post_on(tcp, &addr.to_string(), "/", body)
-            .await
-            .map_err(Forward::Failed)
+        post_on(
+            tcp,
+            &addr.to_string(),
+            "/",
+            body,
+            &[(INVOCATION_ID, invocation_id)],
+        )
+        .await
+        .map_err(Forward::Failed)
     };
     match tokio::time::timeout_at(deadline.into(), call).await {
         Ok(r) => r,
@@ -611,12 +644,14 @@ async fn forward(
     }
 }
 
-/// POSTs a JSON body on a connected stream (HTTP/1.1); the answer's code and body.
+/// POSTs a JSON body on a connected stream (HTTP/1.1) with extra `headers`; the answer's
+/// code and body.
 pub async fn post_on(
     tcp: tokio::net::TcpStream,
     host: &str,
     path: &str,
     body: Bytes,
+    headers: &[(&str, &str)],
 ) -> Result<(StatusCode, Bytes), String> {
     let _ = tcp.set_nodelay(true);
     let (mut sender, conn) =
@@ -624,11 +659,13 @@ pub async fn post_on(
             .await
             .map_err(|e| e.to_string())?;
     tokio::spawn(conn);
-    let req = hyper::Request::post(path)
+    let mut req = hyper::Request::post(path)
         .header(header::HOST, host)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
-        .map_err(|e| e.to_string())?;
+        .header(header::CONTENT_TYPE, "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
     let code = resp.status();
     let bytes = resp
@@ -652,7 +689,7 @@ pub async fn post(url: &str, body: Bytes) -> Result<(StatusCode, Bytes), String>
     let tcp = tokio::net::TcpStream::connect(authority)
         .await
         .map_err(|e| format!("connecting to {authority}: {e}"))?;
-    post_on(tcp, authority, path, body).await
+    post_on(tcp, authority, path, body, &[]).await
 }
 
 async fn invoke(
@@ -660,6 +697,13 @@ async fn invoke(
     Path((ns, name)): Path<(String, String)>,
     req: Request,
 ) -> Response {
+    // The caller's invocation id (a retry of the same invocation), or a new one.
+    let id = req
+        .headers()
+        .get(INVOCATION_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 256)
+        .map_or_else(|| uuid::Uuid::new_v4().to_string(), str::to_owned);
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => {
@@ -670,10 +714,16 @@ async fn invoke(
             .into_response();
         }
     };
-    match g.invoke(&ns, &name, body).await {
-        Ok(r) => r,
+    let mut r = match g.call(&ns, &name, body, &id).await {
+        Ok((code, bytes)) => {
+            (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+        }
         Err(f) => f.into_response(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        r.headers_mut().insert(INVOCATION_ID, v);
     }
+    r
 }
 
 async fn metrics(State(g): State<Arc<Gateway>>) -> Response {
@@ -719,6 +769,8 @@ pub enum Error {
 pub struct Running {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The gateway, for calls from this process (workflows).
+    pub gateway: Arc<Gateway>,
     /// Ends when the gateway has stopped.
     pub done: tokio::task::JoinHandle<()>,
 }
@@ -727,6 +779,7 @@ pub struct Running {
 pub async fn start(
     client: Client,
     cfg: Config,
+    registry: Registry,
     shutdown: CancellationToken,
 ) -> Result<Running, Error> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -746,7 +799,7 @@ pub async fn start(
         functions,
         pods,
         states: Mutex::new(HashMap::new()),
-        metrics: Metrics::new(),
+        metrics: Metrics::new(registry),
     });
     let fn_watch = reflector::reflector(
         fn_writer,
@@ -809,5 +862,9 @@ pub async fn start(
         }
     });
     tracing::info!(%addr, "function gateway listening");
-    Ok(Running { addr, done })
+    Ok(Running {
+        addr,
+        gateway: g,
+        done,
+    })
 }

@@ -1,12 +1,13 @@
 //! minik8s serverless: the `Function` custom resource, its controller, and the gateway
-//! (activator and autoscaler); the Workflow resources are to come. An API client only: the
-//! apiserver learns these kinds from their CRDs at run time.
+//! (activator and autoscaler); `Workflow`/`WorkflowRun` and their durable executor. An API
+//! client only: the apiserver learns these kinds from their CRDs at run time.
 
 pub mod autoscaler;
 pub mod cli;
 pub mod controller;
 pub mod gateway;
 pub mod types;
+pub mod workflow;
 
 pub use types::{Function, FunctionSpec, FunctionStatus};
 
@@ -114,18 +115,27 @@ pub struct Config {
 /// The namespace of the gateway's Service.
 pub const SYSTEM_NAMESPACE: &str = "minik8s-system";
 
-/// Runs the gateway and the Function controller until `shutdown`.
+/// Runs the gateway, the Function controller and the Workflow controllers until `shutdown`.
 pub async fn serve(
     client: kube::Client,
     cfg: Config,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> Result<(), gateway::Error> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let workflow_metrics = workflow::controller::Metrics::new(&mut registry);
     let running = gateway::start(
         client.clone(),
         gateway::Config { listen: cfg.listen },
+        registry,
         shutdown.clone(),
     )
     .await?;
+    let workflows = workflow::controller::run(
+        client.clone(),
+        running.gateway.clone(),
+        workflow_metrics,
+        shutdown.clone(),
+    );
     let port = running.addr.port();
     if let Err(e) = gateway_service(&client, &cfg.public_host, port).await {
         tracing::warn!(error = %e, "the minik8s-system/gateway Service");
@@ -137,7 +147,7 @@ pub async fn serve(
         },
         shutdown,
     );
-    let _ = tokio::join!(controller, running.done);
+    let _ = tokio::join!(controller, workflows, running.done);
     Ok(())
 }
 
@@ -180,7 +190,11 @@ pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
     use kube::CustomResourceExt;
-    vec![Function::crd()]
+    vec![
+        Function::crd(),
+        workflow::Workflow::crd(),
+        workflow::WorkflowRun::crd(),
+    ]
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
-//! `function-gateway`: the function gateway (activator and autoscaler) and the Function
-//! controller as their own process (`minik8s up` runs them in its own).
+//! `function-gateway`: the serverless components as their own process (`minik8s up` runs them
+//! in its own): the function gateway (activator and autoscaler), the Function controller, and
+//! the Workflow controllers with their durable executor.
 
 use clap::Parser;
 
@@ -23,7 +24,15 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     let client = minik8s_kubeconfig::client(&args.kubeconfig).await?;
-    minik8s_serverless::install(client.clone()).await?;
+    // The CRDs and roles, when this identity may write them (the cluster's bootstrap installs
+    // them otherwise).
+    match minik8s_serverless::install(client.clone()).await {
+        Ok(()) => {}
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            tracing::info!("not installing the CRDs and roles: {}", s.message);
+        }
+        Err(e) => return Err(e.into()),
+    }
     let cfg = minik8s_serverless::Config {
         listen: args.listen,
         public_host: args.public_host,

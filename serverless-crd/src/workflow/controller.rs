@@ -1,0 +1,631 @@
+//! The Workflow and WorkflowRun controllers.
+//!
+//! - A Workflow is checked (its `Ready` condition names the first bad step); applying one with
+//!   `params` starts the run `<name>-<generation>`. Its runs are owned by it.
+//! - A WorkflowRun that has not ended is executed by a task of this process: each completed
+//!   step is appended to `status.steps` (one JSON patch) before the next starts, so a process
+//!   that restarts resumes every unfinished run after its last recorded step. Functions are
+//!   called through the gateway in this process, with an invocation id that is the same when
+//!   a step is run again.
+
+use super::engine::{self, Halt, Host, Run, StepError};
+use super::types::{Phase, StepRecord, Workflow, WorkflowRun, WorkflowRunStatus};
+use crate::gateway::Gateway;
+use bytes::Bytes;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The label naming a run's Workflow.
+pub const WORKFLOW_LABEL: &str = "serverless.minik8s.io/workflow";
+/// Values larger than this (serialized) go into a ConfigMap owned by the run.
+pub const INLINE_LIMIT: usize = 64 * 1024;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TypeLabels {
+    r#type: String,
+}
+
+/// The workflow metrics on the gateway's `/metrics`.
+#[derive(Clone)]
+pub struct Metrics {
+    runs: Family<PhaseLabels, Counter>,
+    steps: Family<TypeLabels, Histogram>,
+    transitions: Counter,
+}
+
+impl Metrics {
+    /// The metrics, registered in `registry`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let runs = Family::<PhaseLabels, Counter>::default();
+        let steps = Family::<TypeLabels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.0005, 2.0, 18))) as fn() -> Histogram,
+        );
+        let transitions = Counter::default();
+        registry.register(
+            "minik8s_workflow_runs",
+            "Runs that ended, by phase",
+            runs.clone(),
+        );
+        registry.register(
+            "minik8s_workflow_step_duration_seconds",
+            "Executed steps' durations, by type",
+            steps.clone(),
+        );
+        registry.register(
+            "minik8s_workflow_transitions",
+            "Steps executed",
+            transitions.clone(),
+        );
+        Metrics {
+            runs,
+            steps,
+            transitions,
+        }
+    }
+}
+
+struct Ctx {
+    client: Client,
+    gateway: Arc<Gateway>,
+    metrics: Metrics,
+    /// Runs (by uid) being executed by this process.
+    running: Mutex<HashSet<String>>,
+    runs: Store<WorkflowRun>,
+    shutdown: CancellationToken,
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An API call.
+    #[error("{what}: {source}")]
+    Api {
+        /// What was being done.
+        what: &'static str,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Api { what, source }
+}
+
+fn condition(ok: bool, message: String, old: &[Condition], generation: Option<i64>) -> Condition {
+    let status = if ok { "True" } else { "False" };
+    let kept = old
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == status && c.message == message);
+    Condition {
+        type_: "Ready".into(),
+        status: status.into(),
+        reason: if ok { "Valid" } else { "InvalidDefinition" }.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: kept
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| Time(jiff::Timestamp::now())),
+    }
+}
+
+async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let ns = wf.namespace().unwrap_or_default();
+    let name = wf.name_any();
+    let generation = wf.metadata.generation;
+    let checked = engine::check(&wf.spec, &|f| ctx.gateway.has_function(&ns, f));
+    let runs = ctx
+        .runs
+        .state()
+        .iter()
+        .filter(|r| {
+            r.namespace().as_deref() == Some(ns.as_str())
+                && r.labels().get(WORKFLOW_LABEL) == Some(&name)
+        })
+        .count() as i64;
+    let old = wf.status.clone().unwrap_or_default();
+    let mut status = old.clone();
+    status.steps = wf.spec.steps.len() as i64;
+    status.runs = runs;
+    status.observed_generation = generation;
+    let ok = checked.is_ok();
+    let message = checked.err().unwrap_or_default();
+    status.conditions = vec![condition(ok, message, &old.conditions, generation)];
+
+    // Applying a Workflow with params starts a run of that generation (once).
+    if let Some(params) = &wf.spec.params
+        && old.params_generation != generation
+    {
+        let run_name = format!("{name}-{}", generation.unwrap_or(1));
+        let run: WorkflowRun = serde_json::from_value(json!({
+            "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "WorkflowRun",
+            "metadata": {"name": run_name, "namespace": ns,
+                "labels": {WORKFLOW_LABEL: name}, "ownerReferences": [owner(&*wf)]},
+            "spec": {"workflowRef": {"name": name}, "input": params},
+        }))
+        .expect("a WorkflowRun");
+        match Api::<WorkflowRun>::namespaced(ctx.client.clone(), &ns)
+            .create(&PostParams::default(), &run)
+            .await
+        {
+            Ok(_) => status.runs += 1,
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(api("starting the params run")(e)),
+        }
+        status.params_generation = generation;
+    }
+    if status != old {
+        Api::<Workflow>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await
+            .map_err(api("writing the Workflow's status"))?;
+    }
+    // A definition naming a Function that does not exist yet is looked at again soon.
+    Ok(Action::requeue(if ok {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(3)
+    }))
+}
+
+fn owner<K: Resource<DynamicType = ()>>(o: &K) -> OwnerReference {
+    o.controller_owner_ref(&())
+        .expect("a stored object has a uid")
+}
+
+async fn reconcile_run(run: Arc<WorkflowRun>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let finished = run.status.as_ref().is_some_and(|s| s.phase.finished());
+    let uid = run.uid().unwrap_or_default();
+    if finished || !ctx.running.lock().expect("running").insert(uid.clone()) {
+        return Ok(Action::await_change());
+    }
+    let ctx2 = ctx.clone();
+    tokio::spawn(async move {
+        let ctx = ctx2;
+        tokio::select! {
+            _ = execute(&ctx, &run) => {}
+            _ = ctx.shutdown.cancelled() => {}
+        }
+        ctx.running.lock().expect("running").remove(&uid);
+    });
+    Ok(Action::await_change())
+}
+
+/// The writes of one run's execution.
+struct RunHost<'a> {
+    ctx: &'a Ctx,
+    api: Api<WorkflowRun>,
+    ns: String,
+    name: String,
+    owner: OwnerReference,
+    /// One status write at a time (Parallel branches end together).
+    writes: tokio::sync::Mutex<()>,
+}
+
+/// A function's failure as a step error: the exception's type as the name when the function
+/// raised one (`KeyError: 'y'` → `KeyError`), else what the gateway saw.
+fn task_error(code: u16, text: &str) -> StepError {
+    let message = serde_json::from_str::<Value>(text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| text.to_owned());
+    let exception = message.split_once(':').map(|(t, _)| t).filter(|t| {
+        !t.is_empty()
+            && t.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    });
+    let error = match (code, exception) {
+        (500, Some(t)) => t.to_owned(),
+        (404, _) => "FunctionNotFound".into(),
+        (504, _) => "Timeout".into(),
+        (503, _) => "Unavailable".into(),
+        (502, _) => "FunctionUnavailable".into(),
+        _ => format!("Function{code}"),
+    };
+    StepError {
+        error,
+        cause: message,
+    }
+}
+
+impl RunHost<'_> {
+    /// A large value goes into a ConfigMap owned by the run: its name.
+    async fn stash(&self, what: &str, record: &StepRecord, value: &Value) -> Result<String, Halt> {
+        let cm_name = format!(
+            "{}-{}",
+            self.name,
+            short_hash(&[&record.path, &record.name, &record.start_time, what])
+        );
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": cm_name, "namespace": self.ns, "ownerReferences": [self.owner],
+                "labels": {"serverless.minik8s.io/workflowrun": self.name}},
+            "data": {"value": value.to_string()}});
+        Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.ns)
+            .patch(
+                &cm_name,
+                &PatchParams::apply("workflow-controller").force(),
+                &Patch::Apply(&cm),
+            )
+            .await
+            .map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 404 => Halt::Stopped("the run was deleted".into()),
+                e => Halt::Failed(StepError {
+                    error: "OutputTooLarge".into(),
+                    cause: format!("keeping a {what} of {} bytes: {e}", value.to_string().len()),
+                }),
+            })?;
+        Ok(cm_name)
+    }
+
+    /// Writes a status patch, again while the API fails (it may be restarting); a deleted
+    /// run stops the execution.
+    async fn write(&self, patch: Patch<Value>) -> Result<(), Halt> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self
+                .api
+                .patch_status(&self.name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    return Err(Halt::Stopped("the run was deleted".into()));
+                }
+                Err(e) => {
+                    tracing::warn!(run = %self.name, error = %e, "writing the run's status; again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+            }
+        }
+    }
+}
+
+fn short_hash(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for p in parts {
+        for b in p.bytes().chain(std::iter::once(0)) {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x100000001b3);
+        }
+    }
+    format!("{:010x}", h & 0xff_ffff_ffff)
+}
+
+fn seconds_between(start: &str, end: &str) -> Option<f64> {
+    let s: jiff::Timestamp = start.parse().ok()?;
+    let e: jiff::Timestamp = end.parse().ok()?;
+    Some((e - s).total(jiff::Unit::Second).ok()?.max(0.0))
+}
+
+impl Host for RunHost<'_> {
+    async fn invoke(&self, function: &str, input: &Value, id: &str) -> Result<Value, StepError> {
+        let body = Bytes::from(input.to_string());
+        match self.ctx.gateway.call(&self.ns, function, body, id).await {
+            Ok((code, bytes)) if code.is_success() => {
+                serde_json::from_slice(&bytes).map_err(|e| StepError {
+                    error: "InvalidOutput".into(),
+                    cause: format!("{function} answered what is not JSON: {e}"),
+                })
+            }
+            Ok((code, bytes)) => Err(task_error(code.as_u16(), &String::from_utf8_lossy(&bytes))),
+            Err(f) => Err(task_error(f.code.as_u16(), &f.message)),
+        }
+    }
+
+    async fn record(&self, mut record: StepRecord, step: Option<&str>) -> Result<(), Halt> {
+        let _one = self.writes.lock().await;
+        if let Some(v) = record
+            .input
+            .as_ref()
+            .filter(|v| v.to_string().len() > INLINE_LIMIT)
+        {
+            let v = v.clone();
+            record.input_ref = Some(self.stash("input", &record, &v).await?);
+            record.input = None;
+        }
+        if let Some(v) = record
+            .output
+            .as_ref()
+            .filter(|v| v.to_string().len() > INLINE_LIMIT)
+        {
+            let v = v.clone();
+            record.output_ref = Some(self.stash("output", &record, &v).await?);
+            record.output = None;
+        }
+        self.ctx.metrics.transitions.inc();
+        if let Some(s) = seconds_between(&record.start_time, &record.end_time) {
+            self.ctx
+                .metrics
+                .steps
+                .get_or_create(&TypeLabels {
+                    r#type: format!("{:?}", record.type_),
+                })
+                .observe(s);
+        }
+        let mut ops = vec![json!({"op": "add", "path": "/status/steps/-", "value": record})];
+        if let Some(s) = step {
+            ops.push(json!({"op": "add", "path": "/status/step", "value": s}));
+        }
+        let patch: json_patch::Patch =
+            serde_json::from_value(Value::Array(ops)).expect("a JSON patch");
+        self.write(Patch::Json(patch)).await
+    }
+
+    async fn output(&self, record: &StepRecord) -> Result<Value, Halt> {
+        let Some(cm) = &record.output_ref else {
+            return Ok(record.output.clone().unwrap_or(Value::Null));
+        };
+        let got = Api::<ConfigMap>::namespaced(self.ctx.client.clone(), &self.ns)
+            .get(cm)
+            .await
+            .map_err(|e| Halt::Stopped(format!("reading {cm}: {e}")))?;
+        let text = got
+            .data
+            .and_then(|d| d.get("value").cloned())
+            .unwrap_or_default();
+        serde_json::from_str(&text).map_err(|e| Halt::Stopped(format!("reading {cm}: {e}")))
+    }
+}
+
+/// Executes (or resumes) a run until it ends, the run goes, or the process stops.
+async fn execute(ctx: &Ctx, cached: &WorkflowRun) {
+    let ns = cached.namespace().unwrap_or_default();
+    let name = cached.name_any();
+    let api: Api<WorkflowRun> = Api::namespaced(ctx.client.clone(), &ns);
+    // The stored run, not the cache: a run this process has just finished may look unfinished
+    // in a cache that is behind.
+    let run = match api.get_opt(&name).await {
+        Ok(Some(r)) if r.uid() == cached.uid() => r,
+        Ok(_) => return,
+        Err(e) => {
+            tracing::warn!(run = %name, error = %e, "reading the run");
+            return;
+        }
+    };
+    let status = run.status.clone().unwrap_or_default();
+    if status.phase.finished() {
+        return;
+    }
+    let host = RunHost {
+        ctx,
+        api: api.clone(),
+        ns: ns.clone(),
+        name: name.clone(),
+        owner: owner(&run),
+        writes: tokio::sync::Mutex::new(()),
+    };
+    let start_time = status.start_time.clone().unwrap_or_else(engine::now);
+
+    // The definition: the run's own, or its Workflow's (which comes to own the run).
+    let definition = match (&run.spec.workflow_spec, &run.spec.workflow_ref) {
+        (Some(spec), _) => Ok(spec.clone()),
+        (None, Some(r)) => {
+            match Api::<Workflow>::namespaced(ctx.client.clone(), &ns)
+                .get_opt(&r.name)
+                .await
+            {
+                Ok(Some(wf)) => {
+                    if run.owner_references().is_empty() {
+                        let patch = json!({"metadata": {"ownerReferences": [owner(&wf)],
+                            "labels": {WORKFLOW_LABEL: r.name}}});
+                        if let Err(e) = api
+                            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                            .await
+                        {
+                            tracing::warn!(run = %name, error = %e, "owning the run by its Workflow");
+                        }
+                    }
+                    Ok(wf.spec)
+                }
+                Ok(None) => Err(format!("workflow {:?} not found", r.name)),
+                Err(e) => {
+                    tracing::warn!(run = %name, error = %e, "reading the workflow");
+                    return;
+                }
+            }
+        }
+        (None, None) => Err("the run names no workflow (workflowRef or workflowSpec)".into()),
+    };
+    ctx.gateway.ready().await;
+    let checked = definition.and_then(|spec| {
+        engine::check(&spec, &|f| ctx.gateway.has_function(&ns, f)).map(|c| (spec, c))
+    });
+    let (spec, chain) = match checked {
+        Ok(c) => c,
+        Err(message) => {
+            let e = StepError {
+                error: "InvalidWorkflow".into(),
+                cause: message,
+            };
+            finish(ctx, &host, &start_time, Err(e)).await;
+            return;
+        }
+    };
+    if status.phase == Phase::Pending {
+        let patch = json!({"status": {"phase": Phase::Running, "startTime": start_time,
+            "step": spec.start_at, "steps": []}});
+        if host.write(Patch::Merge(patch)).await.is_err() {
+            return;
+        }
+    }
+    let uid = run.uid().unwrap_or_default();
+    let walk = Run::new(&host, &uid, status.steps.clone(), spec.max_steps);
+    let input = run.spec.input.clone().unwrap_or_else(|| json!({}));
+    match walk.walk(String::new(), &chain, input).await {
+        Ok(output) => finish(ctx, &host, &start_time, Ok(output)).await,
+        Err(Halt::Failed(e)) => finish(ctx, &host, &start_time, Err(e)).await,
+        Err(Halt::Stopped(why)) => tracing::info!(run = %name, %why, "the run stopped"),
+    }
+}
+
+/// Records how a run ended.
+async fn finish(ctx: &Ctx, host: &RunHost<'_>, start: &str, result: Result<Value, StepError>) {
+    let end = engine::now();
+    let duration = seconds_between(start, &end).map(|s| format!("{s:.3}s"));
+    let mut status = WorkflowRunStatus {
+        start_time: Some(start.to_owned()),
+        completion_time: Some(end.clone()),
+        duration,
+        ..Default::default()
+    };
+    let mut patch = json!({});
+    match result {
+        Ok(output) => {
+            status.phase = Phase::Succeeded;
+            if output.to_string().len() > INLINE_LIMIT {
+                let r = StepRecord {
+                    name: "output".into(),
+                    start_time: end,
+                    ..Default::default()
+                };
+                match host.stash("output", &r, &output).await {
+                    Ok(cm) => status.output_ref = Some(cm),
+                    Err(_) => return,
+                }
+            } else {
+                patch["output"] = output;
+            }
+        }
+        Err(e) => {
+            status.phase = Phase::Failed;
+            status.error = Some(e.error);
+            status.cause = Some(e.cause);
+        }
+    }
+    let mut v = serde_json::to_value(&status).expect("a status");
+    // The steps stay as recorded; `step` goes (nothing is being taken).
+    v.as_object_mut().expect("an object").remove("steps");
+    v["step"] = Value::Null;
+    if let Some(o) = patch.get("output") {
+        v["output"] = o.clone();
+    }
+    if host.write(Patch::Merge(json!({"status": v}))).await.is_ok() {
+        ctx.metrics
+            .runs
+            .get_or_create(&PhaseLabels {
+                phase: format!("{:?}", status.phase),
+            })
+            .inc();
+    }
+}
+
+fn error_policy<K: ResourceExt>(o: Arc<K>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(object = %o.name_any(), error = %e, "workflow reconcile failed, retrying");
+    Action::requeue(Duration::from_secs(1))
+}
+
+/// Runs the Workflow and WorkflowRun controllers until `shutdown`; functions are called
+/// through `gateway`.
+pub async fn run(
+    client: Client,
+    gateway: Arc<Gateway>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    let runs_controller = Controller::new(
+        Api::<WorkflowRun>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        gateway,
+        metrics,
+        running: Mutex::default(),
+        runs: runs_controller.store(),
+        shutdown: shutdown.clone(),
+    });
+    let runs = runs_controller
+        .graceful_shutdown_on({
+            let s = shutdown.clone();
+            async move { s.cancelled().await }
+        })
+        .run(reconcile_run, error_policy, ctx.clone())
+        .for_each(|_| async {});
+    let workflows = Controller::new(
+        Api::<Workflow>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let store = workflows.store();
+    let in_namespace = move |ns: Option<String>| {
+        store
+            .state()
+            .into_iter()
+            .filter(|w| w.namespace() == ns)
+            .map(|w| ObjectRef::from_obj(&*w))
+            .collect::<Vec<_>>()
+    };
+    let workflows = workflows
+        // A run's Workflow counts it.
+        .watches(
+            Api::<WorkflowRun>::all(client.clone()),
+            watcher::Config::default().labels(WORKFLOW_LABEL),
+            |r| {
+                let ns = r.namespace();
+                r.labels().get(WORKFLOW_LABEL).map(|w| {
+                    ObjectRef::<Workflow>::new(w).within(ns.as_deref().unwrap_or_default())
+                })
+            },
+        )
+        // A Function that comes or goes may make its namespace's Workflows valid or not.
+        .watches(
+            Api::<crate::Function>::all(client),
+            watcher::Config::default(),
+            move |f| in_namespace(f.namespace()),
+        )
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(reconcile_workflow, error_policy, ctx)
+        .for_each(|_| async {});
+    tokio::join!(runs, workflows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn function_failures_become_named_step_errors() {
+        let e = task_error(500, r#"{"error": "KeyError: 'y'", "traceback": "..."}"#);
+        assert_eq!(
+            (e.error.as_str(), e.cause.as_str()),
+            ("KeyError", "KeyError: 'y'")
+        );
+        assert_eq!(
+            task_error(504, r#"{"error": "did not answer"}"#).error,
+            "Timeout"
+        );
+        assert_eq!(
+            task_error(404, "function x not found").error,
+            "FunctionNotFound"
+        );
+        assert_eq!(
+            task_error(500, r#"{"error": "a b: c"}"#).error,
+            "Function500"
+        );
+    }
+}
