@@ -29,12 +29,21 @@ pub struct Plan {
 }
 
 async fn apply(fns: &Api<Function>, name: &str, scale: Value) -> anyhow::Result<()> {
+    let add = "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n";
+    apply_code(fns, name, add, scale).await
+}
+
+/// Creates or updates a Python Function with `code` and `scale`.
+pub(crate) async fn apply_code(
+    fns: &Api<Function>,
+    name: &str,
+    code: &str,
+    scale: Value,
+) -> anyhow::Result<()> {
     let f = json!({
         "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "Function",
         "metadata": {"name": name},
-        "spec": {"runtime": "python3", "source": {"inline":
-            "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n"},
-            "scale": scale},
+        "spec": {"runtime": "python3", "source": {"inline": code}, "scale": scale},
     });
     fns.patch(
         name,
@@ -45,7 +54,7 @@ async fn apply(fns: &Api<Function>, name: &str, scale: Value) -> anyhow::Result<
     Ok(())
 }
 
-async fn url_of(fns: &Api<Function>, name: &str) -> anyhow::Result<String> {
+pub(crate) async fn url_of(fns: &Api<Function>, name: &str) -> anyhow::Result<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(u) = fns.get(name).await?.status.and_then(|s| s.url) {
@@ -72,7 +81,7 @@ async fn wait_gone(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
 
 const EVENT: &str = r#"{"x":1,"y":2}"#;
 
-async fn call(url: &str) -> anyhow::Result<Duration> {
+pub(crate) async fn call(url: &str) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let (code, body) = post(url, EVENT.into())
         .await

@@ -7,6 +7,7 @@ pub mod fnbench;
 pub mod node;
 pub mod nodebench;
 pub mod scale;
+pub mod wfbench;
 
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
 use std::path::{Path, PathBuf};

@@ -7,8 +7,18 @@ use minik8s_conformance::Cluster;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The serverless process; killed if the test ends early (a failed assertion).
+struct Serverless(Child);
+
+impl Drop for Serverless {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The serverless process (gateway, Function and Workflow controllers), as its own user.
-fn start_serverless(c: &Cluster, host: &str) -> Child {
+fn start_serverless(c: &Cluster, host: &str) -> Serverless {
     let kubeconfig = c.user_kubeconfig(minik8s_serverless::USER, &[]);
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -23,6 +33,7 @@ fn start_serverless(c: &Cluster, host: &str) -> Child {
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()
+        .map(Serverless)
         .expect("function-gateway starts")
 }
 
@@ -255,6 +266,28 @@ fn workflows_branch_retry_catch_validate_and_survive_a_crash() {
         "the input was refused"
     );
 
+    // A large output (over 64 KiB) goes into a ConfigMap owned by the run; the object stays
+    // small and the next step still gets it.
+    register(
+        &c,
+        "big",
+        "def handler(event):\n    return {\"blob\": \"x\" * 100000}\n",
+        &[],
+    );
+    let phase = run(
+        "large",
+        "  workflowSpec:\n    startAt: make\n    steps:\n    - {name: make, type: Task, function: big, next: size}\n    - {name: size, type: Pass, output: 'size(input.blob)'}\n",
+    );
+    assert_eq!(phase, "Succeeded");
+    assert_eq!(field(&c, "wfr", "large", ".status.output"), "100000");
+    let held = field(&c, "wfr", "large", ".status.steps[0].outputRef");
+    assert!(!held.is_empty(), "the large output is referenced");
+    assert_eq!(
+        field(&c, "configmap", &held, ".metadata.ownerReferences[0].name"),
+        "large"
+    );
+    assert_eq!(field(&c, "configmap", &held, ".data.value").len(), 100_011);
+
     // Validation: each error is the Workflow's Ready=False naming the step, and its runs fail
     // at once with that message.
     let invalid = [
@@ -395,8 +428,8 @@ fn workflows_branch_retry_catch_validate_and_survive_a_crash() {
         |s| s == "s2",
     );
     std::thread::sleep(Duration::from_millis(500));
-    serverless.kill().expect("SIGKILL");
-    serverless.wait().unwrap();
+    serverless.0.kill().expect("SIGKILL");
+    serverless.0.wait().unwrap();
     assert_eq!(field(&c, "wfr", "crash", ".status.phase"), "Running");
     let mut serverless = start_serverless(&c, &host);
     assert_eq!(ended(&c, "crash"), "Succeeded");
@@ -425,11 +458,11 @@ fn workflows_branch_retry_catch_validate_and_survive_a_crash() {
 
     // A clean stop on SIGTERM.
     Command::new("kill")
-        .args(["-TERM", &serverless.id().to_string()])
+        .args(["-TERM", &serverless.0.id().to_string()])
         .status()
         .unwrap();
     assert!(
-        serverless.wait().unwrap().success(),
+        serverless.0.wait().unwrap().success(),
         "function-gateway stops cleanly on SIGTERM"
     );
     let left = node.down();

@@ -283,14 +283,9 @@ fn human(seconds: f64) -> String {
     }
 }
 
-fn between(a: &str, b: &str) -> Option<f64> {
-    let a: jiff::Timestamp = a.parse().ok()?;
-    let b: jiff::Timestamp = b.parse().ok()?;
-    (b - a).total(jiff::Unit::Second).ok()
-}
-
 async fn workflows(client: Client, ns: &str, wf: Wf) -> Result<(), Error> {
     use crate::workflow::controller::WORKFLOW_LABEL;
+    use crate::workflow::engine::seconds_between;
     use crate::workflow::types::{Phase, Workflow, WorkflowRun};
     use kube::api::PostParams;
     let runs: Api<WorkflowRun> = Api::namespaced(client.clone(), ns);
@@ -383,10 +378,10 @@ async fn workflows(client: Client, ns: &str, wf: Wf) -> Result<(), Error> {
             );
             let start = status.start_time.clone().unwrap_or_default();
             for s in &status.steps {
-                let at = between(&start, &s.start_time)
+                let at = seconds_between(&start, &s.start_time)
                     .map(human)
                     .unwrap_or_default();
-                let took = between(&s.start_time, &s.end_time)
+                let took = seconds_between(&s.start_time, &s.end_time)
                     .map(human)
                     .unwrap_or_default();
                 let next = match (&s.next, &s.error) {

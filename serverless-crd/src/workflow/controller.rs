@@ -8,8 +8,8 @@
 //!   called through the gateway in this process, with an invocation id that is the same when
 //!   a step is run again.
 
-use super::engine::{self, Halt, Host, Run, StepError};
-use super::types::{Phase, StepRecord, Workflow, WorkflowRun, WorkflowRunStatus};
+use super::engine::{self, Halt, Host, Run, StepError, seconds_between};
+use super::types::{Phase, StepRecord, Workflow, WorkflowRun};
 use crate::gateway::Gateway;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -26,13 +26,17 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// The label naming a run's Workflow.
 pub const WORKFLOW_LABEL: &str = "serverless.minik8s.io/workflow";
+/// How long a step waits for a function whose queue is full.
+const BACKPRESSURE_FOR: Duration = Duration::from_secs(60);
+/// How long this process remembers the runs it ended (longer than its cache can lag).
+const REMEMBER_ENDED: Duration = Duration::from_secs(600);
 /// Values larger than this (serialized) go into a ConfigMap owned by the run.
 pub const INLINE_LIMIT: usize = 64 * 1024;
 
@@ -91,7 +95,10 @@ struct Ctx {
     metrics: Metrics,
     /// Runs (by uid) being executed by this process.
     running: Mutex<HashSet<String>>,
+    /// Runs (by uid) this process ended lately, with when: the cache may not show it yet.
+    ended: Mutex<HashMap<String, Instant>>,
     runs: Store<WorkflowRun>,
+    workflows: Store<Workflow>,
     shutdown: CancellationToken,
 }
 
@@ -201,14 +208,22 @@ fn owner<K: Resource<DynamicType = ()>>(o: &K) -> OwnerReference {
 async fn reconcile_run(run: Arc<WorkflowRun>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let finished = run.status.as_ref().is_some_and(|s| s.phase.finished());
     let uid = run.uid().unwrap_or_default();
-    if finished || !ctx.running.lock().expect("running").insert(uid.clone()) {
+    if finished || ctx.ended.lock().expect("ended").contains_key(&uid) {
+        return Ok(Action::await_change());
+    }
+    if !ctx.running.lock().expect("running").insert(uid.clone()) {
         return Ok(Action::await_change());
     }
     let ctx2 = ctx.clone();
     tokio::spawn(async move {
         let ctx = ctx2;
         tokio::select! {
-            _ = execute(&ctx, &run) => {}
+            _ = execute(&ctx, &run) => {
+                let mut ended = ctx.ended.lock().expect("ended");
+                let now = Instant::now();
+                ended.retain(|_, at| now.duration_since(*at) < REMEMBER_ENDED);
+                ended.insert(uid.clone(), now);
+            }
             _ = ctx.shutdown.cancelled() => {}
         }
         ctx.running.lock().expect("running").remove(&uid);
@@ -223,8 +238,12 @@ struct RunHost<'a> {
     ns: String,
     name: String,
     owner: OwnerReference,
+    /// When the run started (for its duration).
+    start_time: String,
     /// One status write at a time (Parallel branches end together).
     writes: tokio::sync::Mutex<()>,
+    /// The run's end was written (with its last step's record).
+    ended: std::sync::atomic::AtomicBool,
 }
 
 /// A function's failure as a step error: the exception's type as the name when the function
@@ -296,6 +315,13 @@ impl RunHost<'_> {
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     return Err(Halt::Stopped("the run was deleted".into()));
                 }
+                // Refused for good (not a conflict or overload): trying again would not help.
+                Err(kube::Error::Api(s))
+                    if (400..500).contains(&s.code) && ![409, 429].contains(&s.code) =>
+                {
+                    tracing::error!(run = %self.name, status = %s.message, "the run's status write was refused");
+                    return Err(Halt::Stopped(format!("writing the status: {}", s.message)));
+                }
                 Err(e) => {
                     tracing::warn!(run = %self.name, error = %e, "writing the run's status; again");
                     tokio::time::sleep(pause).await;
@@ -317,16 +343,28 @@ fn short_hash(parts: &[&str]) -> String {
     format!("{:010x}", h & 0xff_ffff_ffff)
 }
 
-fn seconds_between(start: &str, end: &str) -> Option<f64> {
-    let s: jiff::Timestamp = start.parse().ok()?;
-    let e: jiff::Timestamp = end.parse().ok()?;
-    Some((e - s).total(jiff::Unit::Second).ok()?.max(0.0))
-}
-
 impl Host for RunHost<'_> {
     async fn invoke(&self, function: &str, input: &Value, id: &str) -> Result<Value, StepError> {
         let body = Bytes::from(input.to_string());
-        match self.ctx.gateway.call(&self.ns, function, body, id).await {
+        // A function whose queue is full pushes back (503): the step waits its turn rather
+        // than fail, for as long as a call may take.
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(20);
+        let answer = loop {
+            match self
+                .ctx
+                .gateway
+                .call(&self.ns, function, body.clone(), id)
+                .await
+            {
+                Err(f) if f.code.as_u16() == 503 && started.elapsed() < BACKPRESSURE_FOR => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                other => break other,
+            }
+        };
+        match answer {
             Ok((code, bytes)) if code.is_success() => {
                 serde_json::from_slice(&bytes).map_err(|e| StepError {
                     error: "InvalidOutput".into(),
@@ -368,13 +406,43 @@ impl Host for RunHost<'_> {
                 })
                 .observe(s);
         }
+        // The last top-level step ends the run: its end goes in the same write.
+        let ending = record.path.is_empty() && record.next.is_none();
+        let end = ending.then(|| match &record.error {
+            Some(e) => Err(StepError {
+                error: e.clone(),
+                cause: record.cause.clone().unwrap_or_default(),
+            }),
+            None => Ok(record.output.clone().unwrap_or(Value::Null)),
+        });
+        let output_ref = record.output_ref.clone();
         let mut ops = vec![json!({"op": "add", "path": "/status/steps/-", "value": record})];
         if let Some(s) = step {
             ops.push(json!({"op": "add", "path": "/status/step", "value": s}));
         }
+        let phase = match end {
+            Some(result) => {
+                let (fields, phase) = self.ending(result, output_ref);
+                for (k, v) in fields {
+                    ops.push(json!({"op": "add", "path": format!("/status/{k}"), "value": v}));
+                }
+                ops.push(json!({"op": "add", "path": "/status/step", "value": null}));
+                Some(phase)
+            }
+            None => None,
+        };
         let patch: json_patch::Patch =
             serde_json::from_value(Value::Array(ops)).expect("a JSON patch");
-        self.write(Patch::Json(patch)).await
+        self.write(Patch::Json(patch)).await?;
+        if let Some(phase) = phase {
+            self.ended.store(true, std::sync::atomic::Ordering::SeqCst);
+            self.ctx
+                .metrics
+                .runs
+                .get_or_create(&PhaseLabels { phase })
+                .inc();
+        }
+        Ok(())
     }
 
     async fn output(&self, record: &StepRecord) -> Result<Value, Halt> {
@@ -398,15 +466,23 @@ async fn execute(ctx: &Ctx, cached: &WorkflowRun) {
     let ns = cached.namespace().unwrap_or_default();
     let name = cached.name_any();
     let api: Api<WorkflowRun> = Api::namespaced(ctx.client.clone(), &ns);
-    // The stored run, not the cache: a run this process has just finished may look unfinished
-    // in a cache that is behind.
-    let run = match api.get_opt(&name).await {
-        Ok(Some(r)) if r.uid() == cached.uid() => r,
-        Ok(_) => return,
-        Err(e) => {
-            tracing::warn!(run = %name, error = %e, "reading the run");
-            return;
+    // A run already under way (a restart) is read from the API: its records must be the
+    // latest. A new one is as the cache shows it.
+    let run = if cached
+        .status
+        .as_ref()
+        .is_some_and(|s| s.phase != Phase::Pending)
+    {
+        match api.get_opt(&name).await {
+            Ok(Some(r)) if r.uid() == cached.uid() => r,
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(run = %name, error = %e, "reading the run");
+                return;
+            }
         }
+    } else {
+        cached.clone()
     };
     let status = run.status.clone().unwrap_or_default();
     if status.phase.finished() {
@@ -418,28 +494,30 @@ async fn execute(ctx: &Ctx, cached: &WorkflowRun) {
         ns: ns.clone(),
         name: name.clone(),
         owner: owner(&run),
+        start_time: status.start_time.clone().unwrap_or_else(engine::now),
         writes: tokio::sync::Mutex::new(()),
+        ended: Default::default(),
     };
-    let start_time = status.start_time.clone().unwrap_or_else(engine::now);
 
     // The definition: the run's own, or its Workflow's (which comes to own the run).
+    let mut adopt = None;
     let definition = match (&run.spec.workflow_spec, &run.spec.workflow_ref) {
         (Some(spec), _) => Ok(spec.clone()),
         (None, Some(r)) => {
-            match Api::<Workflow>::namespaced(ctx.client.clone(), &ns)
-                .get_opt(&r.name)
-                .await
-            {
+            let cached = ctx.workflows.get(&ObjectRef::new(&r.name).within(&ns));
+            let found = match cached {
+                Some(wf) => Ok(Some((*wf).clone())),
+                None => {
+                    Api::<Workflow>::namespaced(ctx.client.clone(), &ns)
+                        .get_opt(&r.name)
+                        .await
+                }
+            };
+            match found {
                 Ok(Some(wf)) => {
                     if run.owner_references().is_empty() {
-                        let patch = json!({"metadata": {"ownerReferences": [owner(&wf)],
-                            "labels": {WORKFLOW_LABEL: r.name}}});
-                        if let Err(e) = api
-                            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-                            .await
-                        {
-                            tracing::warn!(run = %name, error = %e, "owning the run by its Workflow");
-                        }
+                        adopt = Some(json!({"metadata": {"ownerReferences": [owner(&wf)],
+                            "labels": {WORKFLOW_LABEL: r.name}}}));
                     }
                     Ok(wf.spec)
                 }
@@ -463,75 +541,114 @@ async fn execute(ctx: &Ctx, cached: &WorkflowRun) {
                 error: "InvalidWorkflow".into(),
                 cause: message,
             };
-            finish(ctx, &host, &start_time, Err(e)).await;
+            host.finish(Err(e)).await;
             return;
         }
     };
-    if status.phase == Phase::Pending {
-        let patch = json!({"status": {"phase": Phase::Running, "startTime": start_time,
-            "step": spec.start_at, "steps": []}});
-        if host.write(Patch::Merge(patch)).await.is_err() {
-            return;
+    // Writes off the steps' path: the run's owner (done when it is done), and its start (the
+    // first step's record waits for it, holding the status writes until then).
+    let adopting = async {
+        if let Some(patch) = adopt
+            && let Err(e) = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+        {
+            tracing::warn!(run = %name, error = %e, "owning the run by its Workflow");
         }
-    }
+    };
+    let starting = async {
+        if status.phase == Phase::Pending {
+            let first = host.writes.lock().await;
+            let patch = json!({"status": {"phase": Phase::Running, "startTime": host.start_time,
+                "step": spec.start_at, "steps": []}});
+            // A failure shows again at the first record (a deleted run stops there).
+            let _ = host.write(Patch::Merge(patch)).await;
+            drop(first);
+        }
+    };
     let uid = run.uid().unwrap_or_default();
     let walk = Run::new(&host, &uid, status.steps.clone(), spec.max_steps);
     let input = run.spec.input.clone().unwrap_or_else(|| json!({}));
-    match walk.walk(String::new(), &chain, input).await {
-        Ok(output) => finish(ctx, &host, &start_time, Ok(output)).await,
-        Err(Halt::Failed(e)) => finish(ctx, &host, &start_time, Err(e)).await,
+    let walking = async {
+        // The start's write takes the lock first.
+        tokio::task::yield_now().await;
+        walk.walk(String::new(), &chain, input).await
+    };
+    let ((), (), result) = tokio::join!(adopting, starting, walking);
+    match result {
+        Ok(output) => host.finish(Ok(output)).await,
+        Err(Halt::Failed(e)) => host.finish(Err(e)).await,
         Err(Halt::Stopped(why)) => tracing::info!(run = %name, %why, "the run stopped"),
     }
 }
 
-/// Records how a run ended.
-async fn finish(ctx: &Ctx, host: &RunHost<'_>, start: &str, result: Result<Value, StepError>) {
-    let end = engine::now();
-    let duration = seconds_between(start, &end).map(|s| format!("{s:.3}s"));
-    let mut status = WorkflowRunStatus {
-        start_time: Some(start.to_owned()),
-        completion_time: Some(end.clone()),
-        duration,
-        ..Default::default()
-    };
-    let mut patch = json!({});
-    match result {
-        Ok(output) => {
-            status.phase = Phase::Succeeded;
-            if output.to_string().len() > INLINE_LIMIT {
-                let r = StepRecord {
-                    name: "output".into(),
-                    start_time: end,
-                    ..Default::default()
+impl RunHost<'_> {
+    /// The status fields of a run's end (a large output already in `output_ref`), and the
+    /// phase.
+    fn ending(
+        &self,
+        result: Result<Value, StepError>,
+        output_ref: Option<String>,
+    ) -> (serde_json::Map<String, Value>, String) {
+        let end = engine::now();
+        let mut fields = serde_json::Map::new();
+        if let Some(d) = seconds_between(&self.start_time, &end) {
+            fields.insert("duration".into(), json!(format!("{:.3}s", d.max(0.0))));
+        }
+        fields.insert("completionTime".into(), json!(end));
+        let phase = match result {
+            Ok(output) => {
+                match output_ref {
+                    Some(cm) => fields.insert("outputRef".into(), json!(cm)),
+                    None => fields.insert("output".into(), output),
                 };
-                match host.stash("output", &r, &output).await {
-                    Ok(cm) => status.output_ref = Some(cm),
-                    Err(_) => return,
-                }
-            } else {
-                patch["output"] = output;
+                Phase::Succeeded
+            }
+            Err(e) => {
+                fields.insert("error".into(), json!(e.error));
+                fields.insert("cause".into(), json!(e.cause));
+                Phase::Failed
+            }
+        };
+        fields.insert("phase".into(), json!(phase));
+        (fields, format!("{phase:?}"))
+    }
+
+    /// Records how a run ended, unless its last step's record did.
+    async fn finish(&self, result: Result<Value, StepError>) {
+        if self.ended.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let mut output_ref = None;
+        let mut result = result;
+        if let Ok(output) = &result
+            && output.to_string().len() > INLINE_LIMIT
+        {
+            let r = StepRecord {
+                name: "output".into(),
+                start_time: engine::now(),
+                ..Default::default()
+            };
+            match self.stash("output", &r, output).await {
+                Ok(cm) => output_ref = Some(cm),
+                Err(Halt::Failed(e)) => result = Err(e),
+                Err(Halt::Stopped(_)) => return,
             }
         }
-        Err(e) => {
-            status.phase = Phase::Failed;
-            status.error = Some(e.error);
-            status.cause = Some(e.cause);
+        let (mut fields, phase) = self.ending(result, output_ref);
+        fields.insert("step".into(), Value::Null);
+        fields.insert("startTime".into(), json!(self.start_time));
+        if self
+            .write(Patch::Merge(json!({"status": fields})))
+            .await
+            .is_ok()
+        {
+            self.ctx
+                .metrics
+                .runs
+                .get_or_create(&PhaseLabels { phase })
+                .inc();
         }
-    }
-    let mut v = serde_json::to_value(&status).expect("a status");
-    // The steps stay as recorded; `step` goes (nothing is being taken).
-    v.as_object_mut().expect("an object").remove("steps");
-    v["step"] = Value::Null;
-    if let Some(o) = patch.get("output") {
-        v["output"] = o.clone();
-    }
-    if host.write(Patch::Merge(json!({"status": v}))).await.is_ok() {
-        ctx.metrics
-            .runs
-            .get_or_create(&PhaseLabels {
-                phase: format!("{:?}", status.phase),
-            })
-            .inc();
     }
 }
 
@@ -552,12 +669,18 @@ pub async fn run(
         Api::<WorkflowRun>::all(client.clone()),
         watcher::Config::default(),
     );
+    let workflows = Controller::new(
+        Api::<Workflow>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         gateway,
         metrics,
         running: Mutex::default(),
+        ended: Mutex::default(),
         runs: runs_controller.store(),
+        workflows: workflows.store(),
         shutdown: shutdown.clone(),
     });
     let runs = runs_controller
@@ -567,10 +690,6 @@ pub async fn run(
         })
         .run(reconcile_run, error_policy, ctx.clone())
         .for_each(|_| async {});
-    let workflows = Controller::new(
-        Api::<Workflow>::all(client.clone()),
-        watcher::Config::default(),
-    );
     let store = workflows.store();
     let in_namespace = move |ns: Option<String>| {
         store
@@ -582,9 +701,13 @@ pub async fn run(
     };
     let workflows = workflows
         // A run's Workflow counts it.
-        .watches(
-            Api::<WorkflowRun>::all(client.clone()),
-            watcher::Config::default().labels(WORKFLOW_LABEL),
+        // (Their metadata only: statuses change with every step and are not needed here.)
+        .watches_stream(
+            watcher(
+                Api::<kube::core::PartialObjectMeta<WorkflowRun>>::all(client.clone()),
+                watcher::Config::default().labels(WORKFLOW_LABEL),
+            )
+            .touched_objects(),
             |r| {
                 let ns = r.namespace();
                 r.labels().get(WORKFLOW_LABEL).map(|w| {
@@ -597,6 +720,10 @@ pub async fn run(
             Api::<crate::Function>::all(client),
             watcher::Config::default(),
             move |f| in_namespace(f.namespace()),
+        )
+        // Runs change with every step; their Workflow's count need not follow each change.
+        .with_config(
+            kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
         )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile_workflow, error_policy, ctx)

@@ -243,6 +243,13 @@ pub fn now() -> String {
         .to_string()
 }
 
+/// Seconds from one RFC 3339 time to another (as recorded in a run's status).
+pub fn seconds_between(start: &str, end: &str) -> Option<f64> {
+    let s: jiff::Timestamp = start.parse().ok()?;
+    let e: jiff::Timestamp = end.parse().ok()?;
+    (e - s).total(jiff::Unit::Second).ok()
+}
+
 /// One execution: its id (for invocation ids), what earlier executions recorded, and the
 /// transitions taken so far.
 pub struct Run<'a, H> {
