@@ -139,6 +139,29 @@ pub async fn with_node(
     Ok((server, client))
 }
 
+/// Runs `measure` (given an admin client and the server's pid) against `minik8s up` with its
+/// node in a fresh folder, then takes the node down.
+pub async fn around_node<F, Fut>(
+    binary: &Path,
+    images: &[std::path::PathBuf],
+    measure: F,
+) -> anyhow::Result<Value>
+where
+    F: FnOnce(kube::Client, u32) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
+    let dir = tempfile::tempdir()?;
+    let (server, client) = with_node(binary, dir.path(), images).await?;
+    let result = measure(client, server.pid()).await;
+    let down = std::process::Command::new(binary)
+        .args(["down", "--data-dir"])
+        .arg(dir.path())
+        .output()?;
+    drop(server);
+    anyhow::ensure!(down.status.success(), "minik8s down failed");
+    result
+}
+
 /// Pod start latency through `minik8s up` (with its node) and the CRI floor, in one run.
 pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;

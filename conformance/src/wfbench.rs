@@ -25,16 +25,10 @@ pub async fn run(
     images: &[std::path::PathBuf],
     plan: Plan,
 ) -> anyhow::Result<Value> {
-    let dir = tempfile::tempdir()?;
-    let (server, client) = crate::nodebench::with_node(binary, dir.path(), images).await?;
-    let result = measure(client, server.pid(), plan).await;
-    let down = std::process::Command::new(binary)
-        .args(["down", "--data-dir"])
-        .arg(dir.path())
-        .output()?;
-    drop(server);
-    anyhow::ensure!(down.status.success(), "minik8s down failed");
-    result
+    crate::nodebench::around_node(binary, images, |client, pid| async move {
+        measure(client, pid, plan).await
+    })
+    .await
 }
 
 fn secs(a: &str, b: &str) -> anyhow::Result<f64> {

@@ -51,7 +51,8 @@ pub enum Error {
     },
 }
 
-fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
+/// Wraps an API error with what was being done.
+pub(crate) fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api { what, source }
 }
 
@@ -82,8 +83,8 @@ fn owner(f: &Function) -> OwnerReference {
         .expect("a stored Function has a uid")
 }
 
-/// A short stable hash (FNV-1a) of the code and handler, for the template annotation.
-fn hash(parts: &[&str]) -> String {
+/// A short stable hash (FNV-1a) of some strings (code and handler for the template annotation; names).
+pub(crate) fn hash(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf29ce484222325;
     for p in parts {
         for b in p.bytes().chain(std::iter::once(0)) {

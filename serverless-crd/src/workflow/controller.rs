@@ -102,23 +102,8 @@ struct Ctx {
     shutdown: CancellationToken,
 }
 
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// An API call.
-    #[error("{what}: {source}")]
-    Api {
-        /// What was being done.
-        what: &'static str,
-        /// The cause.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Api { what, source }
-}
+pub use crate::controller::Error;
+use crate::controller::{api, hash};
 
 fn condition(ok: bool, message: String, old: &[Condition], generation: Option<i64>) -> Condition {
     let status = if ok { "True" } else { "False" };
@@ -278,7 +263,7 @@ impl RunHost<'_> {
         let cm_name = format!(
             "{}-{}",
             self.name,
-            short_hash(&[&record.path, &record.name, &record.start_time, what])
+            &hash(&[&record.path, &record.name, &record.start_time, what])[..10]
         );
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": cm_name, "namespace": self.ns, "ownerReferences": [self.owner],
@@ -330,17 +315,6 @@ impl RunHost<'_> {
             }
         }
     }
-}
-
-fn short_hash(parts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for p in parts {
-        for b in p.bytes().chain(std::iter::once(0)) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-    }
-    format!("{:010x}", h & 0xff_ffff_ffff)
 }
 
 impl Host for RunHost<'_> {
