@@ -7,6 +7,7 @@ pub mod cronjob;
 pub mod deployment;
 pub mod endpoints;
 pub mod gc;
+pub mod hpa;
 pub mod informer;
 pub mod job;
 pub mod leader;
