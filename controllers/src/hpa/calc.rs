@@ -307,7 +307,14 @@ mod tests {
     #[test]
     fn utilization_cases_from_upstreams_algorithm() {
         let r = |m: i64| (pod(1000), Some(m));
-        type Case = (&'static str, i32, Vec<(PodInfo, Option<i64>)>, i32, i32, i64);
+        type Case = (
+            &'static str,
+            i32,
+            Vec<(PodInfo, Option<i64>)>,
+            i32,
+            i32,
+            i64,
+        );
         let cases: Vec<Case> = vec![
             // ceil(ratio × ready pods): 3 pods at 90 % of 1 core, target 50 → ceil(1.8×3) = 6.
             ("scale up", 3, vec![r(900), r(900), r(900)], 50, 6, 90),
