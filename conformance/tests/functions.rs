@@ -30,6 +30,21 @@ fn replicas(c: &Cluster, function: &str) -> i64 {
     .unwrap_or(-1)
 }
 
+/// Waits until the function's Deployment has one ready pod.
+fn one_pod_ready(c: &Cluster, function: &str) {
+    let deployment = format!("fn-{function}");
+    c.eventually(
+        &[
+            "get",
+            "deployment",
+            &deployment,
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        |r| r == "1",
+    );
+}
+
 fn register(c: &Cluster, name: &str, code: &str, extra: &[&str]) {
     let file = c.dir().join(format!("{name}.py"));
     std::fs::write(&file, code).unwrap();
@@ -320,16 +335,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         ],
         |p| !p.is_empty() && !p.contains(' '),
     );
-    c.eventually(
-        &[
-            "get",
-            "deployment",
-            "fn-stuck",
-            "-o",
-            "jsonpath={.status.readyReplicas}",
-        ],
-        |r| r == "1",
-    );
+    one_pod_ready(&c, "stuck");
     let started = Instant::now();
     let (code, body) = post(&c, &stuck_url, "{}");
     assert_eq!(code, 504, "{body}");
@@ -340,16 +346,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         &["get", "pods", &pod, "--ignore-not-found", "-o", "name"],
         |o| o.trim().is_empty(),
     );
-    c.eventually(
-        &[
-            "get",
-            "deployment",
-            "fn-stuck",
-            "-o",
-            "jsonpath={.status.readyReplicas}",
-        ],
-        |r| r == "1",
-    );
+    one_pod_ready(&c, "stuck");
     assert!(c.ok(&["fn", "delete", "stuck"]).contains("deleted"));
 
     // The module from a ConfigMap the user keeps (`source.configMapRef`); changing it rolls
@@ -448,16 +445,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     );
     assert!(busy.ok, "{}", busy.stderr);
     let busy = url(&c, "busy");
-    c.eventually(
-        &[
-            "get",
-            "deployment",
-            "fn-busy",
-            "-o",
-            "jsonpath={.status.readyReplicas}",
-        ],
-        |r| r == "1",
-    );
+    one_pod_ready(&c, "busy");
     let codes: Vec<u16> = std::thread::scope(|s| {
         let calls: Vec<_> = (0..4)
             .map(|_| s.spawn(|| post(&c, &busy, "{}").0))

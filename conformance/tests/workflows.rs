@@ -131,6 +131,33 @@ fn workflows_branch_retry_catch_validate_and_survive_a_crash() {
     // The seed's shape: applying the Workflow with params runs it (3 + 9 = 12 > 10 → double).
     let applied = c.with_manifest(&["apply"], SEED);
     assert!(applied.ok, "{}", applied.stderr);
+    // As users drive a new kind: applied again it is unchanged, `kubectl explain` knows it,
+    // and a bad manifest is a 422 that writes nothing.
+    let again = c.with_manifest(&["apply"], SEED);
+    assert!(
+        again.stdout.contains("unchanged"),
+        "{}{}",
+        again.stdout,
+        again.stderr
+    );
+    let explained = c.ok(&["explain", "workflow.spec.steps"]);
+    assert!(
+        explained.contains("startAt") || explained.contains("function"),
+        "{explained}"
+    );
+    let bad = c.with_manifest(
+        &["apply"],
+        "apiVersion: serverless.minik8s.io/v1alpha1\nkind: Workflow\nmetadata: {name: bad-shape}\nspec: {startAt: a, steps: {a: 1}}\n",
+    );
+    assert!(
+        !bad.ok && bad.stderr.contains("Invalid value"),
+        "{}",
+        bad.stderr
+    );
+    assert!(
+        c.fails(&["get", "workflow", "bad-shape"])
+            .contains("NotFound")
+    );
     assert_eq!(ended(&c, "add-then-branch-1"), "Succeeded");
     assert_eq!(
         field(&c, "wfr", "add-then-branch-1", ".status.output"),

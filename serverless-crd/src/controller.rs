@@ -83,6 +83,29 @@ fn owner(f: &Function) -> OwnerReference {
         .expect("a stored Function has a uid")
 }
 
+/// A condition, keeping its last transition time while its status stays the same.
+pub(crate) fn condition(
+    old: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let kept = old.iter().find(|c| c.type_ == type_ && c.status == status);
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: kept
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| Time(jiff::Timestamp::now())),
+    }
+}
+
 /// A short stable hash (FNV-1a) of some strings (code and handler for the template annotation; names).
 pub(crate) fn hash(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf29ce484222325;
@@ -254,21 +277,14 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let source_missing = f.spec.runtime == Runtime::Python3 && code.is_none();
     let mut conditions = Vec::new();
     let mut set = |type_: &str, status: bool, reason: &str, message: String| {
-        let status = if status { "True" } else { "False" };
-        let keep = old
-            .conditions
-            .iter()
-            .find(|c| c.type_ == type_ && c.status == status);
-        conditions.push(Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
+        conditions.push(condition(
+            &old.conditions,
+            type_,
+            status,
+            reason,
             message,
-            observed_generation: f.metadata.generation,
-            last_transition_time: keep
-                .map(|c| c.last_transition_time.clone())
-                .unwrap_or_else(|| Time(jiff::Timestamp::now())),
-        });
+            f.metadata.generation,
+        ));
     };
     // SourceReady: known missing here; an import error is reported by the gateway, which
     // keeps its condition (False with the Python message) until the code changes.

@@ -141,51 +141,44 @@ fn changed_within(period: i32, events: &[Timed], now: f64) -> i32 {
 
 /// The most replicas the scale-up policies allow now.
 pub fn up_limit(current: i32, ups: &[Timed], downs: &[Timed], rules: &Rules, now: f64) -> i32 {
-    let pick: fn(i32, i32) -> i32 = match rules.select {
-        Select::Disabled => return current,
-        Select::Min => i32::min,
-        Select::Max => i32::max,
-    };
-    let mut result = if rules.select == Select::Min {
-        i32::MAX
-    } else {
-        i32::MIN
-    };
-    for p in &rules.policies {
-        let start = current - changed_within(p.period_seconds, ups, now)
-            + changed_within(p.period_seconds, downs, now);
-        let proposed = match p.kind {
-            PolicyKind::Pods => start + p.value,
-            PolicyKind::Percent => (start as f64 * (1.0 + p.value as f64 / 100.0)).ceil() as i32,
-        };
-        result = pick(result, proposed);
-    }
-    result
+    policy_limit(current, ups, downs, rules, now, true)
 }
 
 /// The fewest replicas the scale-down policies allow now.
 pub fn down_limit(current: i32, ups: &[Timed], downs: &[Timed], rules: &Rules, now: f64) -> i32 {
-    // Min selects the policy that removes fewer pods: the higher count.
-    let pick: fn(i32, i32) -> i32 = match rules.select {
+    policy_limit(current, ups, downs, rules, now, false)
+}
+
+/// Each policy's bound, from the replicas at the start of its period; `Max` takes the policy
+/// allowing the larger change (the higher count going up, the lower going down), `Min` the
+/// smaller. No policy (or `Disabled`) allows no change.
+fn policy_limit(
+    current: i32,
+    ups: &[Timed],
+    downs: &[Timed],
+    rules: &Rules,
+    now: f64,
+    up: bool,
+) -> i32 {
+    let larger_change = match rules.select {
         Select::Disabled => return current,
-        Select::Min => i32::max,
-        Select::Max => i32::min,
+        Select::Max => true,
+        Select::Min => false,
     };
-    let mut result = if rules.select == Select::Min {
-        i32::MIN
-    } else {
-        i32::MAX
-    };
-    for p in &rules.policies {
+    let bounds = rules.policies.iter().map(|p| {
         let start = current - changed_within(p.period_seconds, ups, now)
             + changed_within(p.period_seconds, downs, now);
-        let proposed = match p.kind {
-            PolicyKind::Pods => start - p.value,
-            PolicyKind::Percent => (start as f64 * (1.0 - p.value as f64 / 100.0)) as i32,
-        };
-        result = pick(result, proposed);
-    }
-    result
+        match (p.kind, up) {
+            (PolicyKind::Pods, true) => start + p.value,
+            (PolicyKind::Pods, false) => start - p.value,
+            (PolicyKind::Percent, true) => {
+                (start as f64 * (1.0 + p.value as f64 / 100.0)).ceil() as i32
+            }
+            (PolicyKind::Percent, false) => (start as f64 * (1.0 - p.value as f64 / 100.0)) as i32,
+        }
+    });
+    let highest = larger_change == up;
+    if highest { bounds.max() } else { bounds.min() }.unwrap_or(current)
 }
 
 /// Everything the rate limits need.

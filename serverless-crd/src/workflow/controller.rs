@@ -14,7 +14,7 @@ use crate::gateway::Gateway;
 use bytes::Bytes;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -33,6 +33,11 @@ use tokio_util::sync::CancellationToken;
 
 /// The label naming a run's Workflow.
 pub const WORKFLOW_LABEL: &str = "serverless.minik8s.io/workflow";
+/// Whether a value is kept in a ConfigMap rather than in the run's status.
+fn too_large(v: &Value) -> bool {
+    v.to_string().len() > INLINE_LIMIT
+}
+
 /// How long a step waits for a function whose queue is full.
 const BACKPRESSURE_FOR: Duration = Duration::from_secs(60);
 /// How long this process remembers the runs it ended (longer than its cache can lag).
@@ -103,24 +108,7 @@ struct Ctx {
 }
 
 pub use crate::controller::Error;
-use crate::controller::{api, hash};
-
-fn condition(ok: bool, message: String, old: &[Condition], generation: Option<i64>) -> Condition {
-    let status = if ok { "True" } else { "False" };
-    let kept = old
-        .iter()
-        .find(|c| c.type_ == "Ready" && c.status == status && c.message == message);
-    Condition {
-        type_: "Ready".into(),
-        status: status.into(),
-        reason: if ok { "Valid" } else { "InvalidDefinition" }.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: kept
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| Time(jiff::Timestamp::now())),
-    }
-}
+use crate::controller::{api, condition, hash};
 
 async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ns = wf.namespace().unwrap_or_default();
@@ -143,7 +131,15 @@ async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Ctx>) -> Result<Action, 
     status.observed_generation = generation;
     let ok = checked.is_ok();
     let message = checked.err().unwrap_or_default();
-    status.conditions = vec![condition(ok, message, &old.conditions, generation)];
+    let reason = if ok { "Valid" } else { "InvalidDefinition" };
+    status.conditions = vec![condition(
+        &old.conditions,
+        "Ready",
+        ok,
+        reason,
+        message,
+        generation,
+    )];
 
     // Applying a Workflow with params starts a run of that generation (once).
     if let Some(params) = &wf.spec.params
@@ -258,13 +254,9 @@ fn task_error(code: u16, text: &str) -> StepError {
 }
 
 impl RunHost<'_> {
-    /// A large value goes into a ConfigMap owned by the run: its name.
-    async fn stash(&self, what: &str, record: &StepRecord, value: &Value) -> Result<String, Halt> {
-        let cm_name = format!(
-            "{}-{}",
-            self.name,
-            &hash(&[&record.path, &record.name, &record.start_time, what])[..10]
-        );
+    /// A large value goes into a ConfigMap owned by the run, named from `key`: its name.
+    async fn stash(&self, what: &str, key: &[&str], value: &Value) -> Result<String, Halt> {
+        let cm_name = format!("{}-{}", self.name, &hash(key)[..10]);
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": cm_name, "namespace": self.ns, "ownerReferences": [self.owner],
                 "labels": {"serverless.minik8s.io/workflowrun": self.name}},
@@ -352,23 +344,13 @@ impl Host for RunHost<'_> {
 
     async fn record(&self, mut record: StepRecord, step: Option<&str>) -> Result<(), Halt> {
         let _one = self.writes.lock().await;
-        if let Some(v) = record
-            .input
-            .as_ref()
-            .filter(|v| v.to_string().len() > INLINE_LIMIT)
-        {
-            let v = v.clone();
-            record.input_ref = Some(self.stash("input", &record, &v).await?);
-            record.input = None;
+        if let Some(v) = record.input.take_if(|v| too_large(v)) {
+            let key = [&*record.path, &record.name, &record.start_time, "input"];
+            record.input_ref = Some(self.stash("input", &key, &v).await?);
         }
-        if let Some(v) = record
-            .output
-            .as_ref()
-            .filter(|v| v.to_string().len() > INLINE_LIMIT)
-        {
-            let v = v.clone();
-            record.output_ref = Some(self.stash("output", &record, &v).await?);
-            record.output = None;
+        if let Some(v) = record.output.take_if(|v| too_large(v)) {
+            let key = [&*record.path, &record.name, &record.start_time, "output"];
+            record.output_ref = Some(self.stash("output", &key, &v).await?);
         }
         self.ctx.metrics.transitions.inc();
         if let Some(s) = seconds_between(&record.start_time, &record.end_time) {
@@ -596,14 +578,9 @@ impl RunHost<'_> {
         let mut output_ref = None;
         let mut result = result;
         if let Ok(output) = &result
-            && output.to_string().len() > INLINE_LIMIT
+            && too_large(output)
         {
-            let r = StepRecord {
-                name: "output".into(),
-                start_time: engine::now(),
-                ..Default::default()
-            };
-            match self.stash("output", &r, output).await {
+            match self.stash("output", &["run", "output"], output).await {
                 Ok(cm) => output_ref = Some(cm),
                 Err(Halt::Failed(e)) => result = Err(e),
                 Err(Halt::Stopped(_)) => return,
