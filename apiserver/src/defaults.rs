@@ -203,7 +203,52 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
                 pod_spec(t);
             }
         }
+        ("autoscaling", "HorizontalPodAutoscaler") => hpa(obj),
         _ => {}
+    }
+}
+
+/// HPA defaults as upstream's: one replica at least; in v2 a CPU target of 80 % when no metric
+/// is given, and, when `behavior` is given, its missing rules from the defaults (scale up: no
+/// stabilization, 4 pods or 100 % per 15 s, the larger; scale down: 100 % per 15 s, its window
+/// left to the controller's 300 s).
+fn hpa(obj: &mut Value) {
+    let v2 = obj.get("apiVersion") == Some(&json!("autoscaling/v2"));
+    let spec = child(obj, "spec");
+    set_default(spec, "minReplicas", json!(1));
+    if !v2 {
+        return;
+    }
+    if spec
+        .get("metrics")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        spec["metrics"] = json!([{"type": "Resource", "resource": {"name": "cpu",
+            "target": {"type": "Utilization", "averageUtilization": 80}}}]);
+    }
+    let Some(behavior) = spec.get_mut("behavior").filter(|b| b.is_object()) else {
+        return;
+    };
+    let up = child(behavior, "scaleUp");
+    set_default(up, "stabilizationWindowSeconds", json!(0));
+    set_default(up, "selectPolicy", json!("Max"));
+    if up
+        .get("policies")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        up["policies"] = json!([{"type": "Pods", "value": 4, "periodSeconds": 15},
+                                {"type": "Percent", "value": 100, "periodSeconds": 15}]);
+    }
+    let down = child(behavior, "scaleDown");
+    set_default(down, "selectPolicy", json!("Max"));
+    if down
+        .get("policies")
+        .and_then(Value::as_array)
+        .is_none_or(Vec::is_empty)
+    {
+        down["policies"] = json!([{"type": "Percent", "value": 100, "periodSeconds": 15}]);
     }
 }
 
@@ -290,6 +335,27 @@ mod tests {
         assert_eq!(image_pull_policy("localhost:5000/web"), "Always");
         assert_eq!(image_pull_policy("localhost:5000/web:v2"), "IfNotPresent");
         assert_eq!(image_pull_policy("x@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn hpas_get_upstream_defaults() {
+        let mut h = json!({"apiVersion": "autoscaling/v2", "spec": {"maxReplicas": 3,
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 30}}}});
+        apply("autoscaling", "HorizontalPodAutoscaler", &mut h);
+        assert_eq!(h["spec"]["minReplicas"], 1);
+        assert_eq!(
+            h["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
+            80
+        );
+        let b = &h["spec"]["behavior"];
+        assert_eq!(b["scaleUp"]["stabilizationWindowSeconds"], 0);
+        assert_eq!(b["scaleUp"]["policies"].as_array().unwrap().len(), 2);
+        assert_eq!(b["scaleDown"]["stabilizationWindowSeconds"], 30);
+        assert_eq!(b["scaleDown"]["policies"][0]["type"], "Percent");
+        // No behavior stays no behavior (the controller's legacy rules apply).
+        let mut bare = json!({"apiVersion": "autoscaling/v2", "spec": {"maxReplicas": 3}});
+        apply("autoscaling", "HorizontalPodAutoscaler", &mut bare);
+        assert!(bare["spec"].get("behavior").is_none());
     }
 
     #[test]

@@ -81,6 +81,8 @@ pub struct Config {
     pub default_toleration_seconds: i64,
     /// Client certificate and key for calling kubelets (`pods/log`, …); none: those fail.
     pub kubelet_client: Option<(PathBuf, PathBuf)>,
+    /// How often node and pod metrics are sampled (the CPU rate's window).
+    pub metric_resolution: std::time::Duration,
 }
 
 /// Why the apiserver could not start.
@@ -146,6 +148,8 @@ pub struct Api {
     pub default_toleration_seconds: i64,
     /// The client for kubelets.
     pub kubelet: Option<kubelet::KubeletClient>,
+    /// `metrics.k8s.io`'s samples.
+    pub metrics: metrics::Metrics,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -223,6 +227,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
             Some((cert, key)) => Some(kubelet::KubeletClient::load(cert, key)?),
             None => None,
         },
+        metrics: metrics::Metrics::new(config.metric_resolution),
         tokens: match &config.service_account_key {
             Some((path, min)) => Some(tokens::Issuer::load(path, *min)?),
             None => None,
@@ -245,6 +250,9 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         |api, kvs| api.webhooks.load(kvs),
     ));
     api.tasks.spawn(crd::sync(api.clone()));
+    if api.kubelet.is_some() {
+        api.tasks.spawn(metrics::run(api.clone()));
+    }
     let router = app(api.clone());
     let tasks = api.tasks.clone();
     let done = tokio::spawn(server::serve(listener, tls, router, shutdown, tasks));

@@ -1,6 +1,11 @@
-//! `metrics.k8s.io/v1beta1` (NodeMetrics, PodMetrics), as metrics-server serves it: each
-//! request asks the kubelets of the Ready nodes for their `/stats/summary` and answers with
-//! their CPU (nano-cores) and memory (working set). `kubectl top` and the HPA read it.
+//! `metrics.k8s.io/v1beta1` (NodeMetrics, PodMetrics), as metrics-server serves it: every
+//! `resolution` (15 s by default, metrics-server's `--metric-resolution`) a task reads each Ready
+//! node's kubelet `/stats/summary` and keeps the last two samples of every container's
+//! cumulative CPU time. CPU usage is the rate between them, over the stated `window`, ending at
+//! the stated `timestamp`; memory is the working set at the last sample. A container that
+//! started less than one resolution before its first sample is measured from its start (so a
+//! new pod's metrics appear within one window), as metrics-server does. `kubectl top` and the
+//! HPA read it; requests are answered from these samples, without calling the kubelets.
 
 use crate::error::{ApiError, ApiResult};
 use crate::handlers::{Ctx, json_response};
@@ -9,32 +14,173 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use minik8s_storage::Store;
 use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// The metrics window reported (the kubelet's CPU rate spans the time between scrapes).
-const WINDOW: &str = "10s";
+/// metrics-server's default resolution.
+pub const DEFAULT_RESOLUTION: Duration = Duration::from_secs(15);
 
-fn usage(cpu: &Value, memory: &Value) -> Value {
-    let cores = cpu
-        .get("usageNanoCores")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    let bytes = memory
-        .get("workingSetBytes")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    json!({"cpu": format!("{cores}n"), "memory": format!("{}Ki", bytes / 1024)})
+/// The shortest window a rate is reported over (shorter ones are mostly start-up noise).
+const SHORTEST_WINDOW_NS: i128 = 1_000_000_000;
+
+/// One sample: when (ns since the epoch), cumulative CPU (ns), working set (bytes), and when
+/// the container (or node) started (ns since the epoch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Point {
+    at: i128,
+    cpu: u64,
+    memory: u64,
+    start: i128,
+}
+
+/// The last two samples of something.
+#[derive(Clone, Copy, Debug)]
+struct Series {
+    prev: Option<Point>,
+    last: Point,
+}
+
+impl Series {
+    /// Adds a sample after `old` (the series so far, if any), as metrics-server's storage does:
+    /// the previous sample is kept when the new one is later and the container did not restart;
+    /// otherwise a container that started within `resolution` counts from its start at zero.
+    fn next(old: Option<&Series>, new: Point, resolution: Duration) -> Series {
+        let prev = match old {
+            Some(o) if new.start < o.last.at && new.at > o.last.at && new.cpu >= o.last.cpu => {
+                Some(o.last)
+            }
+            Some(o) if new.at == o.last.at => o.prev,
+            _ => None,
+        };
+        let prev = prev.or_else(|| {
+            let age = new.at - new.start;
+            (new.start > 0 && age >= SHORTEST_WINDOW_NS && age < resolution.as_nanos() as i128)
+                .then_some(Point {
+                    at: new.start,
+                    cpu: 0,
+                    memory: 0,
+                    start: new.start,
+                })
+        });
+        Series { prev, last: new }
+    }
+
+    /// CPU in nano-cores over the window, the window's end and its length (ns).
+    fn rate(&self) -> Option<(u64, i128, i128)> {
+        let prev = self.prev?;
+        let window = self.last.at - prev.at;
+        if window < SHORTEST_WINDOW_NS || self.last.cpu < prev.cpu {
+            return None;
+        }
+        let cores = (self.last.cpu - prev.cpu) as i128 * 1_000_000_000 / window;
+        Some((cores as u64, self.last.at, window))
+    }
+}
+
+/// What was sampled: nodes by name; containers by (namespace, pod, container).
+#[derive(Debug, Default)]
+struct Samples {
+    nodes: HashMap<String, Series>,
+    containers: HashMap<(String, String, String), Series>,
+}
+
+/// The samples every metrics request reads, kept fresh by [`run`].
+#[derive(Debug)]
+pub struct Metrics {
+    resolution: Duration,
+    samples: RwLock<Arc<Samples>>,
+}
+
+impl Metrics {
+    /// Metrics sampled every `resolution`.
+    pub fn new(resolution: Duration) -> Self {
+        Metrics {
+            resolution: resolution.max(Duration::from_secs(1)),
+            samples: RwLock::default(),
+        }
+    }
+
+    fn snapshot(&self) -> Arc<Samples> {
+        self.samples.read().expect("metrics lock").clone()
+    }
+
+    /// Folds one round of summaries in; whatever was not in them is dropped.
+    fn record(&self, summaries: &[(String, Value)]) {
+        let old = self.snapshot();
+        let mut new = Samples::default();
+        for (node, summary) in summaries {
+            let n = &summary["node"];
+            if let Some(p) = point(&n["cpu"], &n["memory"], &n["startTime"]) {
+                let s = Series::next(old.nodes.get(node), p, self.resolution);
+                new.nodes.insert(node.clone(), s);
+            }
+            for pod in summary["pods"].as_array().into_iter().flatten() {
+                let (ns, name) = (
+                    pod["podRef"]["namespace"].as_str().unwrap_or_default(),
+                    pod["podRef"]["name"].as_str().unwrap_or_default(),
+                );
+                for c in pod["containers"].as_array().into_iter().flatten() {
+                    let Some(p) = point(&c["cpu"], &c["memory"], &c["startTime"]) else {
+                        continue;
+                    };
+                    let key = (
+                        ns.to_owned(),
+                        name.to_owned(),
+                        c["name"].as_str().unwrap_or_default().to_owned(),
+                    );
+                    let s = Series::next(old.containers.get(&key), p, self.resolution);
+                    new.containers.insert(key, s);
+                }
+            }
+        }
+        *self.samples.write().expect("metrics lock") = Arc::new(new);
+    }
+}
+
+/// Nanoseconds since the epoch of an RFC 3339 time.
+fn nanos(v: &Value) -> Option<i128> {
+    v.as_str()?
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .map(|t| t.as_nanosecond())
+}
+
+fn point(cpu: &Value, memory: &Value, start: &Value) -> Option<Point> {
+    Some(Point {
+        at: nanos(&cpu["time"])?,
+        cpu: cpu["usageCoreNanoSeconds"].as_u64()?,
+        memory: memory["workingSetBytes"].as_u64().unwrap_or(0),
+        start: nanos(start).unwrap_or(0),
+    })
+}
+
+/// A duration as Go's `time.Duration` prints it (`15.002s`, `1m0.5s`), as metav1.Duration does.
+fn go_duration(ns: i128) -> String {
+    let minutes = ns / 60_000_000_000;
+    let rest = ns % 60_000_000_000;
+    let secs = format!("{}.{:09}", rest / 1_000_000_000, rest % 1_000_000_000);
+    let secs = secs.trim_end_matches('0').trim_end_matches('.');
+    if minutes > 0 {
+        format!("{minutes}m{secs}s")
+    } else {
+        format!("{secs}s")
+    }
+}
+
+/// A sample's time as metav1.Time (whole seconds).
+fn timestamp(ns: i128) -> String {
+    jiff::Timestamp::from_nanosecond(ns - ns.rem_euclid(1_000_000_000))
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }
 
 /// Every Ready node's summary: (node name, summary).
-async fn summaries(ctx: &Ctx) -> ApiResult<Vec<(String, Value)>> {
-    let Some(client) = ctx.api.kubelet.as_ref() else {
-        return Err(ApiError::unavailable(
-            "this apiserver has no kubelet client certificate",
-        ));
+async fn summaries(api: &crate::Api) -> ApiResult<Vec<(String, Value)>> {
+    let Some(client) = api.kubelet.as_ref() else {
+        return Ok(Vec::new());
     };
-    let nodes = ctx
-        .api
+    let nodes = api
         .store
         .range(minik8s_storage::RangeRequest::prefix(
             "/registry/core/nodes/",
@@ -62,7 +208,7 @@ async fn summaries(ctx: &Ctx) -> ApiResult<Vec<(String, Value)>> {
         calls.push(async move {
             let got = tokio::time::timeout(
                 Duration::from_secs(5),
-                client.json(&host, port, "/stats/summary", &ctx.api.tasks),
+                client.json(&host, port, "/stats/summary", &api.tasks),
             )
             .await;
             match got {
@@ -71,7 +217,10 @@ async fn summaries(ctx: &Ctx) -> ApiResult<Vec<(String, Value)>> {
                     tracing::warn!(node = %name, error = %e, "reading kubelet stats");
                     None
                 }
-                Err(_) => None,
+                Err(_) => {
+                    tracing::warn!(node = %name, "reading kubelet stats timed out");
+                    None
+                }
             }
         });
     }
@@ -82,45 +231,79 @@ async fn summaries(ctx: &Ctx) -> ApiResult<Vec<(String, Value)>> {
         .collect())
 }
 
-fn node_metrics(name: &str, summary: &Value) -> Value {
-    let node = &summary["node"];
-    json!({
-        "kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
-        "metadata": {"name": name, "creationTimestamp": object::now()},
-        "timestamp": node["cpu"]["time"], "window": WINDOW,
-        "usage": usage(&node["cpu"], &node["memory"]),
-    })
+/// Samples every Ready node each resolution until the server stops.
+pub async fn run(api: Arc<crate::Api>) {
+    let mut tick = tokio::time::interval(api.metrics.resolution);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = api.shutdown.cancelled() => return,
+        }
+        match summaries(&api).await {
+            Ok(all) => api.metrics.record(&all),
+            Err(e) => tracing::warn!(error = %e, "sampling node metrics"),
+        }
+    }
 }
 
-fn pod_metrics(summary: &Value) -> Vec<Value> {
-    summary["pods"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|p| {
-            let containers: Vec<Value> = p["containers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| json!({"name": c["name"], "usage": usage(&c["cpu"], &c["memory"])}))
-                .collect();
-            json!({
-                "kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
-                "metadata": {"name": p["podRef"]["name"], "namespace": p["podRef"]["namespace"],
-                             "creationTimestamp": object::now()},
-                "timestamp": p["startTime"], "window": WINDOW, "containers": containers,
-            })
-        })
-        .collect()
+fn usage(cores: u64, memory: u64) -> Value {
+    json!({"cpu": format!("{cores}n"), "memory": format!("{}Ki", memory / 1024)})
+}
+
+fn node_metrics(name: &str, s: &Series) -> Option<Value> {
+    let (cores, at, window) = s.rate()?;
+    Some(json!({
+        "kind": "NodeMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {"name": name, "creationTimestamp": object::now()},
+        "timestamp": timestamp(at), "window": go_duration(window),
+        "usage": usage(cores, s.last.memory),
+    }))
+}
+
+/// Each pod with a rate for every container it reports.
+fn pod_metrics(samples: &Samples) -> Vec<Value> {
+    let mut pods: HashMap<(&str, &str), Vec<(&str, &Series)>> = HashMap::new();
+    for ((ns, pod, container), s) in &samples.containers {
+        pods.entry((ns, pod)).or_default().push((container, s));
+    }
+    let mut out = Vec::new();
+    for ((ns, pod), mut containers) in pods {
+        containers.sort_by_key(|(name, _)| *name);
+        let rates: Option<Vec<_>> = containers
+            .iter()
+            .map(|(name, s)| s.rate().map(|r| (name, s, r)))
+            .collect();
+        let Some(rates) = rates else { continue };
+        let (_, _, (_, at, window)) = rates[0];
+        out.push(json!({
+            "kind": "PodMetrics", "apiVersion": "metrics.k8s.io/v1beta1",
+            "metadata": {"name": pod, "namespace": ns, "creationTimestamp": object::now()},
+            "timestamp": timestamp(at), "window": go_duration(window),
+            "containers": rates.iter().map(|(name, s, (cores, _, _))| json!({
+                "name": name, "usage": usage(*cores, s.last.memory),
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    out
 }
 
 /// All metrics of the request's kind (in its namespace, for pods).
 async fn items(ctx: &Ctx) -> ApiResult<Vec<Value>> {
-    let all = summaries(ctx).await?;
+    if ctx.api.kubelet.is_none() {
+        return Err(ApiError::unavailable(
+            "this apiserver has no kubelet client certificate",
+        ));
+    }
+    let samples = ctx.api.metrics.snapshot();
     let mut out: Vec<Value> = if ctx.res.plural == "nodes" {
-        all.iter().map(|(n, s)| node_metrics(n, s)).collect()
+        samples
+            .nodes
+            .iter()
+            .filter_map(|(n, s)| node_metrics(n, s))
+            .collect()
     } else {
-        all.iter().flat_map(|(_, s)| pod_metrics(s)).collect()
+        pod_metrics(&samples)
     };
     if let Some(ns) = ctx.namespace() {
         out.retain(|m| m["metadata"]["namespace"] == ns);
@@ -193,4 +376,54 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
         "metadata": {}, "items": items,
     });
     Ok(json_response(StatusCode::OK, &list, &[]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i128 = 1_000_000_000;
+
+    fn p(at: i128, cpu: u64, start: i128) -> Point {
+        Point {
+            at: at * S,
+            cpu,
+            memory: 1 << 20,
+            start: start * S,
+        }
+    }
+
+    #[test]
+    fn cpu_is_the_rate_between_two_samples_over_their_window() {
+        let res = Duration::from_secs(15);
+        // A container that started long ago: no rate until a second sample.
+        let first = Series::next(None, p(1000, 5 * S as u64, 10), res);
+        assert_eq!(first.rate(), None);
+        // 15 s later it has used 3 s of CPU: 200m over a 15 s window ending at the sample.
+        let second = Series::next(Some(&first), p(1015, 8 * S as u64, 10), res);
+        assert_eq!(second.rate(), Some((200_000_000, 1015 * S, 15 * S)));
+        assert_eq!(go_duration(15 * S), "15s");
+        assert_eq!(go_duration(15 * S + 2_000_000), "15.002s");
+        assert_eq!(go_duration(61 * S + S / 2), "1m1.5s");
+        // The same sample again (no new data) keeps the rate.
+        let again = Series::next(Some(&second), p(1015, 8 * S as u64, 10), res);
+        assert_eq!(again.rate(), second.rate());
+    }
+
+    #[test]
+    fn new_and_restarted_containers_count_from_their_start() {
+        let res = Duration::from_secs(15);
+        // Started 5 s before its first sample, having used 1 s: 200m over 5 s.
+        let fresh = Series::next(None, p(1005, S as u64, 1000), res);
+        assert_eq!(fresh.rate(), Some((200_000_000, 1005 * S, 5 * S)));
+        // Started more than a resolution ago: unknown until the next sample.
+        assert_eq!(
+            Series::next(None, p(1030, S as u64, 1000), res).rate(),
+            None
+        );
+        // Restarted between samples (a new start, less CPU): measured from the new start.
+        let old = Series::next(None, p(1000, 50 * S as u64, 10), res);
+        let restarted = Series::next(Some(&old), p(1015, S as u64 / 2, 1010), res);
+        assert_eq!(restarted.rate(), Some((100_000_000, 1015 * S, 5 * S)));
+    }
 }

@@ -480,6 +480,93 @@ fn columns(res: &ResourceInfo) -> Vec<Col> {
     cols
 }
 
+/// An HPA's TARGETS cell, as upstream's `formatHPAMetrics`: each metric's current value and
+/// target (`cpu: 37%/50%`, `memory: 12Mi/100Mi`, `<unknown>` before the first reading), at
+/// most two, then `+ N more...`.
+fn hpa_targets(o: &Value) -> String {
+    let specs = o
+        .pointer("/spec/metrics")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if specs.is_empty() {
+        return "<none>".into();
+    }
+    let statuses = o
+        .pointer("/status/currentMetrics")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let text = |v: Option<&Value>| -> Option<String> {
+        match v? {
+            Value::String(s) => Some(s.clone()),
+            Value::Null => None,
+            other => Some(other.to_string()),
+        }
+    };
+    let mut list = Vec::new();
+    for (i, spec) in specs.iter().enumerate() {
+        let status = statuses.get(i);
+        let current = |source: &str, field: &str| {
+            text(status.and_then(|st| st.pointer(&format!("/{source}/current/{field}"))))
+                .unwrap_or_else(|| "<unknown>".into())
+        };
+        let target =
+            |source: &str, field: &str| text(spec.pointer(&format!("/{source}/target/{field}")));
+        let kind = spec.get("type").and_then(Value::as_str).unwrap_or_default();
+        let entry = match kind {
+            "External" | "Object" => {
+                let source = if kind == "External" {
+                    "external"
+                } else {
+                    "object"
+                };
+                match target(source, "averageValue") {
+                    Some(t) => format!("{}/{t} (avg)", current(source, "averageValue")),
+                    None => format!(
+                        "{}/{}",
+                        current(source, "value"),
+                        target(source, "value").unwrap_or_default()
+                    ),
+                }
+            }
+            "Pods" => format!(
+                "{}/{}",
+                current("pods", "averageValue"),
+                target("pods", "averageValue").unwrap_or_default()
+            ),
+            "Resource" | "ContainerResource" => {
+                let source = if kind == "Resource" {
+                    "resource"
+                } else {
+                    "containerResource"
+                };
+                let name = s(spec, &format!("/{source}/name"));
+                match target(source, "averageValue") {
+                    Some(t) => format!("{name}: {}/{t}", current(source, "averageValue")),
+                    None => {
+                        let cur = text(status.and_then(|st| {
+                            st.pointer(&format!("/{source}/current/averageUtilization"))
+                        }))
+                        .map_or_else(|| "<unknown>".into(), |v| format!("{v}%"));
+                        let t = target(source, "averageUtilization")
+                            .map_or_else(|| "<auto>".into(), |v| format!("{v}%"));
+                        format!("{name}: {cur}/{t}")
+                    }
+                }
+            }
+            _ => "<unknown type>".into(),
+        };
+        list.push(entry);
+    }
+    let count = list.len();
+    if count > 2 {
+        list.truncate(2);
+        return format!("{} + {} more...", list.join(", "), count - 2);
+    }
+    list.join(", ")
+}
+
 fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
     let name = json!(meta(o).get("name").and_then(Value::as_str).unwrap_or(""));
     let age = json!(created(o));
@@ -835,33 +922,12 @@ fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
                 s(o, "/spec/scaleTargetRef/kind"),
                 s(o, "/spec/scaleTargetRef/name")
             );
-            let target = if res.version == "v1" {
-                s(o, "/spec/targetCPUUtilizationPercentage")
+            let v2 = if res.version == "v1" {
+                crate::convert::convert(o.clone(), "autoscaling/v2")
             } else {
-                o.pointer("/spec/metrics/0/resource/target/averageUtilization")
-                    .map(|v| v.to_string())
-                    .unwrap_or_default()
+                o.clone()
             };
-            let current = if res.version == "v1" {
-                s(o, "/status/currentCPUUtilizationPercentage")
-            } else {
-                o.pointer("/status/currentMetrics/0/resource/current/averageUtilization")
-                    .map(|v| v.to_string())
-                    .unwrap_or_default()
-            };
-            let targets = if target.is_empty() {
-                "<none>".into()
-            } else {
-                format!(
-                    "cpu: {}/{}%",
-                    if current.is_empty() {
-                        "<unknown>".into()
-                    } else {
-                        format!("{current}%")
-                    },
-                    target
-                )
-            };
+            let targets = hpa_targets(&v2);
             let min = o
                 .pointer("/spec/minReplicas")
                 .and_then(Value::as_i64)

@@ -131,6 +131,7 @@ impl Cluster {
                 pki_dir.join("apiserver-kubelet-client.crt"),
                 pki_dir.join("apiserver-kubelet-client.key"),
             )),
+            metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
         };
         let admin = pki
             .ensure_identity(&Identity::admin())
@@ -259,18 +260,29 @@ impl Cluster {
     /// Starts every controller (as the admin) and `nodes` simulated nodes (`sim-0`, …,
     /// 4 cpu and 8Gi each), on the cluster's runtime until it stops.
     pub fn run_controllers(&self, nodes: usize) {
-        let c = self.client();
-        let names: Vec<String> = minik8s_controllers::manager::ALL
+        self.run_controllers_except(&[], nodes);
+    }
+
+    /// As [`Cluster::run_controllers`], without the controllers named in `skip`.
+    pub fn run_controllers_except(&self, skip: &[&str], nodes: usize) {
+        let names: Vec<&str> = minik8s_controllers::manager::ALL
             .iter()
-            .map(|s| s.to_string())
+            .copied()
+            .filter(|n| !skip.contains(n))
             .collect();
-        let shutdown = self.shutdown.clone();
+        self.run_named_controllers(&names, self.shutdown.clone());
+        self.run_sim_nodes(nodes);
+    }
+
+    /// Runs the named controllers (as the admin) until `stop` (or the cluster) stops.
+    pub fn run_named_controllers(&self, names: &[&str], stop: CancellationToken) {
+        let c = self.client();
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         self.rt.spawn(async move {
-            if let Err(e) = minik8s_controllers::manager::run(c, &names, shutdown).await {
+            if let Err(e) = minik8s_controllers::manager::run(c, &names, stop).await {
                 eprintln!("controllers: {e:#}");
             }
         });
-        self.run_sim_nodes(nodes);
     }
 
     /// Runs a task on the cluster's runtime until it ends (or the runtime stops).

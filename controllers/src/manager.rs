@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     "scheduler",
     "replicaset",
     "deployment",
@@ -17,6 +17,7 @@ pub const ALL: [&str; 9] = [
     "job",
     "cronjob",
     "nodelifecycle",
+    "horizontalpodautoscaling",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -53,6 +54,7 @@ pub async fn run(
                 t,
                 s,
             )),
+            "horizontalpodautoscaling" => tasks.spawn(crate::hpa::controller::run(c, t, s)),
             _ => unreachable!("names are checked above"),
         };
     }

@@ -1,6 +1,8 @@
 //! `/stats/summary`: the node's and its pods' CPU and memory in upstream's Summary format
 //! (the fields `metrics.k8s.io` needs). Container figures come from the CRI
-//! (`ListContainerStats`); the node's from `/proc` (CPU as the rate since the previous call).
+//! (`ListContainerStats`), each with the time the runtime sampled it and the container's start;
+//! the node's from `/proc` (CPU as the rate since the previous call). The cumulative CPU
+//! (`usageCoreNanoSeconds`) is what the apiserver's metrics turn into rates over a known window.
 
 use crate::cri::{Cri, labels};
 use crate::error::Result;
@@ -65,26 +67,45 @@ fn node_memory() -> u64 {
     field("MemTotal:").saturating_sub(field("MemAvailable:"))
 }
 
+/// Nanoseconds since the epoch as RFC 3339 (with nanoseconds).
+fn nanos_to_rfc3339(nanos: i64) -> String {
+    jiff::Timestamp::from_nanosecond(nanos as i128)
+        .unwrap_or_else(|_| jiff::Timestamp::now())
+        .to_string()
+}
+
+/// When the machine booted, from `/proc/stat`'s `btime`.
+fn boot_time() -> String {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .and_then(|s| jiff::Timestamp::from_second(s).ok())
+        .unwrap_or_else(jiff::Timestamp::now)
+        .to_string()
+}
+
 /// The Summary for node `node`.
 pub async fn summary(cri: &Cri, node: &str, cpu: &NodeCpu) -> Result<Value> {
     let now = jiff::Timestamp::now().to_string();
     let mine = HashMap::from([(labels::NODE.to_owned(), node.to_owned())]);
-    // Running containers only, as metrics-server reports them.
-    let running: std::collections::HashSet<String> = cri
+    // Running containers only, as metrics-server reports them, with when each was created
+    // (the CRI lists no start time; creation precedes the start by milliseconds).
+    let running: HashMap<String, i64> = cri
         .containers(mine.clone())
         .await?
         .into_iter()
         .filter(|c| c.state == crate::cri::ContainerState::ContainerRunning as i32)
-        .map(|c| c.id)
+        .map(|c| (c.id, c.created_at))
         .collect();
     let mut stats = cri.container_stats(mine).await?;
     stats.retain(|s| {
         s.attributes
             .as_ref()
-            .is_some_and(|a| running.contains(&a.id))
+            .is_some_and(|a| running.contains_key(&a.id))
     });
-    // Pods by uid: (name, namespace, containers).
-    let mut pods: BTreeMap<String, (String, String, Vec<Value>)> = BTreeMap::new();
+    // Pods by uid: (name, namespace, earliest container creation, containers).
+    let mut pods: BTreeMap<String, (String, String, i64, Vec<Value>)> = BTreeMap::new();
     for s in stats {
         let Some(attrs) = s.attributes else { continue };
         let (Some(uid), Some(name), Some(ns), Some(container)) = (
@@ -105,6 +126,14 @@ pub async fn summary(cri: &Cri, node: &str, cpu: &NodeCpu) -> Result<Value> {
             .as_ref()
             .and_then(|c| c.usage_core_nano_seconds.as_ref())
             .map_or(0, |v| v.value);
+        let sampled = s
+            .cpu
+            .as_ref()
+            .map(|c| c.timestamp)
+            .filter(|t| *t > 0)
+            .map_or_else(|| now.clone(), nanos_to_rfc3339);
+        let created = running.get(&attrs.id).copied().unwrap_or_default();
+        let started = nanos_to_rfc3339(created);
         let working = s
             .memory
             .as_ref()
@@ -112,23 +141,24 @@ pub async fn summary(cri: &Cri, node: &str, cpu: &NodeCpu) -> Result<Value> {
             .map_or(0, |v| v.value);
         let entry = pods
             .entry(uid.clone())
-            .or_insert_with(|| (name.clone(), ns.clone(), Vec::new()));
-        entry.2.push(json!({
-            "name": container, "startTime": now,
-            "cpu": {"time": now, "usageNanoCores": cores, "usageCoreNanoSeconds": total},
-            "memory": {"time": now, "workingSetBytes": working},
+            .or_insert_with(|| (name.clone(), ns.clone(), created, Vec::new()));
+        entry.2 = entry.2.min(created);
+        entry.3.push(json!({
+            "name": container, "startTime": started,
+            "cpu": {"time": sampled, "usageNanoCores": cores, "usageCoreNanoSeconds": total},
+            "memory": {"time": sampled, "workingSetBytes": working},
         }));
     }
     let (node_cores, node_total) = cpu.rate();
     Ok(json!({
         "node": {
-            "nodeName": node, "startTime": now,
+            "nodeName": node, "startTime": boot_time(),
             "cpu": {"time": now, "usageNanoCores": node_cores, "usageCoreNanoSeconds": node_total},
             "memory": {"time": now, "workingSetBytes": node_memory()},
         },
-        "pods": pods.into_iter().map(|(uid, (name, ns, containers))| json!({
+        "pods": pods.into_iter().map(|(uid, (name, ns, created, containers))| json!({
             "podRef": {"name": name, "namespace": ns, "uid": uid},
-            "startTime": now, "containers": containers,
+            "startTime": nanos_to_rfc3339(created), "containers": containers,
         })).collect::<Vec<_>>(),
     }))
 }

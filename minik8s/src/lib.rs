@@ -147,6 +147,7 @@ pub async fn up(
                 dir.join("apiserver-kubelet-client.crt"),
                 dir.join("apiserver-kubelet-client.key"),
             )),
+            metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
         },
         shutdown.clone(),
     )

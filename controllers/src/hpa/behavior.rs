@@ -259,9 +259,95 @@ pub fn limit(current: i32, desired: i32, b: &Bounds) -> (i32, Limited) {
     (desired, within)
 }
 
+/// Upstream's scale-up limit without `behavior`: twice the replicas, at least 4.
+pub fn legacy_up_limit(current: i32) -> i32 {
+    (2 * current).max(4)
+}
+
+/// Without `behavior` (upstream's `stabilizeRecommendation`): the highest of the proposal and
+/// the recommendations within the downscale stabilization window (seconds).
+pub fn legacy_stabilize(desired: i32, history: &[Timed], now: f64, window: f64) -> i32 {
+    history
+        .iter()
+        .filter(|r| r.at >= now - window)
+        .map(|r| r.replicas)
+        .fold(desired, i32::max)
+}
+
+/// Without `behavior` (upstream's `convertDesiredReplicasWithRules`): min/max and the legacy
+/// scale-up limit, with the `ScalingLimited` reason.
+pub fn legacy_limit(current: i32, desired: i32, min: i32, max: i32) -> (i32, Limited) {
+    let up = legacy_up_limit(current);
+    let (most, why) = if max > up {
+        (
+            up,
+            Limited {
+                limited: true,
+                reason: "ScaleUpLimit",
+                message: "the desired replica count is increasing faster than the maximum scale rate",
+            },
+        )
+    } else {
+        (
+            max,
+            Limited {
+                limited: true,
+                reason: "TooManyReplicas",
+                message: "the desired replica count is more than the maximum replica count",
+            },
+        )
+    };
+    if desired < min {
+        return (
+            min,
+            Limited {
+                limited: true,
+                reason: "TooFewReplicas",
+                message: "the desired replica count is less than the minimum replica count",
+            },
+        );
+    }
+    if desired > most {
+        return (most, why);
+    }
+    (
+        desired,
+        Limited {
+            limited: false,
+            reason: "DesiredWithinRange",
+            message: "the desired count is within the acceptable range",
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without `behavior`: the highest recommendation of the last 300 s holds on the way down
+    /// (and is not bounded by the current count, as upstream); going up, at most twice the
+    /// replicas or 4, then max; below min, min.
+    #[test]
+    fn legacy_rules_follow_upstream() {
+        let history = [t(800.0, 7), t(950.0, 3)];
+        assert_eq!(legacy_stabilize(2, &history, 1000.0, 300.0), 7);
+        assert_eq!(legacy_stabilize(2, &history, 1101.0, 300.0), 3);
+        assert_eq!(legacy_stabilize(9, &history, 1000.0, 300.0), 9);
+        let cases = [
+            // (current, desired, min, max, replicas, reason)
+            (1, 8, 1, 10, 4, "ScaleUpLimit"),
+            (3, 8, 1, 10, 6, "ScaleUpLimit"),
+            (1, 8, 1, 4, 4, "TooManyReplicas"),
+            (3, 5, 1, 10, 5, "DesiredWithinRange"),
+            (3, 0, 1, 10, 1, "TooFewReplicas"),
+            (5, 2, 2, 10, 2, "DesiredWithinRange"),
+        ];
+        for (current, desired, min, max, want, reason) in cases {
+            let (got, why) = legacy_limit(current, desired, min, max);
+            assert_eq!((got, why.reason), (want, reason), "{current} → {desired}");
+            assert_eq!(why.limited, reason != "DesiredWithinRange");
+        }
+    }
 
     fn t(at: f64, replicas: i32) -> Timed {
         Timed { at, replicas }
