@@ -28,10 +28,28 @@ pub fn check(names: &[String]) -> anyhow::Result<()> {
     }
 }
 
-/// Runs the named controllers until `shutdown`; unknown names are an error.
+/// Settings of the controllers that have any (upstream's flags).
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// The HorizontalPodAutoscaler controller's.
+    pub hpa: crate::hpa::controller::Config,
+}
+
+/// Runs the named controllers with default settings until `shutdown`; unknown names are an
+/// error.
 pub async fn run(
     client: Client,
     names: &[String],
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run_with(client, names, Settings::default(), shutdown).await
+}
+
+/// Runs the named controllers until `shutdown`; unknown names are an error.
+pub async fn run_with(
+    client: Client,
+    names: &[String],
+    settings: Settings,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     check(names)?;
@@ -54,7 +72,12 @@ pub async fn run(
                 t,
                 s,
             )),
-            "horizontalpodautoscaling" => tasks.spawn(crate::hpa::controller::run(c, t, s)),
+            "horizontalpodautoscaling" => tasks.spawn(crate::hpa::controller::run_with(
+                c,
+                settings.hpa.clone(),
+                t,
+                s,
+            )),
             _ => unreachable!("names are checked above"),
         };
     }

@@ -34,6 +34,17 @@ struct Args {
     /// Seconds between attempts to acquire or renew.
     #[arg(long, default_value_t = 2)]
     leader_elect_retry_period: u64,
+    /// How often every HorizontalPodAutoscaler is reconciled (a Go duration).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    horizontal_pod_autoscaler_sync_period: Duration,
+    /// The scale-down stabilization window of HPAs whose `behavior` sets none.
+    #[arg(long, default_value = "5m0s", value_parser = duration)]
+    horizontal_pod_autoscaler_downscale_stabilization: Duration,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    minik8s_controllers::util::go_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (like 15s or 5m0s)"))
 }
 
 #[tokio::main]
@@ -51,8 +62,14 @@ async fn main() -> anyhow::Result<()> {
     };
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     minik8s_controllers::manager::check(&names)?;
+    let settings = minik8s_controllers::manager::Settings {
+        hpa: minik8s_controllers::hpa::controller::Config {
+            sync_period: args.horizontal_pod_autoscaler_sync_period,
+            downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
+        },
+    };
     if !args.leader_elect {
-        return minik8s_controllers::manager::run(client, &names, shutdown).await;
+        return minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await;
     }
     let mut cfg = leader::Config::new(
         "kube-controller-manager",
@@ -63,9 +80,11 @@ async fn main() -> anyhow::Result<()> {
     cfg.retry_period = Duration::from_secs(args.leader_elect_retry_period);
     let c = client.clone();
     leader::run(client, cfg, shutdown, move |leading| {
-        let (c, names) = (c.clone(), names.clone());
+        let (c, names, settings) = (c.clone(), names.clone(), settings.clone());
         async move {
-            if let Err(e) = minik8s_controllers::manager::run(c, &names, leading).await {
+            if let Err(e) =
+                minik8s_controllers::manager::run_with(c, &names, settings, leading).await
+            {
                 tracing::error!(error = %e, "controllers failed");
             }
         }

@@ -150,8 +150,8 @@ async fn pod_metrics(
         let timestamp = m.data["timestamp"].as_str().and_then(parse_time);
         let window = m.data["window"]
             .as_str()
-            .and_then(go_duration_seconds)
-            .unwrap_or(0.0);
+            .and_then(util::go_duration)
+            .map_or(0.0, |d| d.as_secs_f64());
         let mut sum = 0i64;
         let mut found = false;
         for c in m.data["containers"].as_array().into_iter().flatten() {
@@ -176,32 +176,6 @@ async fn pod_metrics(
         }
     }
     Ok(out)
-}
-
-/// Seconds of a Go duration string (`15s`, `1m0.5s`, `250ms`).
-fn go_duration_seconds(s: &str) -> Option<f64> {
-    let mut total = 0.0;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
-        let n: f64 = rest[..end].parse().ok()?;
-        rest = &rest[end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        total += n * scale;
-        rest = &rest[unit_end..];
-    }
-    Some(total)
 }
 
 /// The pods `selector` picks in `ns`, as the calculation sees them, with their requests of
@@ -1084,16 +1058,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantities_and_durations_read_and_print_as_upstream() {
+    fn quantities_print_and_durations_read_as_upstream() {
         assert_eq!(decimal_quantity(250), "250m");
         assert_eq!(decimal_quantity(1000), "1");
         assert_eq!(decimal_quantity(52_428_800_000), "52428800");
         assert_eq!(decimal_quantity(12_000_000_000), "12M");
         assert_eq!(decimal_quantity(0), "0");
-        assert_eq!(go_duration_seconds("15s"), Some(15.0));
-        assert_eq!(go_duration_seconds("15.5s"), Some(15.5));
-        assert_eq!(go_duration_seconds("1m0.5s"), Some(60.5));
-        assert_eq!(go_duration_seconds("250ms"), Some(0.25));
-        assert_eq!(go_duration_seconds("x"), None);
+        let secs = |s| util::go_duration(s).map(|d| d.as_secs_f64());
+        assert_eq!(secs("15s"), Some(15.0));
+        assert_eq!(secs("15.5s"), Some(15.5));
+        assert_eq!(secs("1m0.5s"), Some(60.5));
+        assert_eq!(secs("250ms"), Some(0.25));
+        assert_eq!(secs("5m"), Some(300.0));
+        assert_eq!(secs("x"), None);
     }
 }
