@@ -228,3 +228,78 @@ def test_exec_through_kubernetes_stream(api, ns):
     with pytest.raises(ApiException) as e:
         v1.connect_get_namespaced_pod_exec("shell", ns, command=["true"], stdout=False, stderr=False, stdin=False)
     assert e.value.status == 400
+
+
+def test_hpas_take_typed_models_in_both_versions_and_report_upstream_conditions(api, ns):
+    apps = client.AppsV1Api(api)
+    v2 = client.AutoscalingV2Api(api)
+    v1 = client.AutoscalingV1Api(api)
+    container = client.V1Container(
+        name="c", image="busybox", command=["sleep", "3600"],
+        resources=client.V1ResourceRequirements(requests={"cpu": "50m"}),
+    )
+    deployment = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V1DeploymentSpec(
+            replicas=1,
+            selector=client.V1LabelSelector(match_labels={"app": "web"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "web"}),
+                spec=client.V1PodSpec(containers=[container]),
+            ),
+        ),
+    )
+    apps.create_namespaced_deployment(ns, deployment)
+    hpa = client.V2HorizontalPodAutoscaler(
+        metadata=client.V1ObjectMeta(name="web"),
+        spec=client.V2HorizontalPodAutoscalerSpec(
+            scale_target_ref=client.V2CrossVersionObjectReference(
+                api_version="apps/v1", kind="Deployment", name="web"),
+            min_replicas=2,
+            max_replicas=3,
+            metrics=[client.V2MetricSpec(
+                type="Resource",
+                resource=client.V2ResourceMetricSource(
+                    name="cpu",
+                    target=client.V2MetricTarget(type="Utilization", average_utilization=60),
+                ),
+            )],
+        ),
+    )
+    created = v2.create_namespaced_horizontal_pod_autoscaler(ns, hpa)
+    assert created.kind == "HorizontalPodAutoscaler" and created.api_version == "autoscaling/v2"
+    # Below minReplicas: the controller raises the Deployment to 2 and says so.
+    deadline = time.time() + 60
+    while apps.read_namespaced_deployment_scale("web", ns).spec.replicas != 2:
+        assert time.time() < deadline, "the HPA never raised the Deployment to minReplicas"
+        time.sleep(0.5)
+    deadline = time.time() + 30
+    while True:
+        got = v2.read_namespaced_horizontal_pod_autoscaler("web", ns)
+        status = got.status or client.V2HorizontalPodAutoscalerStatus(desired_replicas=0)
+        conditions = {c.type: c for c in (status.conditions or [])}
+        if status.last_scale_time is not None and "AbleToScale" in conditions:
+            break
+        assert time.time() < deadline, f"no status: {got.status}"
+        time.sleep(0.5)
+    assert conditions["AbleToScale"].status == "True"
+    # The same object read as autoscaling/v1: the CPU target as targetCPUUtilizationPercentage.
+    old = v1.read_namespaced_horizontal_pod_autoscaler("web", ns)
+    assert old.spec.target_cpu_utilization_percentage == 60
+    assert old.spec.min_replicas == 2
+    # A missing target: AbleToScale=False, FailedGetScale, with upstream's message.
+    hpa.metadata = client.V1ObjectMeta(name="nothing")
+    hpa.spec.scale_target_ref = client.V2CrossVersionObjectReference(
+        api_version="apps/v1", kind="Deployment", name="nothing")
+    v2.create_namespaced_horizontal_pod_autoscaler(ns, hpa)
+    deadline = time.time() + 30
+    while True:
+        got = v2.read_namespaced_horizontal_pod_autoscaler("nothing", ns)
+        conditions = {c.type: c for c in ((got.status and got.status.conditions) or [])}
+        if "AbleToScale" in conditions:
+            break
+        assert time.time() < deadline, f"no condition: {got.status}"
+        time.sleep(0.5)
+    assert conditions["AbleToScale"].status == "False"
+    assert conditions["AbleToScale"].reason == "FailedGetScale"
+    assert 'deployments.apps "nothing" not found' in conditions["AbleToScale"].message
