@@ -161,8 +161,14 @@ impl Cluster {
         let kubelet = shutdown.child_token();
         let rx = self.spawn_kubelet(&cfg, kubelet.clone());
         {
+            // The cluster DNS: the kube-dns Service (once per cluster; applying is
+            // idempotent), served by this node's proxy on its pod gateway address.
+            self.block_on(minik8s_proxy::dns::install(self.client()))
+                .expect("the kube-dns Service installs");
             let kubeconfig = self.user_kubeconfig("system:kube-proxy", &[]);
-            let proxy = minik8s_proxy::Config::new(name);
+            let mut proxy = minik8s_proxy::Config::new(name);
+            proxy.dns = minik8s_proxy::dns::Config::gateway_of(&cfg.runtime.pod_cidr)
+                .map(minik8s_proxy::dns::Config::on);
             let shutdown = shutdown.clone();
             self.spawn(async move {
                 let client = minik8s_kubeconfig::client(&kubeconfig)
@@ -293,6 +299,11 @@ impl Cluster {
             .arg("--kubeconfig")
             .arg(self.user_kubeconfig("system:kube-proxy", &[]))
             .args(["--node-name", name])
+            .args(
+                minik8s_proxy::dns::Config::gateway_of(&cfg.runtime.pod_cidr)
+                    .map(|ip| vec!["--dns-listen".to_owned(), ip.to_string()])
+                    .unwrap_or_default(),
+            )
             .env("RUST_LOG", "warn")
             .spawn()
             .expect("the kube-proxy binary starts");

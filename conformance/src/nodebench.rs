@@ -211,6 +211,7 @@ pub async fn rules(services: usize, endpoints: usize) -> anyhow::Result<Value> {
                 node_port: None,
                 affinity_seconds: None,
                 external_local: false,
+                internal_local: false,
                 endpoints: (0..endpoints)
                     .map(|e| {
                         let n = i * endpoints + e + shift;

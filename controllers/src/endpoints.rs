@@ -82,7 +82,12 @@ pub fn group(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Resolved, Vec<Value>>
         if let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.clone()) {
             ep["nodeName"] = json!(node);
         }
-        if let Some(h) = p.spec.as_ref().and_then(|s| s.hostname.clone()) {
+        // As upstream: the pod's hostname names its endpoint only when its subdomain is the
+        // Service (that is the DNS record `<hostname>.<service>.<ns>.svc` the cluster DNS serves).
+        if let Some(spec) = p.spec.as_ref()
+            && let Some(h) = spec.hostname.clone()
+            && spec.subdomain.as_deref() == Some(svc.name_any().as_str())
+        {
             ep["hostname"] = json!(h);
         }
         out.entry(resolved).or_default().push(ep);

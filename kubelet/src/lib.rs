@@ -57,6 +57,10 @@ pub struct Config {
     pub client_ca: Option<PathBuf>,
     /// The static pod manifest folder (watched; `None`: no static pods).
     pub manifests: Option<PathBuf>,
+    /// The cluster DNS servers pods use (`--cluster-dns`; empty: the node's resolvers).
+    pub cluster_dns: Vec<String>,
+    /// The cluster domain (`--cluster-domain`).
+    pub cluster_domain: String,
 }
 
 impl Config {
@@ -73,6 +77,8 @@ impl Config {
             listen: ([0, 0, 0, 0], 10250).into(),
             client_ca: None,
             manifests: None,
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
         }
     }
 
@@ -81,6 +87,8 @@ impl Config {
             node: self.node_name.clone(),
             root: self.root.clone(),
             cgroup_root: self.cgroup_root.clone(),
+            cluster_dns: self.cluster_dns.clone(),
+            cluster_domain: self.cluster_domain.clone(),
         }
     }
 }

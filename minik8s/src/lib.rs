@@ -77,6 +77,9 @@ pub enum UpError {
     /// Installing the built-in CRDs (Functions, …).
     #[error("installing the built-in CRDs")]
     Crds(#[source] kube::Error),
+    /// Installing the cluster DNS's Service.
+    #[error("installing the kube-dns Service")]
+    Dns(#[source] minik8s_proxy::Error),
     /// Copying the admin kubeconfig.
     #[error("writing {path}")]
     Io {
@@ -161,6 +164,10 @@ pub async fn up(
     minik8s_serverless::install(minik8s_kubeconfig::client(&admin).await?)
         .await
         .map_err(UpError::Crds)?;
+    // The cluster DNS's Service (each node's proxy serves it).
+    minik8s_proxy::dns::install(minik8s_kubeconfig::client(&admin).await?)
+        .await
+        .map_err(UpError::Dns)?;
     // The controllers, as the controller-manager identity, stopping with the cluster.
     let manager = Identity::components(&cfg.node_name)
         .into_iter()
@@ -234,7 +241,9 @@ pub async fn up(
             .find(|i| i.file == "proxy")
             .expect("the proxy identity");
         let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
-        let proxy = minik8s_proxy::Config::new(&cfg.node_name);
+        let mut proxy = minik8s_proxy::Config::new(&cfg.node_name);
+        proxy.dns = minik8s_proxy::dns::Config::gateway_of(&cfg.kubelet().runtime.pod_cidr)
+            .map(minik8s_proxy::dns::Config::on);
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
             if let Err(e) = minik8s_proxy::run(client, proxy, shutdown).await {

@@ -14,6 +14,12 @@ pub enum Error {
     /// Watching the API.
     #[error(transparent)]
     Watch(#[from] kube::runtime::watcher::Error),
+    /// An API call failed.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// The cluster DNS could not start.
+    #[error("cluster DNS: {0}")]
+    Dns(String),
 }
 
 /// The proxy's result type.

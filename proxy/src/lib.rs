@@ -3,6 +3,7 @@
 //! a short debounce and on a resync timer. The rules stay when it stops (or the apiserver is
 //! down); [`iptables::cleanup`] removes them.
 
+pub mod dns;
 pub mod error;
 pub mod iptables;
 pub mod model;
@@ -34,6 +35,8 @@ pub struct Config {
     pub resync: Duration,
     /// How long a burst of changes is collected before one sync.
     pub debounce: Duration,
+    /// The node's cluster DNS server, if it runs one.
+    pub dns: Option<dns::Config>,
 }
 
 impl Config {
@@ -45,6 +48,7 @@ impl Config {
             bridge_prefix: "mk8s".into(),
             resync: Duration::from_secs(30),
             debounce: Duration::from_millis(50),
+            dns: None,
         }
     }
 }
@@ -122,6 +126,7 @@ pub fn service_ports(
                 node_port: port.node_port.map(|p| p as u16),
                 affinity_seconds: affinity,
                 external_local: spec.external_traffic_policy.as_deref() == Some("Local"),
+                internal_local: spec.internal_traffic_policy.as_deref() == Some("Local"),
                 endpoints,
             });
         }
@@ -177,8 +182,29 @@ pub async fn sync(cfg: &Config, ports: &[ServicePort], last: &str) -> Result<Str
     Ok(wanted)
 }
 
-/// Runs the proxy until `shutdown`; the rules stay in place afterwards.
+/// Runs the proxy (and the node's cluster DNS, when configured) until `shutdown`; the rules
+/// stay in place afterwards.
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Result<()> {
+    let dns = cfg.dns.clone().map(|d| {
+        tokio::spawn(dns::run(
+            client.clone(),
+            cfg.node_name.clone(),
+            d,
+            shutdown.clone(),
+        ))
+    });
+    let result = run_rules(client, &cfg, shutdown).await;
+    if let Some(dns) = dns {
+        match dns.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "cluster DNS stopped"),
+            Err(e) => tracing::error!(error = %e, "cluster DNS task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
+    result
+}
+
+async fn run_rules(client: Client, cfg: &Config, shutdown: CancellationToken) -> Result<()> {
     let changed = Arc::new(Notify::new());
     let (services, svc_writer) = reflector::store::<Service>();
     let (slices, slice_writer) = reflector::store::<EndpointSlice>();
@@ -218,7 +244,7 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
         let mut last = String::new();
         loop {
             let ports = service_ports(&services, &slices, &cfg.node_name);
-            match sync(&cfg, &ports, &last).await {
+            match sync(cfg, &ports, &last).await {
                 Ok(loaded) => last = loaded,
                 Err(e) => {
                     tracing::warn!(error = %e, "iptables sync failed; retrying");

@@ -64,6 +64,8 @@ pub struct ServicePort {
     pub affinity_seconds: Option<u32>,
     /// `externalTrafficPolicy: Local`.
     pub external_local: bool,
+    /// `internalTrafficPolicy: Local`: ClusterIP traffic goes to this node's endpoints only.
+    pub internal_local: bool,
     /// Ready endpoints.
     pub endpoints: Vec<Endpoint>,
 }
@@ -273,8 +275,19 @@ pub fn render(cluster: &Cluster, services: &[ServicePort], stale: &[(String, Str
                 let _ = writeln!(nat, "-A {ext} -j {svc}");
             }
         }
-        let all: Vec<&Endpoint> = sp.endpoints.iter().collect();
-        spread(&mut nat, &svc, sp, &all);
+        let all: Vec<&Endpoint> = sp
+            .endpoints
+            .iter()
+            .filter(|e| e.local || !sp.internal_local)
+            .collect();
+        if all.is_empty() {
+            let _ = writeln!(
+                nat,
+                "-A {svc} -m comment --comment \"{id} has no local endpoints\" -j KUBE-MARK-DROP"
+            );
+        } else {
+            spread(&mut nat, &svc, sp, &all);
+        }
         for ep in &sp.endpoints {
             let sep = sep_chain(sp, ep);
             nat_chains.push(sep.clone());

@@ -13,6 +13,7 @@ fn port(service: &str, ip: &str, port: u16, endpoints: &[(&str, u16, bool)]) -> 
         node_port: None,
         affinity_seconds: None,
         external_local: false,
+        internal_local: false,
         endpoints: endpoints
             .iter()
             .map(|(ip, port, local)| Endpoint {

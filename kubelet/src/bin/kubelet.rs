@@ -44,6 +44,12 @@ struct Args {
     /// Image archives to import into the runtime at start.
     #[arg(long = "image", value_delimiter = ',')]
     images: Vec<PathBuf>,
+    /// The cluster DNS servers pods use (comma-separated; empty: the node's resolvers).
+    #[arg(long, value_delimiter = ',', default_value = "10.96.0.10")]
+    cluster_dns: Vec<String>,
+    /// The cluster domain.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
 }
 
 #[tokio::main]
@@ -62,6 +68,12 @@ async fn main() -> anyhow::Result<()> {
     cfg.client_ca = a.client_ca;
     cfg.manifests = a.pod_manifest_path;
     cfg.images = a.images;
+    cfg.cluster_dns = a
+        .cluster_dns
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect();
+    cfg.cluster_domain = a.cluster_domain;
     let client = minik8s_kubeconfig::client(&a.kubeconfig).await?;
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     minik8s_kubelet::run(client, cfg, shutdown).await?;

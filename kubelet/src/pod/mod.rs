@@ -224,8 +224,27 @@ impl Worker {
         let envs = env::resolve(&self.client, pod, c, pod_ip, Some(&self.host_ip))
             .await
             .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
-        let mounts = volumes::mounts(c, prepared)
+        let mut mounts = volumes::mounts(c, prepared)
             .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
+        // The kubelet's own /etc/hosts (not for host-network pods, nor over the container's
+        // own mount there), as upstream.
+        if !spec::host_network(pod)
+            && let Some(ip) = pod_ip
+            && !mounts.iter().any(|m| m.container_path == "/etc/hosts")
+        {
+            let file = self
+                .layout
+                .pod_dir(&pod.uid().unwrap_or_default())
+                .join("etc-hosts");
+            let text = spec::hosts_file(pod, ip, &self.layout.cluster_domain);
+            std::fs::write(&file, text)
+                .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
+            mounts.push(crate::cri::Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: file.display().to_string(),
+                ..Default::default()
+            });
+        }
         let config = spec::container_config(pod, c, attempt, envs, mounts, &self.layout.node);
         let sandbox_config = spec::sandbox_config(pod, &self.layout, sandbox.attempt);
         let id = self

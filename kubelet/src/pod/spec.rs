@@ -17,6 +17,10 @@ pub struct Layout {
     pub root: std::path::PathBuf,
     /// The cgroup every pod's cgroup sits under (e.g. `/minik8s/<node>`).
     pub cgroup_root: String,
+    /// The cluster DNS servers (`ClusterFirst` pods' nameservers; none: as `Default`).
+    pub cluster_dns: Vec<String>,
+    /// The cluster domain (`cluster.local`).
+    pub cluster_domain: String,
 }
 
 impl Layout {
@@ -73,9 +77,114 @@ fn namespaces(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
+/// The node's own resolver settings (`/etc/resolv.conf`): nameservers, search domains and
+/// options.
+pub fn host_resolv(text: &str) -> cri::DnsConfig {
+    let mut c = cri::DnsConfig::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("nameserver") => c.servers.extend(words.next().map(str::to_owned)),
+            Some("search") | Some("domain") => {
+                c.searches = words.map(str::to_owned).collect();
+            }
+            Some("options") => c.options.extend(words.map(str::to_owned)),
+            _ => {}
+        }
+    }
+    c
+}
+
+/// The pod's resolver settings by `dnsPolicy`, as upstream's kubelet writes them:
+/// `ClusterFirst` (the default; `Default` for host-network pods) uses the cluster DNS with the
+/// search path `<ns>.svc.<domain> svc.<domain> <domain>` then the node's, and `ndots:5`;
+/// `ClusterFirstWithHostNet` does so for host-network pods too; `Default` is the node's own;
+/// `None` is only `dnsConfig`, which the other policies merge in.
+pub fn dns_config(pod: &Pod, layout: &Layout, host: &cri::DnsConfig) -> cri::DnsConfig {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    let cluster = !layout.cluster_dns.is_empty()
+        && match policy {
+            "ClusterFirstWithHostNet" => true,
+            "ClusterFirst" => !host_network(pod),
+            _ => false,
+        };
+    let mut c = if cluster {
+        let ns = pod.namespace().unwrap_or_default();
+        let domain = &layout.cluster_domain;
+        let mut searches = vec![
+            format!("{ns}.svc.{domain}"),
+            format!("svc.{domain}"),
+            domain.clone(),
+        ];
+        searches.extend(host.searches.iter().cloned());
+        cri::DnsConfig {
+            servers: layout.cluster_dns.clone(),
+            searches,
+            options: vec!["ndots:5".into()],
+        }
+    } else if policy == "None" {
+        cri::DnsConfig::default()
+    } else {
+        host.clone()
+    };
+    if let Some(extra) = &spec.dns_config {
+        c.servers
+            .extend(extra.nameservers.iter().flatten().cloned());
+        c.searches.extend(extra.searches.iter().flatten().cloned());
+        for o in extra.options.iter().flatten() {
+            let text = match &o.value {
+                Some(v) => format!("{}:{v}", o.name.clone().unwrap_or_default()),
+                None => o.name.clone().unwrap_or_default(),
+            };
+            let key = text.split(':').next().unwrap_or_default().to_owned();
+            c.options
+                .retain(|x| x.split(':').next().unwrap_or_default() != key);
+            c.options.push(text);
+        }
+    }
+    // resolv.conf's limits (glibc): 3 nameservers, 32 search domains.
+    c.servers.truncate(3);
+    c.searches.dedup();
+    c.searches.truncate(32);
+    c
+}
+
+/// The pod's `/etc/hosts`, as upstream's kubelet writes it: localhost, the pod's own name (as
+/// `<hostname>.<subdomain>.<ns>.svc.<domain>` too when it has a subdomain), and `hostAliases`.
+pub fn hosts_file(pod: &Pod, pod_ip: &str, domain: &str) -> String {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let hostname = spec.hostname.clone().unwrap_or_else(|| pod.name_any());
+    let mut out = String::from(
+        "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+    );
+    match spec.subdomain.as_deref().filter(|s| !s.is_empty()) {
+        Some(sub) => {
+            let ns = pod.namespace().unwrap_or_default();
+            out.push_str(&format!(
+                "{pod_ip}\t{hostname}.{sub}.{ns}.svc.{domain}\t{hostname}\n"
+            ));
+        }
+        None => out.push_str(&format!("{pod_ip}\t{hostname}\n")),
+    }
+    let aliases = spec.host_aliases.unwrap_or_default();
+    if !aliases.is_empty() {
+        out.push_str("\n# Entries added by HostAliases.\n");
+        for a in aliases {
+            out.push_str(&format!(
+                "{}\t{}\n",
+                a.ip,
+                a.hostnames.unwrap_or_default().join("\t")
+            ));
+        }
+    }
+    out
+}
+
 /// The sandbox config for attempt `attempt` of the pod.
 pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandboxConfig {
     let spec = pod.spec.clone().unwrap_or_default();
+    let host = host_resolv(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let uid = pod.uid().unwrap_or_default();
     let hostname = spec.hostname.clone().unwrap_or_else(|| pod.name_any());
     let ports = spec
@@ -104,6 +213,7 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
             attempt,
         }),
         hostname: hostname.chars().take(63).collect(),
+        dns_config: Some(dns_config(pod, layout, &host)),
         log_directory: layout.log_dir(pod).display().to_string(),
         port_mappings: ports,
         labels: sandbox_labels,
@@ -221,6 +331,97 @@ mod tests {
     use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
     use std::collections::BTreeMap;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web-1", "namespace": "shop"}, "spec": spec}))
+        .unwrap()
+    }
+
+    fn layout() -> Layout {
+        Layout {
+            node: "n".into(),
+            root: "/tmp".into(),
+            cgroup_root: "/x".into(),
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+        }
+    }
+
+    #[test]
+    fn dns_policies_write_resolv_conf_as_upstream() {
+        let host =
+            host_resolv("# host\nnameserver 192.168.1.1\nsearch corp.example\noptions edns0\n");
+        assert_eq!(host.servers, ["192.168.1.1"]);
+        let c = dns_config(
+            &pod(serde_json::json!({"containers": []})),
+            &layout(),
+            &host,
+        );
+        assert_eq!(c.servers, ["10.96.0.10"]);
+        assert_eq!(
+            c.searches,
+            [
+                "shop.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "corp.example"
+            ]
+        );
+        assert_eq!(c.options, ["ndots:5"]);
+        // Host network: ClusterFirst means the node's; ClusterFirstWithHostNet the cluster's.
+        let hn = pod(serde_json::json!({"hostNetwork": true, "containers": []}));
+        assert_eq!(dns_config(&hn, &layout(), &host), host);
+        let hn2 = pod(
+            serde_json::json!({"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet", "containers": []}),
+        );
+        assert_eq!(dns_config(&hn2, &layout(), &host).servers, ["10.96.0.10"]);
+        let default = pod(serde_json::json!({"dnsPolicy": "Default", "containers": []}));
+        assert_eq!(dns_config(&default, &layout(), &host), host);
+        // None: only dnsConfig; dnsConfig options replace same-named ones elsewhere.
+        let none = pod(serde_json::json!({"dnsPolicy": "None", "containers": [],
+            "dnsConfig": {"nameservers": ["1.1.1.1"], "searches": ["a.example"],
+                          "options": [{"name": "ndots", "value": "2"}, {"name": "rotate"}]}}));
+        let c = dns_config(&none, &layout(), &host);
+        assert_eq!(
+            (c.servers, c.searches, c.options),
+            (
+                vec!["1.1.1.1".to_owned()],
+                vec!["a.example".to_owned()],
+                vec!["ndots:2".to_owned(), "rotate".to_owned()]
+            )
+        );
+        let merged = pod(serde_json::json!({"containers": [],
+            "dnsConfig": {"options": [{"name": "ndots", "value": "1"}]}}));
+        assert_eq!(dns_config(&merged, &layout(), &host).options, ["ndots:1"]);
+    }
+
+    #[test]
+    fn hosts_files_name_the_pod_as_upstream() {
+        let plain = hosts_file(
+            &pod(serde_json::json!({"containers": []})),
+            "10.244.1.5",
+            "cluster.local",
+        );
+        assert!(plain.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+        assert!(plain.ends_with("10.244.1.5\tweb-1\n"), "{plain}");
+        let sub = hosts_file(
+            &pod(
+                serde_json::json!({"hostname": "db-0", "subdomain": "db", "containers": [],
+                "hostAliases": [{"ip": "10.1.2.3", "hostnames": ["a.test", "b.test"]}]}),
+            ),
+            "10.244.1.6",
+            "cluster.local",
+        );
+        assert!(
+            sub.contains("10.244.1.6\tdb-0.db.shop.svc.cluster.local\tdb-0\n"),
+            "{sub}"
+        );
+        assert!(
+            sub.ends_with("# Entries added by HostAliases.\n10.1.2.3\ta.test\tb.test\n"),
+            "{sub}"
+        );
+    }
 
     #[test]
     fn requests_and_limits_become_cpu_shares_quota_and_a_memory_limit() {

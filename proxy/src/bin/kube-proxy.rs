@@ -15,6 +15,10 @@ struct Args {
     /// The cluster's pod range.
     #[arg(long, default_value = "10.244.0.0/16")]
     cluster_cidr: String,
+    /// Serve the cluster DNS on this address (port 53; the node's pod gateway, such as
+    /// 10.244.1.1) and publish it as this node's `kube-dns` endpoint.
+    #[arg(long)]
+    dns_listen: Option<std::net::IpAddr>,
     /// Remove the proxy's chains and rules, then exit.
     #[arg(long)]
     cleanup: bool,
@@ -34,6 +38,7 @@ async fn main() -> anyhow::Result<()> {
     let client = minik8s_kubeconfig::client(&kubeconfig).await?;
     let mut cfg = minik8s_proxy::Config::new(&a.node_name);
     cfg.pod_cidr = a.cluster_cidr;
+    cfg.dns = a.dns_listen.map(minik8s_proxy::dns::Config::on);
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     minik8s_proxy::run(client, cfg, shutdown).await?;
     Ok(())
