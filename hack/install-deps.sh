@@ -8,7 +8,7 @@ need_root
 
 packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates)
 if [ "${1:-}" = "--node" ]; then
-  packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev make bzip2 curl python3-venv)
+  packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev make bzip2 curl python3-venv dnsperf)
 fi
 
 missing=()

@@ -3,6 +3,7 @@
 //! store and kubectl cache, and runs kubectl against it.
 
 pub mod bench;
+pub mod dnsbench;
 pub mod fnbench;
 pub mod node;
 pub mod nodebench;
