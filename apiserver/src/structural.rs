@@ -228,6 +228,39 @@ fn walk_value(s: &Value, v: &mut Value, path: &str, out: &mut Outcome) {
                     &format!("{path} in body should have at least {min} items"),
                 ));
             }
+            // List types: a map's keys and a set's items appear once (upstream reports the
+            // later one as `Duplicate value`).
+            let list_type = s.get("x-kubernetes-list-type").and_then(Value::as_str);
+            if matches!(list_type, Some("map") | Some("set")) {
+                let keys: Vec<&str> = s
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                let mut seen = std::collections::HashSet::new();
+                for (i, item) in items.iter().enumerate() {
+                    let identity = if list_type == Some("map") {
+                        let mut m = serde_json::Map::new();
+                        for k in &keys {
+                            if let Some(v) = item.get(*k) {
+                                m.insert((*k).to_owned(), v.clone());
+                            }
+                        }
+                        Value::Object(m)
+                    } else {
+                        item.clone()
+                    };
+                    if !seen.insert(identity.to_string()) {
+                        out.causes.push(Cause {
+                            reason: "FieldValueDuplicate".into(),
+                            message: format!("Duplicate value: {identity}"),
+                            field: format!("{path}[{i}]"),
+                        });
+                    }
+                }
+            }
             if let Some(item_schema) = s.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
                     walk(item_schema, item, &format!("{path}[{i}]"), out);
@@ -382,6 +415,32 @@ mod tests {
         );
         let mut missing = json!({"spec": {}});
         assert_eq!(apply(&schema(), &mut missing).causes[0].field, "spec.image");
+    }
+
+    #[test]
+    fn list_map_keys_and_set_items_appear_once() {
+        let schema = json!({"type": "object", "properties": {
+            "paths": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"],
+                      "items": {"type": "object", "properties": {"path": {"type": "string"}, "port": {"type": "integer"}}}},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}}}});
+        let mut o = json!({"paths": [{"path": "/a", "port": 1}, {"path": "/b", "port": 1}, {"path": "/a", "port": 2}],
+                           "tags": ["x", "y", "x"]});
+        let r = apply(&schema, &mut o);
+        let got: Vec<(String, String)> = r
+            .causes
+            .iter()
+            .map(|c| (c.field.clone(), c.message.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "paths[2]".to_owned(),
+                    r#"Duplicate value: {"path":"/a"}"#.to_owned()
+                ),
+                ("tags[2]".to_owned(), r#"Duplicate value: "x""#.to_owned()),
+            ]
+        );
     }
 
     #[test]

@@ -426,6 +426,11 @@ fn columns(res: &ResourceInfo) -> Vec<Col> {
         ("coordination.k8s.io", "Lease") => {
             vec![Col("Holder", "string", 0), Col("Age", "string", 0)]
         }
+        ("networking.k8s.io", "IngressClass") => vec![
+            Col("Controller", "string", 0),
+            Col("Parameters", "string", 0),
+            Col("Age", "string", 0),
+        ],
         ("networking.k8s.io", "Ingress") => vec![
             Col("Class", "string", 0),
             Col("Hosts", "string", 0),
@@ -977,6 +982,13 @@ fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
             ]
         }
         ("coordination.k8s.io", "Lease") => vec![json!(s(o, "/spec/holderIdentity")), age],
+        ("networking.k8s.io", "IngressClass") => {
+            let params = match o.pointer("/spec/parameters") {
+                Some(p) => format!("{}/{}", s(p, "/kind"), s(p, "/name")),
+                None => "<none>".into(),
+            };
+            vec![json!(s(o, "/spec/controller")), json!(params), age]
+        }
         ("networking.k8s.io", "Ingress") => {
             let hosts: Vec<String> = o
                 .pointer("/spec/rules")

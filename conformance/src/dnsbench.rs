@@ -155,7 +155,9 @@ pub fn run(plan: Plan) -> anyhow::Result<Result> {
     {
         let (client, stop) = (client.clone(), stop.clone());
         c.spawn(async move {
-            if let Err(e) = minik8s_proxy::dns::run(client, "bench".into(), cfg, stop).await {
+            let (_hosts, routed) = tokio::sync::watch::channel((Vec::new(), None));
+            if let Err(e) = minik8s_proxy::dns::run(client, "bench".into(), cfg, routed, stop).await
+            {
                 eprintln!("dns: {e}");
             }
         });

@@ -12,6 +12,8 @@ pub struct Node {
     shutdown: CancellationToken,
     kubelet: CancellationToken,
     done: Option<std::sync::mpsc::Receiver<()>>,
+    /// The hosts file whose managed block the node's router writes, if it runs one.
+    hosts_file: Option<PathBuf>,
     /// The node's name.
     pub name: String,
 }
@@ -148,6 +150,28 @@ impl Cluster {
     /// Starts a real node `name` (bridge `mk8s<index>`, pods in 10.244.<index>.0/24) with the
     /// kubelet's own identity, and waits until it is registered.
     pub fn run_node(&self, name: &str, index: u8) -> Node {
+        self.run_node_with(name, index, None)
+    }
+
+    /// As [`Cluster::run_node`], with the node's HTTP router on port 80 of every address,
+    /// listing its hosts in this machine's `/etc/hosts` (removed when the node goes down).
+    pub fn run_routed_node(&self, name: &str, index: u8) -> Node {
+        let ip = self.block_on(minik8s_kubelet::node::default_ip());
+        let router = minik8s_proxy::router::Config {
+            listen: ([0, 0, 0, 0], 80).into(),
+            node_ip: ip.parse().expect("the node's address"),
+            hosts_file: Some("/etc/hosts".into()),
+        };
+        self.run_node_with(name, index, Some(router))
+    }
+
+    fn run_node_with(
+        &self,
+        name: &str,
+        index: u8,
+        router: Option<minik8s_proxy::router::Config>,
+    ) -> Node {
+        let hosts_file = router.as_ref().and_then(|r| r.hosts_file.clone());
         let root = self.dir().join(format!("node-{name}"));
         let mut cfg = minik8s_kubelet::Config::new(name, &root);
         cfg.runtime.bridge = format!("mk8s{index}");
@@ -169,6 +193,7 @@ impl Cluster {
             let mut proxy = minik8s_proxy::Config::new(name);
             proxy.dns = minik8s_proxy::dns::Config::gateway_of(&cfg.runtime.pod_cidr)
                 .map(minik8s_proxy::dns::Config::on);
+            proxy.router = router;
             let shutdown = shutdown.clone();
             self.spawn(async move {
                 let client = minik8s_kubeconfig::client(&kubeconfig)
@@ -185,6 +210,7 @@ impl Cluster {
             kubelet,
             shutdown,
             done: Some(rx),
+            hosts_file,
             name: name.to_owned(),
         };
         self.wait_node_ready(name);
@@ -207,9 +233,15 @@ impl Node {
             .build()
             .expect("runtime");
         let cfg = self.cfg.clone();
+        let hosts_file = self.hosts_file.take();
         rt.block_on(async {
             if let Err(e) = minik8s_proxy::iptables::cleanup().await {
                 eprintln!("removing the proxy's rules: {e}");
+            }
+            if let Some(f) = &hosts_file
+                && let Err(e) = minik8s_proxy::router::remove_hosts_block(f)
+            {
+                eprintln!("removing the hosts block: {e}");
             }
             if let Err(e) = minik8s_kubelet::down::down(&cfg).await {
                 eprintln!("tearing down node {}: {e}", cfg.node_name);
@@ -237,6 +269,9 @@ impl Drop for Node {
             .enable_all()
             .build()
             .expect("runtime");
+        if let Some(f) = &self.hosts_file {
+            let _ = minik8s_proxy::router::remove_hosts_block(f);
+        }
         rt.block_on(async {
             let _ = minik8s_proxy::iptables::cleanup().await;
             if let Err(e) = minik8s_kubelet::down::down(&self.cfg).await {

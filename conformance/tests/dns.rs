@@ -1,7 +1,9 @@
-//! The cluster DNS on a real node, as pods and the node use it: Services by short and full
-//! names, headless Services following readiness, SRV for named ports, ExternalName, pod
-//! records, PTR, the pod's resolv.conf and hosts file, malformed queries, and answers while
-//! the apiserver is stopped.
+//! The cluster DNS and the node's router on a real node, as pods and the node use them:
+//! Services by short and full names, headless Services following readiness, SRV for named
+//! ports, ExternalName, pod records, PTR, the pod's resolv.conf and hosts file, malformed
+//! queries; the seed's `DNS` object (host + paths to two ports of one Service) from the node
+//! and from a pod, edited and deleted, with bad input; an Ingress with two hosts; and answers
+//! while the apiserver is stopped.
 
 use minik8s_conformance::Cluster;
 use std::process::Command;
@@ -102,7 +104,7 @@ spec:
 fn cluster_dns_answers_pods_and_the_node_and_outlives_the_apiserver() {
     let mut c = Cluster::start();
     c.run_controllers(0);
-    let node = c.run_node("d1", 9);
+    let node = c.run_routed_node("d1", 9);
     // The kube-dns Service on the conventional address, with this node's server behind it.
     let svc = c.ok(&[
         "get",
@@ -279,6 +281,8 @@ fn cluster_dns_answers_pods_and_the_node_and_outlives_the_apiserver() {
         &buf[..n]
     );
 
+    router(&c);
+
     // The apiserver stops: the node's DNS keeps answering from what it knows.
     c.stop_apiserver();
     let got = host_lookup(&["web.default.svc.cluster.local"], "10.96.0.10");
@@ -320,4 +324,255 @@ fn tcp_query(server: &str, name: &str) -> String {
         return format!("no A record in {answer:?}");
     }
     out.join(" ")
+}
+
+/// The seed's two-port Service: one pod serving `one` on 8080 and `two` on 8081.
+const SEED_APP: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: two-ports, labels: {app: two-ports}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: web
+    image: busybox
+    command: [sh, -c, 'mkdir -p /a /b && echo page-one > /a/index.html && echo page-two > /b/index.html && mkdir -p /a/deep && echo deep-one > /a/deep/index.html && httpd -p 8081 -h /b && exec httpd -f -p 8080 -h /a']
+---
+apiVersion: v1
+kind: Service
+metadata: {name: svc}
+spec:
+  selector: {app: two-ports}
+  ports:
+  - {name: a, port: 80, targetPort: 8080}
+  - {name: b, port: 8080, targetPort: 8081}
+";
+
+/// The seed's dns.yaml.
+const SEED_DNS: &str = "apiVersion: networking.minik8s.io/v1alpha1
+kind: DNS
+metadata: {name: seed}
+spec:
+  host: minik8s.io
+  subpaths:
+  - {path: /test1, service: svc, port: 80}
+  - {path: /test2, service: svc, port: 8080}
+";
+
+fn curl(url: &str, extra: &[&str]) -> (String, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "5", "-w", "\n%{http_code}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or((&text, ""));
+    (body.trim().to_owned(), code.to_owned())
+}
+
+fn hosts_block() -> String {
+    let hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    hosts
+        .split_once("# BEGIN minik8s")
+        .map(|(_, rest)| {
+            rest.split("# END minik8s")
+                .next()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .unwrap_or_default()
+}
+
+fn router(c: &Cluster) {
+    let r = c.with_manifest(&["apply"], SEED_APP);
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &["get", "pod", "two-ports", "-o", "jsonpath={.status.phase}"],
+        |p| p == "Running",
+    );
+    let r = c.with_manifest(&["apply"], SEED_DNS);
+    assert!(r.ok, "{}", r.stderr);
+    let listed = c.ok(&["get", "dns", "seed", "--no-headers"]);
+    assert!(listed.contains("minik8s.io"), "{listed}");
+    // status.backends and Ready.
+    c.eventually(
+        &[
+            "get",
+            "dns",
+            "seed",
+            "-o",
+            "jsonpath={.status.conditions[0].status}",
+        ],
+        |s| s == "True",
+    );
+    let svc_ip = c.ok(&["get", "service", "svc", "-o", "jsonpath={.spec.clusterIP}"]);
+    let backends = c.ok(&["get", "dns", "seed", "-o", "jsonpath={.status.backends}"]);
+    let backends: serde_json::Value = serde_json::from_str(&backends).unwrap();
+    assert_eq!(
+        backends,
+        serde_json::json!([
+            {"path": "/test1", "service": "svc", "port": 80, "clusterIP": svc_ip},
+            {"path": "/test2", "service": "svc", "port": 8080, "clusterIP": svc_ip},
+        ])
+    );
+    // From the node: the managed hosts block names the host, and the router answers.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !hosts_block().contains("minik8s.io") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no hosts entry: {}",
+            hosts_block()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (body, _) = curl("http://minik8s.io/test1", &[]);
+        if body == "page-one" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "curl /test1: {body}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(curl("http://minik8s.io/test2", &[]).0, "page-two");
+    // The prefix is stripped: /test1/deep/ is the pod's /deep/.
+    assert_eq!(curl("http://minik8s.io/test1/deep/", &[]).0, "deep-one");
+    // From a pod: the cluster DNS answers the host with the node's address.
+    let page = exec(
+        c,
+        "client",
+        &["wget", "-qO-", "-T", "5", "http://minik8s.io/test2"],
+    );
+    assert_eq!(page.trim(), "page-two");
+
+    // Editing moves a path within a second.
+    let moved = SEED_DNS.replace(
+        "{path: /test2, service: svc, port: 8080}",
+        "{path: /test2, service: svc, port: 80}",
+    );
+    let r = c.with_manifest(&["apply"], &moved);
+    assert!(r.ok, "{}", r.stderr);
+    let edited = std::time::Instant::now();
+    loop {
+        if curl("http://minik8s.io/test2", &[]).0 == "page-one" {
+            break;
+        }
+        assert!(
+            edited.elapsed() < std::time::Duration::from_secs(1),
+            "the edit took over 1 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    eprintln!("route moved in {:?}", edited.elapsed());
+
+    // A path to a missing Service: 503 naming it, Ready=False; the other paths keep working.
+    let broken = format!("{moved}  - {{path: /gone, service: nope, port: 80}}\n");
+    let r = c.with_manifest(&["apply"], &broken);
+    assert!(r.ok, "{}", r.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (body, code) = curl("http://minik8s.io/gone", &[]);
+        if code == "503" {
+            assert_eq!(body, "service default/nope not found");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "/gone: {code} {body}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(curl("http://minik8s.io/test1", &[]).0, "page-one");
+    c.eventually(
+        &[
+            "get",
+            "dns",
+            "seed",
+            "-o",
+            "jsonpath={.status.conditions[0].reason}: {.status.conditions[0].message}",
+        ],
+        |s| s == "BackendNotFound: /gone: service default/nope not found",
+    );
+    // Bad input is refused whole.
+    let bad_path = SEED_DNS
+        .replace("path: /test1", "path: test1")
+        .replace("name: seed", "name: bad1");
+    let r = c.with_manifest(&["apply"], &bad_path);
+    assert!(
+        !r.ok && r.stderr.contains("subpaths[0].path"),
+        "{}",
+        r.stderr
+    );
+    let duplicate = SEED_DNS
+        .replace("path: /test2", "path: /test1")
+        .replace("name: seed", "name: bad2");
+    let r = c.with_manifest(&["create"], &duplicate);
+    assert!(
+        !r.ok && r.stderr.to_lowercase().contains("duplicate"),
+        "{}",
+        r.stderr
+    );
+
+    // An Ingress with two hosts through the same router.
+    let ingress = "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {name: two-hosts}
+spec:
+  rules:
+  - host: a.minik8s.test
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {number: 80}}}}]
+  - host: b.minik8s.test
+    http:
+      paths: [{path: /, pathType: Prefix, backend: {service: {name: svc, port: {name: b}}}}]
+";
+    let r = c.with_manifest(&["apply"], ingress);
+    assert!(r.ok, "{}", r.stderr);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if curl("http://a.minik8s.test/", &[]).0 == "page-one"
+            && curl("http://b.minik8s.test/", &[]).0 == "page-two"
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ingress: {}",
+            hosts_block()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let node_ip = c.block_on(minik8s_kubelet::node::default_ip());
+    c.eventually(
+        &[
+            "get",
+            "ingress",
+            "two-hosts",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[0].ip}",
+        ],
+        |ip| ip == node_ip,
+    );
+    let class = c.ok(&[
+        "get",
+        "ingressclass",
+        "minik8s",
+        "-o",
+        "jsonpath={.metadata.annotations}",
+    ]);
+    assert!(class.contains("is-default-class"), "{class}");
+
+    // Deleting the DNS object removes its hosts entry and its routes.
+    c.ok(&["delete", "dns", "seed"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while hosts_block().contains("minik8s.io\n") || hosts_block().contains("minik8s.io ") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "hosts entry kept: {}",
+            hosts_block()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let (_, code) = curl(
+        "http://minik8s.io/test1",
+        &["--resolve", &format!("minik8s.io:80:{node_ip}")],
+    );
+    assert_eq!(code, "404");
 }

@@ -37,6 +37,8 @@ pub struct UpConfig {
     pub registry: Option<SocketAddr>,
     /// Where the function gateway listens (`None`: no gateway nor Function controller).
     pub gateway: Option<SocketAddr>,
+    /// Where the node's HTTP router (`DNS` objects, Ingresses) listens (`None`: no router).
+    pub router: Option<SocketAddr>,
 }
 
 impl UpConfig {
@@ -242,6 +244,20 @@ pub async fn up(
             .expect("the proxy identity");
         let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
         let mut proxy = minik8s_proxy::Config::new(&cfg.node_name);
+        if let Some(listen) = cfg.router {
+            let node_ip = match &cfg.kubelet().node_ip {
+                Some(ip) => ip.clone(),
+                None => minik8s_kubelet::node::default_ip().await,
+            };
+            proxy.router = node_ip
+                .parse()
+                .ok()
+                .map(|ip| minik8s_proxy::router::Config {
+                    listen,
+                    node_ip: ip,
+                    hosts_file: Some("/etc/hosts".into()),
+                });
+        }
         proxy.dns = minik8s_proxy::dns::Config::gateway_of(&cfg.kubelet().runtime.pod_cidr)
             .map(minik8s_proxy::dns::Config::on);
         let shutdown = shutdown.clone();
@@ -290,6 +306,9 @@ pub async fn down(cfg: &UpConfig) -> Result<(), UpError> {
     }
     if let Err(e) = minik8s_proxy::iptables::cleanup().await {
         tracing::warn!(error = %e, "removing the proxy's rules");
+    }
+    if let Err(e) = minik8s_proxy::router::remove_hosts_block(std::path::Path::new("/etc/hosts")) {
+        tracing::warn!(error = %e, "removing the router's /etc/hosts block");
     }
     minik8s_kubelet::down::down(&cfg.kubelet()).await?;
     minik8s_kubelet::registry::stop_in(&cfg.registry_dir()).await;

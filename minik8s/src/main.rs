@@ -94,6 +94,12 @@ struct UpArgs {
     /// Run no function gateway or Function controller.
     #[arg(long, env = "MINIK8S_NO_FUNCTIONS")]
     no_functions: bool,
+    /// Where the node's HTTP router (the `DNS` kind, Ingresses) listens.
+    #[arg(long, env = "MINIK8S_ROUTER", default_value = "0.0.0.0:80")]
+    router: std::net::SocketAddr,
+    /// Run no HTTP router.
+    #[arg(long, env = "MINIK8S_NO_ROUTER")]
+    no_router: bool,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -115,6 +121,7 @@ impl TryFrom<UpArgs> for UpConfig {
             run_node: !a.no_node,
             registry: (!a.no_registry).then_some(a.registry),
             gateway: (!a.no_functions).then_some(a.gateway),
+            router: (!a.no_router).then_some(a.router),
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {

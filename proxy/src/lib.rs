@@ -7,6 +7,7 @@ pub mod dns;
 pub mod error;
 pub mod iptables;
 pub mod model;
+pub mod router;
 
 pub use error::{Error, Result};
 
@@ -37,6 +38,8 @@ pub struct Config {
     pub debounce: Duration,
     /// The node's cluster DNS server, if it runs one.
     pub dns: Option<dns::Config>,
+    /// The node's HTTP router (`DNS` objects and Ingresses), if it runs one.
+    pub router: Option<router::Config>,
 }
 
 impl Config {
@@ -49,6 +52,7 @@ impl Config {
             resync: Duration::from_secs(30),
             debounce: Duration::from_millis(50),
             dns: None,
+            router: None,
         }
     }
 }
@@ -185,15 +189,29 @@ pub async fn sync(cfg: &Config, ports: &[ServicePort], last: &str) -> Result<Str
 /// Runs the proxy (and the node's cluster DNS, when configured) until `shutdown`; the rules
 /// stay in place afterwards.
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Result<()> {
+    // The router tells the DNS server which hosts it serves (they resolve to this node).
+    let (hosts_tx, hosts_rx) = tokio::sync::watch::channel((Vec::new(), None));
     let dns = cfg.dns.clone().map(|d| {
         tokio::spawn(dns::run(
             client.clone(),
             cfg.node_name.clone(),
             d,
+            hosts_rx,
             shutdown.clone(),
         ))
     });
+    let router = cfg
+        .router
+        .clone()
+        .map(|r| tokio::spawn(router::run(client.clone(), r, hosts_tx, shutdown.clone())));
     let result = run_rules(client, &cfg, shutdown).await;
+    if let Some(router) = router {
+        match router.await {
+            Ok(Err(e)) => tracing::error!(error = %e, "router stopped"),
+            Err(e) => tracing::error!(error = %e, "router task failed"),
+            Ok(Ok(())) => {}
+        }
+    }
     if let Some(dns) = dns {
         match dns.await {
             Ok(Err(e)) => tracing::error!(error = %e, "cluster DNS stopped"),

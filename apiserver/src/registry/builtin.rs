@@ -319,6 +319,10 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             generation: true,
             ..status()
         }),
+        row::<networking::IngressClass>(Extra {
+            generation: true,
+            ..Default::default()
+        }),
         row::<networking::NetworkPolicy>(Extra {
             short: &["netpol"],
             generation: true,

@@ -71,6 +71,8 @@ pub async fn install(client: Client) -> Result<()> {
                            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]},
     });
     services.patch("kube-dns", &pp, &Patch::Apply(&svc)).await?;
+    // The router's kind and IngressClass (the router's hosts resolve through this DNS).
+    crate::router::install(client.clone()).await?;
     let roles: Api<k8s_openapi::api::rbac::v1::Role> =
         Api::namespaced(client.clone(), "kube-system");
     let role = json!({
@@ -89,6 +91,14 @@ pub async fn install(client: Client) -> Result<()> {
         "metadata": {"name": "minik8s:dns"},
         "rules": [{"apiGroups": [""], "resources": ["services", "pods", "namespaces", "nodes"],
                    "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["networking.minik8s.io"], "resources": ["dnses"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["networking.minik8s.io"], "resources": ["dnses/status"],
+                   "verbs": ["get", "patch", "update"]},
+                  {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"],
+                   "verbs": ["get", "patch", "update"]},
                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
                    "verbs": ["get", "list", "watch"]}],
     });
@@ -147,6 +157,8 @@ pub fn build(
     services: &Store<Service>,
     slices: &Store<EndpointSlice>,
     pods: &Store<Pod>,
+    hosts: &[String],
+    node_ip: Option<Ipv4Addr>,
 ) -> zone::Zone {
     let mut svcs = Vec::new();
     for s in services.state() {
@@ -223,7 +235,7 @@ pub fn build(
             })
         })
         .collect();
-    zone::Zone::build(&cfg.domain, &svcs, &endpoints, &pods, &[], None)
+    zone::Zone::build(&cfg.domain, &svcs, &endpoints, &pods, hosts, node_ip)
 }
 
 /// Runs this node's DNS server until `shutdown`: binds, publishes its endpoint, and keeps the
@@ -232,6 +244,7 @@ pub async fn run(
     client: Client,
     node: String,
     cfg: Config,
+    mut hosts: crate::router::Hosts,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let (udp, tcp) = server::bind(cfg.listen)
@@ -302,12 +315,16 @@ pub async fn run(
         let _ = services.wait_until_ready().await;
         let _ = slices.wait_until_ready().await;
         let _ = pods.wait_until_ready().await;
+        // Without a router (its sender gone), only the cluster's objects change the zone.
+        let mut routed = true;
         loop {
-            let z = build(&cfg, &services, &slices, &pods);
+            let (names, node_ip) = hosts.borrow_and_update().clone();
+            let z = build(&cfg, &services, &slices, &pods, &names, node_ip);
             *shared.write().expect("zone lock") = Arc::new(z);
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = changed.notified() => {}
+                r = hosts.changed(), if routed => routed = r.is_ok(),
             }
             tokio::time::sleep(cfg.debounce).await;
         }

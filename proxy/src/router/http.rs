@@ -1,0 +1,176 @@
+//! The router's HTTP server: each request is matched against the current [`Table`] and sent
+//! on to its Service's ClusterIP (kept-alive connections, through the node's Service rules).
+//! A table swap never touches requests in flight: each holds the backend it resolved.
+
+use super::routes::{Backend, Port, Table};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A Service as the router needs it: its ClusterIP and ports (name → port).
+#[derive(Clone, Debug, Default)]
+pub struct ServiceInfo {
+    /// The ClusterIP.
+    pub cluster_ip: Option<std::net::Ipv4Addr>,
+    /// Ports by name (`""` for an unnamed one) and their numbers.
+    pub ports: Vec<(String, u16)>,
+}
+
+/// What requests are routed with, replaced whole on every change.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    /// The routes.
+    pub table: Table,
+    /// Services by `namespace/name`.
+    pub services: HashMap<String, ServiceInfo>,
+}
+
+/// The shared, swappable state.
+pub type Shared = Arc<RwLock<Arc<State>>>;
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+fn text(code: StatusCode, message: String) -> Response<Body> {
+    let mut r = Response::new(
+        Full::new(Bytes::from(message + "\n"))
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *r.status_mut() = code;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// The address of a backend, or why there is none (503's text).
+pub fn resolve(state: &State, b: &Backend) -> Result<SocketAddr, String> {
+    let key = format!("{}/{}", b.namespace, b.service);
+    let svc = state
+        .services
+        .get(&key)
+        .ok_or_else(|| format!("service {key} not found"))?;
+    let ip = svc
+        .cluster_ip
+        .ok_or_else(|| format!("service {key} has no ClusterIP"))?;
+    let port = match &b.port {
+        Port::Number(n) => svc
+            .ports
+            .iter()
+            .find(|(_, p)| p == n)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| format!("service {key} has no port {n}"))?,
+        Port::Name(name) => svc
+            .ports
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| *p)
+            .ok_or_else(|| format!("service {key} has no port named {name:?}"))?,
+    };
+    Ok(SocketAddr::from((ip, port)))
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: Shared,
+    client: Client<HttpConnector, Incoming>,
+    peer: SocketAddr,
+) -> Result<Response<Body>, hyper::Error> {
+    let state = shared.read().expect("router state").clone();
+    let host = req
+        .headers()
+        .get(hyper::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().host())
+        .unwrap_or_default()
+        .to_owned();
+    let path = req.uri().path().to_owned();
+    let Some((backend, sent)) = state.table.route(&host, &path) else {
+        return Ok(text(
+            StatusCode::NOT_FOUND,
+            format!("no route for http://{host}{path}"),
+        ));
+    };
+    let addr = match resolve(&state, backend) {
+        Ok(a) => a,
+        Err(why) => return Ok(text(StatusCode::SERVICE_UNAVAILABLE, why)),
+    };
+    let (mut parts, body) = req.into_parts();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    parts.uri = match format!("http://{addr}{sent}{query}").parse() {
+        Ok(u) => u,
+        Err(e) => return Ok(text(StatusCode::BAD_REQUEST, format!("bad path: {e}"))),
+    };
+    parts.version = hyper::Version::HTTP_11;
+    let forwarded = match parts
+        .headers
+        .get("x-forwarded-for")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(before) => format!("{before}, {}", peer.ip()),
+        None => peer.ip().to_string(),
+    };
+    if let Ok(v) = forwarded.parse() {
+        parts.headers.insert("x-forwarded-for", v);
+    }
+    parts.headers.insert(
+        "x-forwarded-host",
+        host.parse()
+            .unwrap_or(hyper::header::HeaderValue::from_static("")),
+    );
+    match client.request(Request::from_parts(parts, body)).await {
+        Ok(resp) => Ok(resp.map(|b| b.boxed())),
+        Err(e) => Ok(text(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "service {}/{} ({addr}): {e}",
+                backend.namespace, backend.service
+            ),
+        )),
+    }
+}
+
+/// Serves HTTP on `listener` until `shutdown`.
+pub async fn serve(listener: TcpListener, shared: Shared, shutdown: CancellationToken) {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Incoming> =
+        Client::builder(TokioExecutor::new()).build(connector);
+    loop {
+        let (stream, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(error = %e, "router accept");
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let (shared, client) = (shared.clone(), client.clone());
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                handle(req, shared.clone(), client.clone(), peer)
+            });
+            let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = conn.serve_connection(TokioIo::new(stream), service).await {
+                tracing::debug!(error = %e, "router connection");
+            }
+        });
+    }
+}

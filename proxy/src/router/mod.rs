@@ -1,0 +1,428 @@
+//! The node's HTTP router: one table ([`routes::Table`]) rendered from the seed's `DNS`
+//! objects ([`types::DNS`]: host + paths, prefix stripped) and standard `Ingress`es of the
+//! `minik8s` class (the default class), served on port 80 of the node. Their hosts resolve to
+//! the node: the cluster DNS answers them (through the channel [`run`] feeds), and a managed
+//! block of `/etc/hosts` lists them for the node itself. The router also writes each `DNS`
+//! object's `status.backends` and `Ready` condition and each Ingress's load-balancer address.
+
+pub mod http;
+pub mod routes;
+pub mod types;
+
+use crate::Result;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use routes::{Backend, PathType, Port, Route, Table};
+use serde_json::json;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use types::{DNS, DnsStatus};
+
+/// The IngressClass (and `spec.controller`) the router serves.
+pub const CLASS: &str = "minik8s";
+const CONTROLLER: &str = "minik8s.io/router";
+const MANAGER: &str = "minik8s-router";
+/// The lines around the managed block of the hosts file.
+pub const BEGIN: &str = "# BEGIN minik8s";
+/// The block's last line.
+pub const END: &str = "# END minik8s";
+
+/// How the router runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where it serves HTTP (port 80 of every address by default).
+    pub listen: SocketAddr,
+    /// The node's address (DNS answers, `/etc/hosts`, Ingress status).
+    pub node_ip: Ipv4Addr,
+    /// The hosts file whose managed block lists the routed hosts (`None`: leave it alone).
+    pub hosts_file: Option<PathBuf>,
+}
+
+/// The hosts routed here and the node's address, as the cluster DNS needs them.
+pub type Hosts = tokio::sync::watch::Receiver<(Vec<String>, Option<Ipv4Addr>)>;
+
+/// Installs the `DNS` CRD and the default `minik8s` IngressClass.
+pub async fn install(client: Client) -> Result<()> {
+    let pp = PatchParams::apply(MANAGER).force();
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(client.clone());
+    let crd = DNS::crd();
+    crds.patch(&crd.name_any(), &pp, &Patch::Apply(&crd))
+        .await?;
+    let classes: Api<IngressClass> = Api::all(client);
+    let class = json!({
+        "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+        "metadata": {"name": CLASS, "annotations": {"ingressclass.kubernetes.io/is-default-class": "true"}},
+        "spec": {"controller": CONTROLLER},
+    });
+    classes.patch(CLASS, &pp, &Patch::Apply(&class)).await?;
+    Ok(())
+}
+
+/// Rewrites the managed block of `file` to list `hosts` at `ip` (atomically: a new file
+/// renamed over the old); no hosts removes the block.
+pub fn write_hosts_block(file: &Path, ip: Ipv4Addr, hosts: &[String]) -> std::io::Result<()> {
+    let old = std::fs::read_to_string(file).unwrap_or_default();
+    let mut out = String::new();
+    let mut inside = false;
+    for line in old.lines() {
+        match line.trim() {
+            BEGIN => inside = true,
+            END => inside = false,
+            _ if !inside => {
+                out.push_str(line);
+                out.push('\n');
+            }
+            _ => {}
+        }
+    }
+    if !hosts.is_empty() {
+        out.push_str(&format!("{BEGIN}\n{ip}\t{}\n{END}\n", hosts.join(" ")));
+    }
+    if out == old {
+        return Ok(());
+    }
+    let tmp = file.with_extension("minik8s-tmp");
+    std::fs::write(&tmp, &out)?;
+    if let Ok(meta) = std::fs::metadata(file) {
+        let _ = std::fs::set_permissions(&tmp, meta.permissions());
+    }
+    std::fs::rename(&tmp, file)
+}
+
+/// Removes the managed block (`minik8s down`).
+pub fn remove_hosts_block(file: &Path) -> std::io::Result<()> {
+    write_hosts_block(file, Ipv4Addr::UNSPECIFIED, &[])
+}
+
+/// Whether an Ingress is the router's: class `minik8s`, or no class (the default class).
+fn ours(i: &Ingress) -> bool {
+    let class = i
+        .spec
+        .as_ref()
+        .and_then(|s| s.ingress_class_name.clone())
+        .or_else(|| i.annotations().get("kubernetes.io/ingress.class").cloned());
+    class.is_none_or(|c| c == CLASS)
+}
+
+/// The table and services from the stores.
+pub fn build(
+    dnses: &Store<DNS>,
+    ingresses: &Store<Ingress>,
+    services: &Store<Service>,
+) -> http::State {
+    let mut routes = Vec::new();
+    let mut default = None;
+    for d in dnses.state() {
+        let ns = d.namespace().unwrap_or_default();
+        for s in &d.spec.subpaths {
+            routes.push(Route {
+                host: d.spec.host.clone(),
+                path: s.path.clone(),
+                path_type: PathType::Prefix,
+                strip: true,
+                backend: Backend {
+                    namespace: ns.clone(),
+                    service: s.service.clone(),
+                    port: Port::Number(s.port as u16),
+                },
+            });
+        }
+    }
+    let backend_of = |ns: &str, b: &k8s_openapi::api::networking::v1::IngressBackend| {
+        let svc = b.service.as_ref()?;
+        let port = svc.port.as_ref()?;
+        Some(Backend {
+            namespace: ns.to_owned(),
+            service: svc.name.clone(),
+            port: match (&port.number, &port.name) {
+                (Some(n), _) => Port::Number(*n as u16),
+                (None, Some(name)) => Port::Name(name.clone()),
+                _ => return None,
+            },
+        })
+    };
+    for i in ingresses.state().iter().filter(|i| ours(i)) {
+        let ns = i.namespace().unwrap_or_default();
+        let Some(spec) = &i.spec else { continue };
+        if default.is_none() {
+            default = spec
+                .default_backend
+                .as_ref()
+                .and_then(|b| backend_of(&ns, b));
+        }
+        for rule in spec.rules.iter().flatten() {
+            let host = rule.host.clone().unwrap_or_default();
+            for p in rule.http.iter().flat_map(|h| &h.paths) {
+                let Some(backend) = backend_of(&ns, &p.backend) else {
+                    continue;
+                };
+                routes.push(Route {
+                    host: host.clone(),
+                    path: p.path.clone().unwrap_or_else(|| "/".into()),
+                    path_type: if p.path_type == "Exact" {
+                        PathType::Exact
+                    } else {
+                        PathType::Prefix
+                    },
+                    strip: false,
+                    backend,
+                });
+            }
+        }
+    }
+    let services = services
+        .state()
+        .iter()
+        .map(|s| {
+            let spec = s.spec.clone().unwrap_or_default();
+            (
+                format!("{}/{}", s.namespace().unwrap_or_default(), s.name_any()),
+                http::ServiceInfo {
+                    cluster_ip: spec.cluster_ip.as_deref().and_then(|ip| ip.parse().ok()),
+                    ports: spec
+                        .ports
+                        .iter()
+                        .flatten()
+                        .map(|p| (p.name.clone().unwrap_or_default(), p.port as u16))
+                        .collect(),
+                },
+            )
+        })
+        .collect();
+    http::State {
+        table: Table::new(routes, default),
+        services,
+    }
+}
+
+/// A `DNS` object's status from the router's state.
+fn dns_status(d: &DNS, state: &http::State, old: Option<&DnsStatus>) -> DnsStatus {
+    let ns = d.namespace().unwrap_or_default();
+    let mut problems = Vec::new();
+    let backends = d
+        .spec
+        .subpaths
+        .iter()
+        .map(|s| {
+            let backend = Backend {
+                namespace: ns.clone(),
+                service: s.service.clone(),
+                port: Port::Number(s.port as u16),
+            };
+            let ip = match http::resolve(state, &backend) {
+                Ok(addr) => addr.ip().to_string(),
+                Err(why) => {
+                    problems.push(format!("{}: {why}", s.path));
+                    state
+                        .services
+                        .get(&format!("{ns}/{}", s.service))
+                        .and_then(|i| i.cluster_ip)
+                        .map(|ip| ip.to_string())
+                        .unwrap_or_default()
+                }
+            };
+            types::Backend {
+                path: s.path.clone(),
+                service: s.service.clone(),
+                port: s.port,
+                cluster_ip: ip,
+            }
+        })
+        .collect();
+    let (status, reason, message) = if problems.is_empty() {
+        (
+            "True",
+            "BackendsFound",
+            "every path has its Service and port".to_owned(),
+        )
+    } else {
+        ("False", "BackendNotFound", problems.join("; "))
+    };
+    let previous = old
+        .and_then(|o| o.conditions.iter().find(|c| c.type_ == "Ready"))
+        .cloned();
+    let transition = match &previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+    };
+    DnsStatus {
+        backends,
+        conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "Ready".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: transition,
+            observed_generation: d.metadata.generation,
+        }],
+    }
+}
+
+/// Writes the `DNS` objects' and Ingresses' status where it changed.
+async fn write_status(
+    client: &Client,
+    state: &http::State,
+    dnses: &Store<DNS>,
+    ingresses: &Store<Ingress>,
+    node_ip: Ipv4Addr,
+) {
+    let pp = PatchParams::default();
+    for d in dnses.state() {
+        let want = dns_status(&d, state, d.status.as_ref());
+        if d.status.as_ref() == Some(&want) {
+            continue;
+        }
+        let api: Api<DNS> = Api::namespaced(client.clone(), &d.namespace().unwrap_or_default());
+        if let Err(e) = api
+            .patch_status(&d.name_any(), &pp, &Patch::Merge(json!({"status": want})))
+            .await
+        {
+            tracing::warn!(dns = %d.name_any(), error = %e, "writing DNS status");
+        }
+    }
+    let ip = node_ip.to_string();
+    for i in ingresses.state().iter().filter(|i| ours(i)) {
+        let has = i
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .is_some_and(|l| l.iter().any(|e| e.ip.as_deref() == Some(ip.as_str())));
+        if has {
+            continue;
+        }
+        let api: Api<Ingress> = Api::namespaced(client.clone(), &i.namespace().unwrap_or_default());
+        let patch = json!({"status": {"loadBalancer": {"ingress": [{"ip": ip}]}}});
+        if let Err(e) = api
+            .patch_status(&i.name_any(), &pp, &Patch::Merge(patch))
+            .await
+        {
+            tracing::warn!(ingress = %i.name_any(), error = %e, "writing Ingress status");
+        }
+    }
+}
+
+/// Runs the router until `shutdown`; `hosts` tells the cluster DNS which names are routed here.
+pub async fn run(
+    client: Client,
+    cfg: Config,
+    hosts: tokio::sync::watch::Sender<(Vec<String>, Option<Ipv4Addr>)>,
+    shutdown: CancellationToken,
+) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| crate::Error::Dns(format!("router: binding {}: {e}", cfg.listen)))?;
+    let shared: http::Shared = Arc::default();
+    let serving = tokio::spawn(http::serve(listener, shared.clone(), shutdown.clone()));
+    tracing::info!(listen = %cfg.listen, "router serving");
+    let changed = Arc::new(Notify::new());
+    fn notify<T>(changed: Arc<Notify>) -> impl FnMut(T) -> futures::future::Ready<()> {
+        move |_| {
+            changed.notify_one();
+            futures::future::ready(())
+        }
+    }
+    let (dnses, w1) = reflector::store::<DNS>();
+    let (ingresses, w2) = reflector::store::<Ingress>();
+    let (services, w3) = reflector::store::<Service>();
+    let f1 = reflector::reflector(
+        w1,
+        watcher(Api::<DNS>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .for_each(notify(changed.clone()));
+    let f2 = reflector::reflector(
+        w2,
+        watcher(
+            Api::<Ingress>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(notify(changed.clone()));
+    let f3 = reflector::reflector(
+        w3,
+        watcher(
+            Api::<Service>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(notify(changed.clone()));
+    let rebuild = async {
+        let _ = dnses.wait_until_ready().await;
+        let _ = ingresses.wait_until_ready().await;
+        let _ = services.wait_until_ready().await;
+        let mut last_hosts: Option<Vec<String>> = None;
+        loop {
+            let state = Arc::new(build(&dnses, &ingresses, &services));
+            *shared.write().expect("router state") = state.clone();
+            let names = state.table.host_names();
+            if last_hosts.as_ref() != Some(&names) {
+                let _ = hosts.send((names.clone(), Some(cfg.node_ip)));
+                if let Some(file) = &cfg.hosts_file
+                    && let Err(e) = write_hosts_block(file, cfg.node_ip, &names)
+                {
+                    tracing::warn!(file = %file.display(), error = %e, "writing the hosts block");
+                }
+                last_hosts = Some(names);
+            }
+            write_status(&client, &state, &dnses, &ingresses, cfg.node_ip).await;
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = changed.notified() => {}
+                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::select! {
+        _ = f1 => {}
+        _ = f2 => {}
+        _ = f3 => {}
+        _ = rebuild => {}
+    }
+    let _ = serving.await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hosts_block_is_added_replaced_and_removed_leaving_the_rest() {
+        let dir = std::env::temp_dir().join(format!("minik8s-hosts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("hosts");
+        std::fs::write(&file, "127.0.0.1\tlocalhost\n").unwrap();
+        let ip: Ipv4Addr = "192.168.1.10".parse().unwrap();
+        write_hosts_block(&file, ip, &["a.test".into(), "b.test".into()]).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "127.0.0.1\tlocalhost\n# BEGIN minik8s\n192.168.1.10\ta.test b.test\n# END minik8s\n"
+        );
+        write_hosts_block(&file, ip, &["c.test".into()]).unwrap();
+        assert!(
+            std::fs::read_to_string(&file)
+                .unwrap()
+                .contains("\tc.test\n# END")
+        );
+        remove_hosts_block(&file).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&file).unwrap(),
+            "127.0.0.1\tlocalhost\n"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
