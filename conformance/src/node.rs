@@ -159,6 +159,7 @@ impl Cluster {
         let ip = self.block_on(minik8s_kubelet::node::default_ip());
         let router = minik8s_proxy::router::Config {
             listen: ([0, 0, 0, 0], 80).into(),
+            listen_tls: Some(([0, 0, 0, 0], 443).into()),
             node_ip: ip.parse().expect("the node's address"),
             hosts_file: Some("/etc/hosts".into()),
         };

@@ -510,11 +510,52 @@ fn router(c: &Cluster) {
         r.stderr
     );
 
-    // An Ingress with two hosts through the same router.
+    // An Ingress with two hosts through the same router, one of them over TLS with a
+    // certificate from a Secret.
+    let dir = c.dir().to_path_buf();
+    let (crt, key) = (dir.join("a.crt"), dir.join("a.key"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=a.minik8s.test",
+            "-addext",
+            "subjectAltName=DNS:a.minik8s.test",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&crt)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    c.ok(&[
+        "create",
+        "secret",
+        "tls",
+        "a-tls",
+        &format!("--cert={}", crt.display()),
+        &format!("--key={}", key.display()),
+    ]);
     let ingress = "apiVersion: networking.k8s.io/v1
 kind: Ingress
 metadata: {name: two-hosts}
 spec:
+  tls: [{hosts: [a.minik8s.test], secretName: a-tls}]
   rules:
   - host: a.minik8s.test
     http:
@@ -537,6 +578,32 @@ spec:
             "ingress: {}",
             hosts_block()
         );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let cacert = crt.display().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (body, code) = curl("https://a.minik8s.test/", &["--cacert", &cacert]);
+        if body == "page-one" {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            let v = Command::new("curl")
+                .args([
+                    "-sv",
+                    "-m",
+                    "5",
+                    "--cacert",
+                    &cacert,
+                    "https://a.minik8s.test/",
+                ])
+                .output()
+                .expect("curl");
+            panic!(
+                "https: {code} {body}: {}",
+                String::from_utf8_lossy(&v.stderr)
+            );
+        }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let node_ip = c.block_on(minik8s_kubelet::node::default_ip());

@@ -254,6 +254,7 @@ pub async fn up(
                 .ok()
                 .map(|ip| minik8s_proxy::router::Config {
                     listen,
+                    listen_tls: Some(SocketAddr::new(listen.ip(), 443)),
                     node_ip: ip,
                     hosts_file: Some("/etc/hosts".into()),
                 });

@@ -97,6 +97,7 @@ pub async fn install(client: Client) -> Result<()> {
                    "verbs": ["get", "patch", "update"]},
                   {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses"],
                    "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
                   {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"],
                    "verbs": ["get", "patch", "update"]},
                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],

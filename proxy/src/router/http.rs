@@ -32,6 +32,42 @@ pub struct State {
     pub table: Table,
     /// Services by `namespace/name`.
     pub services: HashMap<String, ServiceInfo>,
+    /// TLS certificates by host (`*.example.com` for wildcards), from Ingresses' Secrets.
+    pub certs: HashMap<String, Arc<rustls::sign::CertifiedKey>>,
+}
+
+/// Picks a certificate by SNI from the current state: the exact host, then its wildcard.
+#[derive(Debug)]
+pub struct Certs(pub Shared);
+
+impl rustls::server::ResolvesServerCert for Certs {
+    fn resolve(
+        &self,
+        hello: rustls::server::ClientHello<'_>,
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        let host = hello.server_name()?.to_ascii_lowercase();
+        let state = self.0.read().expect("router state").clone();
+        state.certs.get(&host).cloned().or_else(|| {
+            let (_, rest) = host.split_once('.')?;
+            state.certs.get(&format!("*.{rest}")).cloned()
+        })
+    }
+}
+
+/// A certificate and key from a `kubernetes.io/tls` Secret's PEM.
+pub fn certified_key(crt: &[u8], key: &[u8]) -> Result<rustls::sign::CertifiedKey, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(crt)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("tls.crt: {e}"))?;
+    if chain.is_empty() {
+        return Err("tls.crt holds no certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("tls.key: {e}"))?;
+    let key = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| format!("tls.key: {e}"))?;
+    Ok(rustls::sign::CertifiedKey::new(chain, key))
 }
 
 /// The shared, swappable state.
@@ -85,6 +121,7 @@ async fn handle(
     shared: Shared,
     client: Client<HttpConnector, Incoming>,
     peer: SocketAddr,
+    tls: bool,
 ) -> Result<Response<Body>, hyper::Error> {
     let state = shared.read().expect("router state").clone();
     let host = req
@@ -128,6 +165,10 @@ async fn handle(
         parts.headers.insert("x-forwarded-for", v);
     }
     parts.headers.insert(
+        "x-forwarded-proto",
+        hyper::header::HeaderValue::from_static(if tls { "https" } else { "http" }),
+    );
+    parts.headers.insert(
         "x-forwarded-host",
         host.parse()
             .unwrap_or(hyper::header::HeaderValue::from_static("")),
@@ -144,8 +185,13 @@ async fn handle(
     }
 }
 
-/// Serves HTTP on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, shared: Shared, shutdown: CancellationToken) {
+/// Serves HTTP on `listener` (HTTPS when `tls` is given) until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    shared: Shared,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Client<HttpConnector, Incoming> =
@@ -162,13 +208,24 @@ pub async fn serve(listener: TcpListener, shared: Shared, shutdown: Cancellation
             _ = shutdown.cancelled() => return,
         };
         let _ = stream.set_nodelay(true);
-        let (shared, client) = (shared.clone(), client.clone());
+        let (shared, client, tls) = (shared.clone(), client.clone(), tls.clone());
         tokio::spawn(async move {
+            let secure = tls.is_some();
             let service = hyper::service::service_fn(move |req| {
-                handle(req, shared.clone(), client.clone(), peer)
+                handle(req, shared.clone(), client.clone(), peer, secure)
             });
             let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = conn.serve_connection(TokioIo::new(stream), service).await {
+            let served = match tls {
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(s) => conn.serve_connection(TokioIo::new(s), service).await,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "router TLS handshake");
+                        return;
+                    }
+                },
+                None => conn.serve_connection(TokioIo::new(stream), service).await,
+            };
+            if let Err(e) = served {
                 tracing::debug!(error = %e, "router connection");
             }
         });

@@ -41,6 +41,8 @@ pub const END: &str = "# END minik8s";
 pub struct Config {
     /// Where it serves HTTP (port 80 of every address by default).
     pub listen: SocketAddr,
+    /// Where it serves HTTPS for Ingresses with `tls` (port 443; `None`: no HTTPS).
+    pub listen_tls: Option<SocketAddr>,
     /// The node's address (DNS answers, `/etc/hosts`, Ingress status).
     pub node_ip: Ipv4Addr,
     /// The hosts file whose managed block lists the routed hosts (`None`: leave it alone).
@@ -202,6 +204,7 @@ pub fn build(
     http::State {
         table: Table::new(routes, default),
         services,
+        certs: Default::default(),
     }
 }
 
@@ -323,8 +326,37 @@ pub async fn run(
         .await
         .map_err(|e| crate::Error::Dns(format!("router: binding {}: {e}", cfg.listen)))?;
     let shared: http::Shared = Arc::default();
-    let serving = tokio::spawn(http::serve(listener, shared.clone(), shutdown.clone()));
+    let serving = tokio::spawn(http::serve(
+        listener,
+        shared.clone(),
+        None,
+        shutdown.clone(),
+    ));
     tracing::info!(listen = %cfg.listen, "router serving");
+    let serving_tls = match cfg.listen_tls {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| crate::Error::Dns(format!("router: binding {addr}: {e}")))?;
+            let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| crate::Error::Dns(format!("router TLS: {e}")))?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(http::Certs(shared.clone())));
+            tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+            tracing::info!(listen = %addr, "router serving TLS");
+            Some(tokio::spawn(http::serve(
+                listener,
+                shared.clone(),
+                Some(acceptor),
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let changed = Arc::new(Notify::new());
     fn notify<T>(changed: Arc<Notify>) -> impl FnMut(T) -> futures::future::Ready<()> {
         move |_| {
@@ -365,7 +397,9 @@ pub async fn run(
         let _ = services.wait_until_ready().await;
         let mut last_hosts: Option<Vec<String>> = None;
         loop {
-            let state = Arc::new(build(&dnses, &ingresses, &services));
+            let mut state = build(&dnses, &ingresses, &services);
+            state.certs = certificates(&client, &ingresses).await;
+            let state = Arc::new(state);
             *shared.write().expect("router state") = state.clone();
             let names = state.table.host_names();
             if last_hosts.as_ref() != Some(&names) {
@@ -393,7 +427,54 @@ pub async fn run(
         _ = rebuild => {}
     }
     let _ = serving.await;
+    if let Some(t) = serving_tls {
+        let _ = t.await;
+    }
     Ok(())
+}
+
+/// The certificates of the router's Ingresses' `tls` entries, by host, from their Secrets
+/// (`tls.crt`, `tls.key`); a Secret that is missing or unreadable is logged and skipped.
+async fn certificates(
+    client: &Client,
+    ingresses: &Store<Ingress>,
+) -> std::collections::HashMap<String, Arc<rustls::sign::CertifiedKey>> {
+    let mut out = std::collections::HashMap::new();
+    for i in ingresses.state().iter().filter(|i| ours(i)) {
+        let ns = i.namespace().unwrap_or_default();
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+        for tls in i.spec.iter().flat_map(|s| s.tls.iter().flatten()) {
+            let Some(name) = &tls.secret_name else {
+                continue;
+            };
+            let secret = match secrets.get_opt(name).await {
+                Ok(Some(s)) => s,
+                Ok(None) => {
+                    tracing::warn!(ingress = %i.name_any(), secret = %name, "TLS secret not found");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(secret = %name, error = %e, "reading a TLS secret");
+                    continue;
+                }
+            };
+            let data = secret.data.unwrap_or_default();
+            let (Some(crt), Some(key)) = (data.get("tls.crt"), data.get("tls.key")) else {
+                tracing::warn!(secret = %name, "TLS secret without tls.crt and tls.key");
+                continue;
+            };
+            match http::certified_key(&crt.0, &key.0) {
+                Ok(k) => {
+                    let k = Arc::new(k);
+                    for h in tls.hosts.iter().flatten() {
+                        out.insert(h.to_ascii_lowercase(), k.clone());
+                    }
+                }
+                Err(e) => tracing::warn!(secret = %name, error = %e, "bad TLS secret"),
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

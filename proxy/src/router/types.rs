@@ -72,4 +72,3 @@ pub struct Backend {
     #[serde(rename = "clusterIP")]
     pub cluster_ip: String,
 }
-
