@@ -7,6 +7,7 @@ pub mod dnsbench;
 pub mod fnbench;
 pub mod node;
 pub mod nodebench;
+pub mod routerbench;
 pub mod scale;
 pub mod wfbench;
 

@@ -311,6 +311,8 @@ impl Cluster {
     /// Starts node `name` from the `kubelet` and `kube-proxy` binaries (bridge
     /// `mk8s<index>`, pods in 10.244.<index>.0/24) and waits until it is Ready.
     pub fn join_node(&self, name: &str, index: u8) -> NodeProcess {
+        self.block_on(minik8s_proxy::dns::install(self.client()))
+            .expect("the kube-dns Service installs");
         let root = self.dir().join(format!("node-{name}"));
         let mut cfg = minik8s_kubelet::Config::new(name, &root);
         cfg.runtime.bridge = format!("mk8s{index}");

@@ -510,6 +510,27 @@ fn router(c: &Cluster) {
         r.stderr
     );
 
+    // The same host and path in a second object: the first keeps it; the second says why.
+    let other = SEED_DNS.replace("name: seed", "name: other").replace(
+        "{path: /test2, service: svc, port: 8080}",
+        "{path: /mine, service: svc, port: 8080}",
+    );
+    let r = c.with_manifest(&["apply"], &other);
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &[
+            "get",
+            "dns",
+            "other",
+            "-o",
+            "jsonpath={.status.conditions[0].reason}: {.status.conditions[0].message}",
+        ],
+        |s| s == "DuplicatePath: /test1: minik8s.io/test1 is already routed by default/seed",
+    );
+    assert_eq!(curl("http://minik8s.io/test1", &[]).0, "page-one");
+    assert_eq!(curl("http://minik8s.io/mine", &[]).0, "page-two");
+    c.ok(&["delete", "dns", "other"]);
+
     // An Ingress with two hosts through the same router, one of them over TLS with a
     // certificate from a Secret.
     let dir = c.dir().to_path_buf();

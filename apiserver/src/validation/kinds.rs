@@ -30,6 +30,7 @@ pub fn validate(group: &str, kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(spec, causes),
         ("policy", "PodDisruptionBudget") => pdb(spec, causes),
         ("", "Service") => service(spec, causes),
+        ("networking.k8s.io", "Ingress") => ingress(spec, causes),
         ("", "ConfigMap") | ("", "Secret") => {
             let fields: &[&str] = if kind == "ConfigMap" {
                 &["data", "binaryData"]
@@ -418,6 +419,65 @@ fn cronjob(spec: Option<&Value>, causes: &mut Vec<Cause>) {
         "spec.jobTemplate.spec",
         causes,
     );
+}
+
+/// Upstream's Ingress rules: hosts are DNS names (a leading `*.` allowed), not IPs; paths of
+/// `Exact` and `Prefix` type are absolute; `pathType` is one of the three.
+fn ingress(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+    let Some(spec) = spec else { return };
+    for (i, rule) in spec
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if let Some(host) = rule.get("host").and_then(Value::as_str) {
+            let field = format!("spec.rules[{i}].host");
+            let name = host.strip_prefix("*.").unwrap_or(host);
+            if host.parse::<std::net::IpAddr>().is_ok() {
+                causes.push(Cause::invalid(
+                    &field,
+                    host,
+                    "must be a DNS name, not an IP address",
+                ));
+            } else if !is_subdomain(name) {
+                causes.push(Cause::invalid(&field, host, super::SUBDOMAIN_MSG));
+            }
+        }
+        for (j, p) in rule
+            .pointer("/http/paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let base = format!("spec.rules[{i}].http.paths[{j}]");
+            let kind = p.get("pathType").and_then(Value::as_str);
+            match kind {
+                None => causes.push(Cause::required(
+                    &format!("{base}.pathType"),
+                    "pathType must be specified",
+                )),
+                Some("Exact" | "Prefix" | "ImplementationSpecific") => {}
+                Some(other) => causes.push(Cause::not_supported(
+                    &format!("{base}.pathType"),
+                    other,
+                    &["Exact", "ImplementationSpecific", "Prefix"],
+                )),
+            }
+            if let Some(path) = p.get("path").and_then(Value::as_str)
+                && matches!(kind, Some("Exact" | "Prefix"))
+                && !path.starts_with('/')
+            {
+                causes.push(Cause::invalid(
+                    &format!("{base}.path"),
+                    path,
+                    "must be an absolute path",
+                ));
+            }
+        }
+    }
 }
 
 fn hpa(spec: Option<&Value>, causes: &mut Vec<Cause>) {
@@ -974,6 +1034,40 @@ mod tests {
         let mut out = Vec::new();
         validate(group, kind, &obj, &mut out);
         out.iter().map(Cause::line).collect()
+    }
+
+    #[test]
+    fn ingress_hosts_paths_and_path_types_follow_upstream() {
+        let bad = json!({"spec": {"rules": [
+            {"host": "Bad_Host", "http": {"paths": [{"path": "api", "pathType": "Prefix"}, {"path": "/x"}]}},
+            {"host": "10.0.0.1"},
+            {"host": "*.example.com", "http": {"paths": [{"path": "/", "pathType": "Whatever"}]}}]}});
+        let got = causes("networking.k8s.io", "Ingress", bad);
+        assert_eq!(got.len(), 5, "{got:#?}");
+        assert!(got[0].starts_with(
+            "spec.rules[0].host: Invalid value: \"Bad_Host\": a lowercase RFC 1123 subdomain"
+        ));
+        assert_eq!(
+            got[1],
+            "spec.rules[0].http.paths[0].path: Invalid value: \"api\": must be an absolute path"
+        );
+        assert_eq!(
+            got[2],
+            "spec.rules[0].http.paths[1].pathType: Required value: pathType must be specified"
+        );
+        assert_eq!(
+            got[3],
+            "spec.rules[1].host: Invalid value: \"10.0.0.1\": must be a DNS name, not an IP address"
+        );
+        assert!(
+            got[4].starts_with(
+                "spec.rules[2].http.paths[0].pathType: Unsupported value: \"Whatever\""
+            ),
+            "{}",
+            got[4]
+        );
+        let good = json!({"spec": {"rules": [{"host": "*.a.example", "http": {"paths": [{"path": "/", "pathType": "Prefix"}]}}]}});
+        assert!(causes("networking.k8s.io", "Ingress", good).is_empty());
     }
 
     #[test]

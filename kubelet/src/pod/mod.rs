@@ -232,13 +232,17 @@ impl Worker {
             && let Some(ip) = pod_ip
             && !mounts.iter().any(|m| m.container_path == "/etc/hosts")
         {
-            let file = self
-                .layout
-                .pod_dir(&pod.uid().unwrap_or_default())
-                .join("etc-hosts");
+            let dir = self.layout.pod_dir(&pod.uid().unwrap_or_default());
+            let file = dir.join("etc-hosts");
             let text = spec::hosts_file(pod, ip, &self.layout.cluster_domain);
-            std::fs::write(&file, text)
-                .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&file, text))
+                .map_err(|e| {
+                    (
+                        "CreateContainerConfigError".to_owned(),
+                        format!("writing {}: {e}", file.display()),
+                    )
+                })?;
             mounts.push(crate::cri::Mount {
                 container_path: "/etc/hosts".into(),
                 host_path: file.display().to_string(),

@@ -313,9 +313,15 @@ pub async fn run(
         }
     };
     let rebuild = async {
-        let _ = services.wait_until_ready().await;
-        let _ = slices.wait_until_ready().await;
-        let _ = pods.wait_until_ready().await;
+        let listed = async {
+            let _ = services.wait_until_ready().await;
+            let _ = slices.wait_until_ready().await;
+            let _ = pods.wait_until_ready().await;
+        };
+        tokio::select! {
+            _ = listed => {}
+            _ = shutdown.cancelled() => return,
+        }
         // Without a router (its sender gone), only the cluster's objects change the zone.
         let mut routed = true;
         loop {

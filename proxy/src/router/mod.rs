@@ -116,17 +116,49 @@ fn ours(i: &Ingress) -> bool {
     class.is_none_or(|c| c == CLASS)
 }
 
-/// The table and services from the stores.
+/// Paths of `DNS` objects that another, older object already routes: by `namespace/name`,
+/// each path with the object that has it.
+pub type Conflicts = std::collections::HashMap<String, Vec<String>>;
+
+/// The table and services from the stores, and the `DNS` paths left out as duplicates.
 pub fn build(
     dnses: &Store<DNS>,
     ingresses: &Store<Ingress>,
     services: &Store<Service>,
-) -> http::State {
+) -> (http::State, Conflicts) {
     let mut routes = Vec::new();
     let mut default = None;
-    for d in dnses.state() {
+    let mut conflicts = Conflicts::new();
+    // The oldest object keeps a host + path; later ones are told (Ready=False).
+    let mut all = dnses.state();
+    all.sort_by_key(|d| {
+        (
+            d.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            d.namespace(),
+            d.name_any(),
+        )
+    });
+    let mut claimed: std::collections::HashMap<(String, String), String> = Default::default();
+    for d in all {
         let ns = d.namespace().unwrap_or_default();
+        let me = format!("{ns}/{}", d.name_any());
         for s in &d.spec.subpaths {
+            let key = (
+                d.spec.host.to_ascii_lowercase(),
+                s.path.trim_end_matches('/').to_owned(),
+            );
+            match claimed.get(&key) {
+                Some(owner) if owner != &me => {
+                    conflicts.entry(me.clone()).or_default().push(format!(
+                        "{}: {}{} is already routed by {owner}",
+                        s.path, d.spec.host, s.path
+                    ));
+                    continue;
+                }
+                _ => {
+                    claimed.insert(key, me.clone());
+                }
+            }
             routes.push(Route {
                 host: d.spec.host.clone(),
                 path: s.path.clone(),
@@ -201,16 +233,28 @@ pub fn build(
             )
         })
         .collect();
-    http::State {
-        table: Table::new(routes, default),
-        services,
-        certs: Default::default(),
-    }
+    (
+        http::State {
+            table: Table::new(routes, default),
+            services,
+            certs: Default::default(),
+        },
+        conflicts,
+    )
 }
 
 /// A `DNS` object's status from the router's state.
-fn dns_status(d: &DNS, state: &http::State, old: Option<&DnsStatus>) -> DnsStatus {
+fn dns_status(
+    d: &DNS,
+    state: &http::State,
+    conflicts: &Conflicts,
+    old: Option<&DnsStatus>,
+) -> DnsStatus {
     let ns = d.namespace().unwrap_or_default();
+    let duplicates = conflicts
+        .get(&format!("{ns}/{}", d.name_any()))
+        .cloned()
+        .unwrap_or_default();
     let mut problems = Vec::new();
     let backends = d
         .spec
@@ -242,7 +286,9 @@ fn dns_status(d: &DNS, state: &http::State, old: Option<&DnsStatus>) -> DnsStatu
             }
         })
         .collect();
-    let (status, reason, message) = if problems.is_empty() {
+    let (status, reason, message) = if !duplicates.is_empty() {
+        ("False", "DuplicatePath", duplicates.join("; "))
+    } else if problems.is_empty() {
         (
             "True",
             "BackendsFound",
@@ -275,13 +321,14 @@ fn dns_status(d: &DNS, state: &http::State, old: Option<&DnsStatus>) -> DnsStatu
 async fn write_status(
     client: &Client,
     state: &http::State,
+    conflicts: &Conflicts,
     dnses: &Store<DNS>,
     ingresses: &Store<Ingress>,
     node_ip: Ipv4Addr,
 ) {
     let pp = PatchParams::default();
     for d in dnses.state() {
-        let want = dns_status(&d, state, d.status.as_ref());
+        let want = dns_status(&d, state, conflicts, d.status.as_ref());
         if d.status.as_ref() == Some(&want) {
             continue;
         }
@@ -392,12 +439,18 @@ pub async fn run(
     .default_backoff()
     .for_each(notify(changed.clone()));
     let rebuild = async {
-        let _ = dnses.wait_until_ready().await;
-        let _ = ingresses.wait_until_ready().await;
-        let _ = services.wait_until_ready().await;
+        let listed = async {
+            let _ = dnses.wait_until_ready().await;
+            let _ = ingresses.wait_until_ready().await;
+            let _ = services.wait_until_ready().await;
+        };
+        tokio::select! {
+            _ = listed => {}
+            _ = shutdown.cancelled() => return,
+        }
         let mut last_hosts: Option<Vec<String>> = None;
         loop {
-            let mut state = build(&dnses, &ingresses, &services);
+            let (mut state, conflicts) = build(&dnses, &ingresses, &services);
             state.certs = certificates(&client, &ingresses).await;
             let state = Arc::new(state);
             *shared.write().expect("router state") = state.clone();
@@ -411,7 +464,7 @@ pub async fn run(
                 }
                 last_hosts = Some(names);
             }
-            write_status(&client, &state, &dnses, &ingresses, cfg.node_ip).await;
+            write_status(&client, &state, &conflicts, &dnses, &ingresses, cfg.node_ip).await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = changed.notified() => {}
