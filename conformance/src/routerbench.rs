@@ -61,6 +61,7 @@ async fn get(
     host: &str,
     path: &str,
 ) -> anyhow::Result<u16> {
+    send.ready().await?;
     let req = hyper::Request::get(path)
         .header("host", host)
         .body(Empty::<Bytes>::new())?;

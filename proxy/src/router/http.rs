@@ -173,8 +173,12 @@ async fn handle(
         host.parse()
             .unwrap_or(hyper::header::HeaderValue::from_static("")),
     );
+    strip_hop_by_hop(&mut parts.headers);
     match client.request(Request::from_parts(parts, body)).await {
-        Ok(resp) => Ok(resp.map(|b| b.boxed())),
+        Ok(mut resp) => {
+            strip_hop_by_hop(resp.headers_mut());
+            Ok(resp.map(|b| b.boxed()))
+        }
         Err(e) => Ok(text(
             StatusCode::BAD_GATEWAY,
             format!(
@@ -182,6 +186,35 @@ async fn handle(
                 backend.namespace, backend.service
             ),
         )),
+    }
+}
+
+/// Removes the headers that concern one connection only (RFC 9110 7.6.1), and those the
+/// `Connection` header names, so each side of the proxy keeps its own connection settings.
+fn strip_hop_by_hop(headers: &mut hyper::HeaderMap) {
+    let named: Vec<String> = headers
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_ascii_lowercase())
+        .filter(|v| !v.is_empty())
+        .collect();
+    for h in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ]
+    .into_iter()
+    .chain(named.iter().map(String::as_str))
+    {
+        headers.remove(h);
     }
 }
 
