@@ -54,29 +54,6 @@ pub struct Result {
     pub runs: Vec<Run>,
 }
 
-/// CPU time of this process so far (user + system), in seconds.
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
-
 fn dnsperf(
     server: &str,
     port: u16,
@@ -84,7 +61,8 @@ fn dnsperf(
     plan: &Plan,
     names: &str,
 ) -> anyhow::Result<Run> {
-    let cpu = cpu_seconds();
+    let me = std::process::id();
+    let cpu = crate::bench::cpu_seconds(me);
     let out = Command::new("dnsperf")
         .args(["-s", server, "-p", &port.to_string(), "-d"])
         .arg(file)
@@ -93,15 +71,14 @@ fn dnsperf(
         .args(["-q", &plan.outstanding.to_string(), "-t", "2", "-v"])
         .output()
         .map_err(|e| anyhow::anyhow!("running dnsperf (apt install dnsperf): {e}"))?;
-    let cpu = cpu_seconds() - cpu;
+    let cpu = crate::bench::cpu_seconds(me) - cpu;
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut latencies: Vec<f64> = text
+    let mut latencies: Vec<Duration> = text
         .lines()
         .filter(|l| l.starts_with("> "))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|s| s * 1000.0)
+        .map(Duration::from_secs_f64)
         .collect();
-    latencies.sort_by(f64::total_cmp);
     let field = |name: &str| -> f64 {
         text.lines()
             .find_map(|l| l.trim().strip_prefix(name))
@@ -109,14 +86,21 @@ fn dnsperf(
             .unwrap_or(0.0)
     };
     let answered = latencies.len();
+    let mut ms = |q: f64| -> f64 {
+        if latencies.is_empty() {
+            return 0.0;
+        }
+        crate::bench::percentile(&mut latencies, q).as_secs_f64() * 1e3
+    };
+    let (p50_ms, p99_ms, max_ms) = (ms(0.5), ms(0.99), ms(1.0));
     Ok(Run {
         names: names.to_owned(),
         answered,
         lost: field("Queries lost:") as u64,
         qps: field("Queries per second:"),
-        p50_ms: percentile(&latencies, 0.5),
-        p99_ms: percentile(&latencies, 0.99),
-        max_ms: latencies.last().copied().unwrap_or(0.0),
+        p50_ms,
+        p99_ms,
+        max_ms,
         cpu_us_per_query: cpu * 1e6 / answered.max(1) as f64,
     })
 }

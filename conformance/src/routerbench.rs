@@ -81,12 +81,6 @@ async fn kept(addr: &str) -> anyhow::Result<hyper::client::conn::http1::SendRequ
     Ok(send)
 }
 
-fn percentiles(mut ms: Vec<f64>) -> Value {
-    ms.sort_by(f64::total_cmp);
-    let at = |p: f64| ms[((ms.len() - 1) as f64 * p).round() as usize];
-    json!({"n": ms.len(), "p50_ms": at(0.5), "p90_ms": at(0.9), "p99_ms": at(0.99)})
-}
-
 /// Runs the benchmark: `n` timed requests per path, then `clients` clients for `seconds`.
 pub async fn run(
     binary: &Path,
@@ -127,16 +121,16 @@ pub async fn run(
                 fresh(&direct, "web", "/").await? == 200,
                 "direct GET failed"
             );
-            straight.push(t.elapsed().as_secs_f64() * 1e3);
+            straight.push(t.elapsed());
             let t = Instant::now();
             anyhow::ensure!(
                 get(&mut conn, host, "/web/").await? == 200,
                 "routed GET failed"
             );
-            routed.push(t.elapsed().as_secs_f64() * 1e3);
+            routed.push(t.elapsed());
         }
-        let straight = percentiles(straight);
-        let routed = percentiles(routed);
+        let straight = crate::bench::percentiles(&mut straight);
+        let routed = crate::bench::percentiles(&mut routed);
         let overhead =
             routed["p50_ms"].as_f64().unwrap_or(0.0) - straight["p50_ms"].as_f64().unwrap_or(0.0);
         // Throughput through the router.
