@@ -23,6 +23,36 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// A store of every `K`, and the task that keeps it current and wakes `changed` after each
+/// event (the proxy's, the DNS server's and the router's informers).
+pub(crate) fn mirror<K>(
+    client: &Client,
+    config: watcher::Config,
+    changed: &Arc<Notify>,
+) -> (
+    Store<K>,
+    impl std::future::Future<Output = ()> + Send + use<K>,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let changed = changed.clone();
+    let feed = reflector::reflector(writer, watcher(Api::<K>::all(client.clone()), config))
+        .default_backoff()
+        .for_each(move |_| {
+            changed.notify_one();
+            futures::future::ready(())
+        });
+    (store, feed)
+}
+
 /// How the proxy runs.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -224,38 +254,9 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
 
 async fn run_rules(client: Client, cfg: &Config, shutdown: CancellationToken) -> Result<()> {
     let changed = Arc::new(Notify::new());
-    let (services, svc_writer) = reflector::store::<Service>();
-    let (slices, slice_writer) = reflector::store::<EndpointSlice>();
-    let svc_feed = {
-        let changed = changed.clone();
-        reflector::reflector(
-            svc_writer,
-            watcher(
-                Api::<Service>::all(client.clone()),
-                watcher::Config::default(),
-            ),
-        )
-        .default_backoff()
-        .for_each(move |_| {
-            changed.notify_one();
-            futures::future::ready(())
-        })
-    };
-    let slice_feed = {
-        let changed = changed.clone();
-        reflector::reflector(
-            slice_writer,
-            watcher(
-                Api::<EndpointSlice>::all(client),
-                watcher::Config::default(),
-            ),
-        )
-        .default_backoff()
-        .for_each(move |_| {
-            changed.notify_one();
-            futures::future::ready(())
-        })
-    };
+    let (services, svc_feed) = mirror::<Service>(&client, watcher::Config::default(), &changed);
+    let (slices, slice_feed) =
+        mirror::<EndpointSlice>(&client, watcher::Config::default(), &changed);
     let syncer = async {
         let _ = services.wait_until_ready().await;
         let _ = slices.wait_until_ready().await;

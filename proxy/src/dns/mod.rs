@@ -10,12 +10,11 @@ pub mod server;
 pub mod zone;
 
 use crate::Result;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -259,42 +258,10 @@ pub async fn run(
     tracing::info!(listen = %cfg.listen, domain = %cfg.domain, "cluster DNS serving");
 
     let changed = Arc::new(Notify::new());
-    let (services, w1) = reflector::store::<Service>();
-    let (slices, w2) = reflector::store::<EndpointSlice>();
-    let (pods, w3) = reflector::store::<Pod>();
-    fn notify<T>(changed: Arc<Notify>) -> impl FnMut(T) -> futures::future::Ready<()> {
-        move |_| {
-            changed.notify_one();
-            futures::future::ready(())
-        }
-    }
-    let f1 = reflector::reflector(
-        w1,
-        watcher(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(notify(changed.clone()));
-    let f2 = reflector::reflector(
-        w2,
-        watcher(
-            Api::<EndpointSlice>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(notify(changed.clone()));
-    let f3 = reflector::reflector(
-        w3,
-        watcher(
-            Api::<Pod>::all(client.clone()),
-            watcher::Config::default().any_semantic(),
-        ),
-    )
-    .default_backoff()
-    .for_each(notify(changed.clone()));
+    let default = watcher::Config::default;
+    let (services, f1) = crate::mirror::<Service>(&client, default(), &changed);
+    let (slices, f2) = crate::mirror::<EndpointSlice>(&client, default(), &changed);
+    let (pods, f3) = crate::mirror::<Pod>(&client, default().any_semantic(), &changed);
     let publish = async {
         let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "kube-system");
         let pp = PatchParams::apply(MANAGER).force();

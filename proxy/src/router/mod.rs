@@ -10,12 +10,11 @@ pub mod routes;
 pub mod types;
 
 use crate::Result;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, CustomResourceExt, ResourceExt};
 use routes::{Backend, PathType, Port, Route, Table};
 use serde_json::json;
@@ -405,39 +404,10 @@ pub async fn run(
         None => None,
     };
     let changed = Arc::new(Notify::new());
-    fn notify<T>(changed: Arc<Notify>) -> impl FnMut(T) -> futures::future::Ready<()> {
-        move |_| {
-            changed.notify_one();
-            futures::future::ready(())
-        }
-    }
-    let (dnses, w1) = reflector::store::<DNS>();
-    let (ingresses, w2) = reflector::store::<Ingress>();
-    let (services, w3) = reflector::store::<Service>();
-    let f1 = reflector::reflector(
-        w1,
-        watcher(Api::<DNS>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .for_each(notify(changed.clone()));
-    let f2 = reflector::reflector(
-        w2,
-        watcher(
-            Api::<Ingress>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(notify(changed.clone()));
-    let f3 = reflector::reflector(
-        w3,
-        watcher(
-            Api::<Service>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(notify(changed.clone()));
+    let default = watcher::Config::default;
+    let (dnses, f1) = crate::mirror::<DNS>(&client, default(), &changed);
+    let (ingresses, f2) = crate::mirror::<Ingress>(&client, default(), &changed);
+    let (services, f3) = crate::mirror::<Service>(&client, default(), &changed);
     let rebuild = async {
         let listed = async {
             let _ = dnses.wait_until_ready().await;
