@@ -1,5 +1,6 @@
 //! Authentication (client certificates signed by the cluster CA, bearer tokens from a static
-//! token file; anonymous requests are refused). Authorization is `rbac`.
+//! token file, bootstrap and ServiceAccount tokens; anonymous requests get only what RBAC
+//! grants them explicitly). Authorization is `rbac`.
 
 use crate::error::{ApiError, ApiResult};
 use axum::http::header;
@@ -108,12 +109,21 @@ impl Authenticator {
                 None => Credential::Token(token.to_owned()),
             });
         }
-        parts
+        Ok(parts
             .extensions
             .get::<PeerIdentity>()
             .and_then(|p| p.0.clone())
-            .map(Credential::User)
-            .ok_or_else(ApiError::unauthorized)
+            .map_or(Credential::Anonymous, Credential::User))
+    }
+}
+
+/// The user of a request without credentials. It may do only what RBAC grants
+/// `system:anonymous` or `system:unauthenticated` (the `cluster-info` ConfigMap joining nodes
+/// read); anything else is answered 401, as if anonymous requests were off.
+pub fn anonymous() -> User {
+    User {
+        name: "system:anonymous".into(),
+        groups: vec!["system:unauthenticated".into()],
     }
 }
 
@@ -122,8 +132,11 @@ impl Authenticator {
 pub enum Credential {
     /// A known user (certificate or static token).
     User(User),
-    /// A bearer token that is not a static one: verified as a ServiceAccount token.
+    /// A bearer token that is not a static one: verified as a bootstrap token or a
+    /// ServiceAccount token.
     Token(String),
+    /// No credentials at all.
+    Anonymous,
 }
 
 fn split_csv(line: &str) -> Vec<String> {

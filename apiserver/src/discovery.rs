@@ -135,7 +135,7 @@ fn subresource_kind(res: &ResourceInfo, sub: &str) -> (String, String, String, V
             "Scale".into(),
             vec!["get", "patch", "update"],
         ),
-        "status" => (
+        "status" | "approval" => (
             res.group.clone(),
             res.version.clone(),
             res.kind.clone(),

@@ -560,6 +560,11 @@ pub fn defaults() -> Vec<Value> {
                 ),
                 rule(&[""], &["serviceaccounts/token"], &["create"]),
                 rule(&["discovery.k8s.io"], &["endpointslices"], &watch_all),
+                rule(
+                    &["certificates.k8s.io"],
+                    &["certificatesigningrequests"],
+                    &["create", "get", "list", "watch"],
+                ),
             ],
         ),
         plain(
@@ -586,6 +591,48 @@ pub fn defaults() -> Vec<Value> {
             "system:kube-proxy",
         ),
         bind("system:node", "system:node", "system:nodes"),
+        // TLS bootstrapping (kubeadm's roles and bindings): a node's bootstrap token may post
+        // CSRs for a node client certificate, which the approver then approves; a node may
+        // renew its own.
+        plain(
+            "system:node-bootstrapper",
+            vec![rule(
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests"],
+                &["create", "get", "list", "watch"],
+            )],
+        ),
+        plain(
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            vec![rule(
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests/nodeclient"],
+                &["create"],
+            )],
+        ),
+        plain(
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            vec![rule(
+                &["certificates.k8s.io"],
+                &["certificatesigningrequests/selfnodeclient"],
+                &["create"],
+            )],
+        ),
+        bind(
+            "kubeadm:kubelet-bootstrap",
+            "system:node-bootstrapper",
+            minik8s_types::bootstrap::NODE_GROUP,
+        ),
+        bind(
+            "kubeadm:node-autoapprove-bootstrap",
+            "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            minik8s_types::bootstrap::NODE_GROUP,
+        ),
+        bind(
+            "kubeadm:node-autoapprove-certificate-rotation",
+            "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient",
+            "system:nodes",
+        ),
         plain(
             "cluster-admin",
             vec![

@@ -40,6 +40,80 @@ pub fn prepare_update(res: &ResourceInfo, new: &mut Value, old: &Value, subresou
     }
 }
 
+/// Sets what the server owns on a new object of this kind (a CSR's requestor: upstream's
+/// `csrStrategy.PrepareForCreate` fills `spec.username`, `uid`, `groups` and `extra` from
+/// the user who creates it, whatever the client sent).
+pub fn prepare_create(res: &ResourceInfo, obj: &mut Value, user: &crate::auth::User) {
+    if is_csr(res) {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = json!({});
+        }
+        let spec = obj["spec"].as_object_mut().expect("spec is an object");
+        spec.insert("username".into(), json!(user.name));
+        spec.insert("groups".into(), json!(user.groups));
+        spec.remove("uid");
+        spec.remove("extra");
+    }
+}
+
+fn is_csr(res: &ResourceInfo) -> bool {
+    res.group == "certificates.k8s.io" && res.kind == "CertificateSigningRequest"
+}
+
+fn conditions_where(obj: &Value, keep: impl Fn(&str) -> bool) -> Vec<Value> {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| {
+            cs.iter()
+                .filter(|c| keep(c.get("type").and_then(Value::as_str).unwrap_or("")))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Narrows a status-like update (`merged`: the stored object with the new status) to what the
+/// subresource may change: a CSR's `status` keeps its Approved and Denied conditions, and its
+/// `approval` changes the conditions only (upstream's csrStatusStrategy and
+/// csrApprovalStrategy).
+pub fn prepare_status(res: &ResourceInfo, merged: &mut Value, old: &Value, sub: Option<&str>) {
+    if !is_csr(res) {
+        return;
+    }
+    let decision = |t: &str| t == "Approved" || t == "Denied";
+    let conditions = match sub {
+        Some("approval") => {
+            let certificate = old.pointer("/status/certificate").cloned();
+            if !merged.get("status").is_some_and(Value::is_object) {
+                merged["status"] = json!({});
+            }
+            let status = merged["status"].as_object_mut().expect("status object");
+            match certificate {
+                Some(c) => status.insert("certificate".into(), c),
+                None => status.remove("certificate"),
+            };
+            return;
+        }
+        _ => {
+            let mut keep = conditions_where(merged, |t| !decision(t));
+            let mut decided = conditions_where(old, decision);
+            decided.append(&mut keep);
+            decided
+        }
+    };
+    if !merged.get("status").is_some_and(Value::is_object) {
+        merged["status"] = json!({});
+    }
+    if conditions.is_empty() {
+        merged["status"]
+            .as_object_mut()
+            .expect("status object")
+            .remove("conditions");
+    } else {
+        merged["status"]["conditions"] = json!(conditions);
+    }
+}
+
 /// Whether an object being deleted may now go: no finalizers left in `metadata` nor in a
 /// namespace's `spec`, as upstream's `ShouldDeleteDuringUpdate`.
 pub fn finalized(res: &ResourceInfo, obj: &Value) -> bool {
@@ -65,6 +139,7 @@ pub fn validate_update(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Caus
             &[("/roleRef", "roleRef")]
         }
         ("networking.k8s.io", "IngressClass") => &[("/spec/controller", "spec.controller")],
+        ("certificates.k8s.io", "CertificateSigningRequest") => &[("/spec", "spec")],
         ("storage.k8s.io", "StorageClass") => &[
             ("/provisioner", "provisioner"),
             ("/parameters", "parameters"),
@@ -99,6 +174,18 @@ pub fn validate_update(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Caus
             causes.push(Cause::immutable("type"));
         }
         ("", "Pod") => pod_update(new, old, &mut causes),
+        ("certificates.k8s.io", "CertificateSigningRequest") => {
+            // A decision stands: Approved and Denied may not be removed, nor both be given.
+            for t in ["Approved", "Denied"] {
+                let had = !conditions_where(old, |x| x == t).is_empty();
+                if had && conditions_where(new, |x| x == t).is_empty() {
+                    causes.push(Cause::forbidden(
+                        "status.conditions",
+                        &format!("updates may not remove a condition of type {t:?}"),
+                    ));
+                }
+            }
+        }
         ("batch", "Job") => {
             // The pod template is fixed once a Job may have started pods (upstream lets a
             // suspended Job's template change).

@@ -451,6 +451,13 @@ fn columns(res: &ResourceInfo) -> Vec<Col> {
             Col("Age", "string", 0),
             Col("PreemptionPolicy", "string", 0),
         ],
+        ("certificates.k8s.io", "CertificateSigningRequest") => vec![
+            Col("Age", "string", 0),
+            Col("SignerName", "string", 0),
+            Col("Requestor", "string", 0),
+            Col("RequestedDuration", "string", 0),
+            Col("Condition", "string", 0),
+        ],
         ("policy", "PodDisruptionBudget") => vec![
             Col("Min Available", "string", 0),
             Col("Max Unavailable", "string", 0),
@@ -488,6 +495,34 @@ fn columns(res: &ResourceInfo) -> Vec<Col> {
 /// An HPA's TARGETS cell, as upstream's `formatHPAMetrics`: each metric's current value and
 /// target (`cpu: 37%/50%`, `memory: 12Mi/100Mi`, `<unknown>` before the first reading), at
 /// most two, then `+ N more...`.
+/// A CSR's CONDITION column as upstream's `extractCSRStatus`: Denied, else Approved, else
+/// Pending; then `,Failed` and `,Issued` when they apply.
+fn csr_condition(o: &Value) -> String {
+    let types: Vec<String> = o
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().map(|c| s(c, "/type")).collect())
+        .unwrap_or_default();
+    let has = |t: &str| types.iter().any(|x| x == t);
+    let mut out = if has("Denied") {
+        "Denied".to_owned()
+    } else if has("Approved") {
+        "Approved".to_owned()
+    } else {
+        "Pending".to_owned()
+    };
+    if has("Failed") {
+        out.push_str(",Failed");
+    }
+    if o.pointer("/status/certificate")
+        .and_then(Value::as_str)
+        .is_some_and(|c| !c.is_empty())
+    {
+        out.push_str(",Issued");
+    }
+    out
+}
+
 fn hpa_targets(o: &Value) -> String {
     let specs = o
         .pointer("/spec/metrics")
@@ -1028,6 +1063,18 @@ fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
             json!(o.pointer("/globalDefault") == Some(&json!(true))),
             age,
             json!(or(s(o, "/preemptionPolicy"), "PreemptLowerPriority")),
+        ],
+        ("certificates.k8s.io", "CertificateSigningRequest") => vec![
+            age,
+            json!(s(o, "/spec/signerName")),
+            json!(s(o, "/spec/username")),
+            json!(
+                match o.pointer("/spec/expirationSeconds").and_then(Value::as_i64) {
+                    Some(secs) => human_duration(secs),
+                    None => "<none>".into(),
+                }
+            ),
+            json!(csr_condition(o)),
         ],
         ("policy", "PodDisruptionBudget") => vec![
             json!(or(s(o, "/spec/minAvailable"), "N/A")),

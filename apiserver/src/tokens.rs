@@ -115,6 +115,36 @@ impl Issuer {
     }
 }
 
+/// The user of a bootstrap token (`<id>.<secret>`), as upstream's bootstrap authenticator:
+/// its `bootstrap-token-<id>` Secret exists, is not being deleted, has not expired, allows
+/// authentication and holds the same secret. The user is `system:bootstrap:<id>` in
+/// `system:bootstrappers` and the token's extra groups; 401 otherwise.
+pub async fn authenticate_bootstrap(
+    api: &crate::Api,
+    token: &minik8s_types::bootstrap::Token,
+) -> crate::error::ApiResult<crate::auth::User> {
+    use minik8s_storage::Store;
+    use minik8s_types::bootstrap::{NAMESPACE, TokenSecret};
+    let unauthorized = crate::error::ApiError::unauthorized;
+    let key = format!("/registry/core/secrets/{NAMESPACE}/{}", token.secret_name());
+    let kv = api.store.get(&key).await?.ok_or_else(unauthorized)?;
+    let obj: Value = serde_json::from_slice(&kv.value).map_err(|_| unauthorized())?;
+    if obj.pointer("/metadata/deletionTimestamp").is_some() {
+        return Err(unauthorized());
+    }
+    let secret = TokenSecret::from_secret(&obj).ok_or_else(unauthorized)?;
+    let same = secret.token.as_ref().is_some_and(|t| t.matches(token));
+    if !same || !secret.authentication || secret.expired(jiff::Timestamp::now().as_second()) {
+        tracing::debug!(id = %token.id, "bootstrap token refused");
+        return Err(unauthorized());
+    }
+    let groups = secret.groups().map_err(|e| {
+        tracing::warn!(id = %token.id, error = %e, "bootstrap token with bad extra groups");
+        unauthorized()
+    })?;
+    Ok(crate::auth::User::new(token.user(), groups))
+}
+
 /// The user of a ServiceAccount token, if it verifies and its ServiceAccount (and bound pod)
 /// still exist; 401 otherwise.
 pub async fn authenticate(

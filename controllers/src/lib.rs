@@ -2,6 +2,8 @@
 //! runs them all (see [`manager`]); each controller is a module with a `run` function and
 //! pure decision functions that the unit tests exercise without a cluster.
 
+pub mod bootstrap;
+pub mod certificates;
 pub mod cron;
 pub mod cronjob;
 pub mod deployment;
@@ -13,7 +15,9 @@ pub mod job;
 pub mod leader;
 pub mod manager;
 pub mod namespace;
+pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podgc;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;

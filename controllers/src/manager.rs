@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 16] = [
     "scheduler",
     "replicaset",
     "deployment",
@@ -18,6 +18,12 @@ pub const ALL: [&str; 10] = [
     "cronjob",
     "nodelifecycle",
     "horizontalpodautoscaling",
+    "nodeipam",
+    "podgc",
+    "bootstrapsigner",
+    "tokencleaner",
+    "csrapproving",
+    "csrsigning",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -33,6 +39,10 @@ pub fn check(names: &[String]) -> anyhow::Result<()> {
 pub struct Settings {
     /// The HorizontalPodAutoscaler controller's.
     pub hpa: crate::hpa::controller::Config,
+    /// The node IPAM controller's cluster CIDR and block size.
+    pub node_ipam: crate::nodeipam::Config,
+    /// The CSR signer's CA (`None`: the `csrsigning` controller issues nothing).
+    pub signing: Option<crate::certificates::SigningConfig>,
 }
 
 /// Runs the named controllers with default settings until `shutdown`; unknown names are an
@@ -78,6 +88,18 @@ pub async fn run_with(
                 t,
                 s,
             )),
+            "nodeipam" => tasks.spawn(crate::nodeipam::run(c, settings.node_ipam, t, s)),
+            "podgc" => tasks.spawn(crate::podgc::run(c, t, s)),
+            "bootstrapsigner" => tasks.spawn(crate::bootstrap::run_signer(c, t, s)),
+            "tokencleaner" => tasks.spawn(crate::bootstrap::run_cleaner(c, t, s)),
+            "csrapproving" => tasks.spawn(crate::certificates::run_approver(c, t, s)),
+            "csrsigning" => match settings.signing.clone() {
+                Some(cfg) => tasks.spawn(crate::certificates::run_signer(c, cfg, t, s)),
+                None => {
+                    tracing::info!("csrsigning: no --cluster-signing-cert-file; not signing");
+                    continue;
+                }
+            },
             _ => unreachable!("names are checked above"),
         };
     }

@@ -25,6 +25,9 @@ pub enum Error {
         #[source]
         source: rcgen::Error,
     },
+    /// Input that is not what it should be (a PEM without a certificate, …).
+    #[error("{0}")]
+    Invalid(String),
     /// A kubeconfig could not be encoded.
     #[error("encoding kubeconfig {path}")]
     Yaml {

@@ -2,8 +2,10 @@
 //! the apiserver's serving certificate, one client certificate per identity (CN = user,
 //! O = groups) and a kubeconfig for each identity that stock kubectl and kube-rs accept.
 
+pub mod csr;
 mod error;
-mod kubeconfig;
+pub mod join;
+pub mod kubeconfig;
 mod pki;
 pub mod process;
 

@@ -48,6 +48,7 @@ fn remove_tree(dir: &Path) {
 
 /// Stops and removes everything the node made.
 pub async fn down(cfg: &Config) -> Result<()> {
+    crate::routes::flush().await;
     let socket = crate::cri::socket_in(&cfg.runtime.dir);
     if socket.exists()
         && let Ok(runtime) = tokio::time::timeout(

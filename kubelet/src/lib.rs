@@ -13,6 +13,7 @@ pub mod netguard;
 pub mod node;
 pub mod pod;
 pub mod registry;
+pub mod routes;
 pub mod server;
 pub mod spdy;
 pub mod static_pods;
@@ -146,8 +147,18 @@ async fn check_pause_image(cri: &Cri, image: &str) {
 }
 
 /// Runs the kubelet until `shutdown`. The runtime and its pods keep running after it stops.
-pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Result<()> {
+pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -> Result<()> {
     netguard::install(&cfg.node_name).await?;
+    if cfg.runtime.pod_cidr.is_empty() {
+        // No `--pod-cidr`: the node IPAM controller gives the node its block.
+        match node::await_pod_cidr(&client, &cfg.node_name, &shutdown).await? {
+            Some(cidr) => {
+                tracing::info!(node = %cfg.node_name, %cidr, "the node's pod CIDR");
+                cfg.runtime.pod_cidr = cidr;
+            }
+            None => return Ok(()),
+        }
+    }
     let runtime = Containerd::start(&cfg.runtime).await?;
     for image in &cfg.images {
         runtime.import(image).await?;
@@ -260,6 +271,12 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
             .run(pod::reconcile, error_policy, worker)
             .for_each(|_| async {})
     };
-    tokio::join!(heartbeat, orphans, pods, server, statics);
+    let routes = routes::run(
+        client.clone(),
+        cfg.node_name.clone(),
+        facts.ip.clone(),
+        shutdown.clone(),
+    );
+    tokio::join!(heartbeat, orphans, pods, server, statics, routes);
     Ok(())
 }

@@ -177,6 +177,47 @@ async fn current_conditions(nodes: &Api<Node>, name: &str) -> Vec<NodeCondition>
         .unwrap_or_default()
 }
 
+/// The node's pod CIDR as the node IPAM controller assigns it: registers the Node (without
+/// one) if it is not there yet, then waits until `spec.podCIDR` is set (or `shutdown`).
+pub async fn await_pod_cidr(
+    client: &Client,
+    name: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<Option<String>> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {
+            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64"}},
+    });
+    nodes.patch(name, &pp, &Patch::Apply(&node)).await?;
+    let started = std::time::Instant::now();
+    let mut told = false;
+    loop {
+        if let Some(cidr) = nodes
+            .get_opt(name)
+            .await?
+            .and_then(|n| n.spec?.pod_cidr)
+            .filter(|c| !c.is_empty())
+        {
+            return Ok(Some(cidr));
+        }
+        if !told && started.elapsed() > std::time::Duration::from_secs(10) {
+            tracing::warn!(
+                node = name,
+                "still waiting for the node's pod CIDR (is the nodeipam controller running?)"
+            );
+            told = true;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+        }
+    }
+}
+
 /// Creates or refreshes the Node object and its status (`port`: the kubelet server's).
 pub async fn register(client: &Client, f: &Facts, port: u16) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());

@@ -2,6 +2,7 @@
 //! resource quantities (and, as components need them, resource definitions and `Status`
 //! helpers).
 
+pub mod bootstrap;
 pub mod names;
 pub mod quantity;
 pub mod selector;

@@ -170,11 +170,17 @@ async fn handle(
     record.verb = parts.method.as_str().to_ascii_lowercase();
     let user = match api.authn.authenticate(&parts)? {
         crate::auth::Credential::User(u) => u,
-        crate::auth::Credential::Token(t) => crate::tokens::authenticate(&api, &t).await?,
+        crate::auth::Credential::Token(t) => match minik8s_types::bootstrap::Token::parse(&t) {
+            Some(token) => crate::tokens::authenticate_bootstrap(&api, &token).await?,
+            None => crate::tokens::authenticate(&api, &t).await?,
+        },
+        crate::auth::Credential::Anonymous => crate::auth::anonymous(),
     };
+    let anonymous = user.name == "system:anonymous";
     let user = impersonate(&api, user, &parts.headers)?;
     record.user = Some((user.name.clone(), user.groups.clone()));
     match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
+        RequestInfo::NonResource { .. } if anonymous => Err(ApiError::unauthorized()),
         RequestInfo::NonResource { path, .. } => {
             let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
             match segments.as_slice() {
@@ -206,8 +212,11 @@ async fn handle(
             {
                 return Err(ApiError::no_route(parts.uri.path()));
             }
-            api.rbac
-                .authorize(&user, &crate::rbac::Attributes::of(&req))?;
+            let attrs = crate::rbac::Attributes::of(&req);
+            if anonymous && !api.rbac.allows(&user, &attrs) {
+                return Err(ApiError::unauthorized());
+            }
+            api.rbac.authorize(&user, &attrs)?;
             let params = Params::parse(parts.uri.query())?;
             let ctx = Ctx {
                 api,

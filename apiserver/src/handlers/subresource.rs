@@ -22,6 +22,15 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         ("binding", Verb::Create) => binding(ctx, body).await,
         ("eviction", Verb::Create) => eviction(ctx).await,
         ("finalize", Verb::Update) => write::update(ctx, body).await,
+        ("approval", Verb::Get) => super::read::get(ctx).await,
+        ("approval", Verb::Update | Verb::Patch) => {
+            may_approve(&ctx).await?;
+            if ctx.req.verb == Verb::Update {
+                write::update(ctx, body).await
+            } else {
+                write::patch(ctx, body).await
+            }
+        }
         ("token", Verb::Create) => token(ctx, body).await,
         ("log", Verb::Get) if ctx.res.group.is_empty() && ctx.res.kind == "Pod" => {
             crate::kubelet::log(ctx).await
@@ -36,6 +45,43 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
             &format!("{}/{sub}", ctx.res.plural),
             ctx.req.verb.as_str(),
         )),
+    }
+}
+
+/// Deciding a CSR also needs `approve` on its signer (`signers`, named by the signerName or
+/// its `<domain>/*`), as upstream's CertificateApproval admission plugin checks.
+async fn may_approve(ctx: &Ctx) -> ApiResult<()> {
+    let (csr, _) = write::current(ctx).await?;
+    let signer = csr
+        .pointer("/spec/signerName")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let wildcard = signer
+        .split_once('/')
+        .map(|(domain, _)| format!("{domain}/*"))
+        .unwrap_or_default();
+    let allowed = [signer.as_str(), wildcard.as_str()].iter().any(|name| {
+        ctx.api.rbac.allows(
+            &ctx.user,
+            &crate::rbac::Attributes {
+                verb: "approve".into(),
+                group: "certificates.k8s.io".into(),
+                resource: "signers".into(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name: (*name).to_owned(),
+                path: None,
+            },
+        )
+    });
+    if allowed {
+        Ok(())
+    } else {
+        Err(ApiError::forbidden(format!(
+            "certificatesigningrequests.certificates.k8s.io \"{}\" is forbidden: user not permitted to approve requests with signerName \"{signer}\"",
+            ctx.name()
+        )))
     }
 }
 

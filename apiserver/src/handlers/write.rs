@@ -245,6 +245,7 @@ fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
         m.remove("status");
     }
     crate::defaults::apply(&res.group, &res.kind, obj);
+    crate::strategy::prepare_create(res, obj, &ctx.user);
     initial_status(res, obj);
     if is_crd(res) {
         crate::crd::set_status(obj);
@@ -495,8 +496,8 @@ pub fn prepare_update(
             ));
         }
     }
-    if subresource == Some("status") {
-        // A status update changes only status.
+    if matches!(subresource, Some("status" | "approval")) {
+        // A status update changes only status (a CSR's approval only its conditions).
         let status = new.as_object_mut().and_then(|m| m.remove("status"));
         let rv = meta(new).get("resourceVersion").cloned();
         // The stored object without its old status (not cloned only to be replaced).
@@ -520,8 +521,9 @@ pub fn prepare_update(
                 object::meta_mut(&mut merged).remove("resourceVersion");
             }
         }
+        crate::strategy::prepare_status(&res, &mut merged, old, subresource);
         *new = merged;
-        record_manager(ctx, Some(old), new, Some("status"));
+        record_manager(ctx, Some(old), new, subresource);
         return Ok(());
     }
     crate::strategy::prepare_update(&res, new, old, subresource);

@@ -5,9 +5,9 @@
 use super::{NameRule, ResourceInfo, ScaleInfo, Serving};
 use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
-    autoscaling::v2 as autoscaling2, batch::v1 as batch, coordination::v1 as coordination,
-    core::v1 as core, discovery::v1 as discovery, events::v1 as events,
-    networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
+    autoscaling::v2 as autoscaling2, batch::v1 as batch, certificates::v1 as certificates,
+    coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+    events::v1 as events, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
     scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
@@ -285,6 +285,13 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         row::<coordination::Lease>(Extra::default()),
         row::<events::Event>(Extra {
             short: &["ev"],
+            ..Default::default()
+        }),
+        row::<certificates::CertificateSigningRequest>(Extra {
+            short: &["csr"],
+            status: true,
+            subresources: &["approval"],
+            fields: &["spec.signerName"],
             ..Default::default()
         }),
         row::<policy::PodDisruptionBudget>(Extra {

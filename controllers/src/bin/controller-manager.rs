@@ -40,6 +40,21 @@ struct Args {
     /// The scale-down stabilization window of HPAs whose `behavior` sets none.
     #[arg(long, default_value = "5m0s", value_parser = duration)]
     horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// The cluster's pod CIDR, split into one block per node by the node IPAM controller.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: String,
+    /// The prefix length of each node's block.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+    /// The CA certificate the CSR signer issues certificates with.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The CA key the CSR signer issues certificates with.
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest validity of an issued certificate.
+    #[arg(long, default_value = "8760h0m0s", value_parser = duration)]
+    cluster_signing_duration: Duration,
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -67,6 +82,21 @@ async fn main() -> anyhow::Result<()> {
             sync_period: args.horizontal_pod_autoscaler_sync_period,
             downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
         },
+        node_ipam: minik8s_controllers::nodeipam::Config::parse(
+            &args.cluster_cidr,
+            args.node_cidr_mask_size,
+        )
+        .map_err(anyhow::Error::msg)?,
+        signing: args
+            .cluster_signing_cert_file
+            .zip(args.cluster_signing_key_file)
+            .map(
+                |(cert, key)| minik8s_controllers::certificates::SigningConfig {
+                    cert,
+                    key,
+                    duration: args.cluster_signing_duration,
+                },
+            ),
     };
     if !args.leader_elect {
         return minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await;

@@ -1,0 +1,168 @@
+//! The node IPAM controller (upstream's range allocator, `--allocate-node-cidrs`): every Node
+//! without a `spec.podCIDR` gets the lowest free block of the cluster CIDR (`/24`s of
+//! `10.244.0.0/16` by default). Blocks nodes already claim (a kubelet started with its own
+//! `--pod-cidr`) are never handed out again.
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The cluster's pod address space and the size of each node's block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The cluster CIDR's network address.
+    pub network: Ipv4Addr,
+    /// The cluster CIDR's prefix length.
+    pub prefix: u8,
+    /// Each node's prefix length (`--node-cidr-mask-size`, 24).
+    pub node_prefix: u8,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            network: Ipv4Addr::new(10, 244, 0, 0),
+            prefix: 16,
+            node_prefix: 24,
+        }
+    }
+}
+
+impl Config {
+    /// Parses `a.b.c.d/n` (the cluster CIDR) with `/node_prefix` blocks.
+    pub fn parse(cidr: &str, node_prefix: u8) -> Result<Self, String> {
+        let (ip, len) = parse_cidr(cidr).ok_or_else(|| format!("{cidr:?} is not an IPv4 CIDR"))?;
+        if node_prefix < len || node_prefix > 30 {
+            return Err(format!(
+                "node blocks of /{node_prefix} do not fit in {cidr} (want /{len}../30)"
+            ));
+        }
+        Ok(Config {
+            network: ip,
+            prefix: len,
+            node_prefix,
+        })
+    }
+
+    /// The `index`-th block, or `None` past the end.
+    fn block(&self, index: u32) -> Option<String> {
+        let count = 1u64 << (self.node_prefix - self.prefix);
+        if u64::from(index) >= count {
+            return None;
+        }
+        let base = u32::from(self.network) & mask(self.prefix);
+        let ip = Ipv4Addr::from(base + (index << (32 - self.node_prefix)));
+        Some(format!("{ip}/{}", self.node_prefix))
+    }
+}
+
+fn mask(len: u8) -> u32 {
+    if len == 0 { 0 } else { u32::MAX << (32 - len) }
+}
+
+fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (ip, len) = s.split_once('/')?;
+    let len: u8 = len.parse().ok()?;
+    (len <= 32).then_some(())?;
+    Some((ip.parse().ok()?, len))
+}
+
+/// The block for a node when `used` are taken: the lowest free one.
+pub fn next_free(cfg: &Config, used: &BTreeSet<String>) -> Option<String> {
+    (0..)
+        .map_while(|i| cfg.block(i))
+        .find(|b| !used.contains(b))
+}
+
+/// Runs the allocator until `shutdown`.
+pub async fn run(
+    client: Client,
+    cfg: Config,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    use futures::StreamExt;
+    let nodes = informers.all::<Node>().await;
+    let changes = informers.subscribe::<Node>();
+    futures::pin_mut!(changes);
+    loop {
+        if let Err(e) = pass(&client, &cfg, &nodes).await {
+            tracing::warn!(error = %e, "node IPAM pass failed");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = changes.next() => {}
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+    }
+}
+
+async fn pass(client: &Client, cfg: &Config, nodes: &Store<Node>) -> crate::Result<()> {
+    let api: Api<Node> = Api::all(client.clone());
+    let all = nodes.state();
+    let mut used: BTreeSet<String> = all
+        .iter()
+        .filter_map(|n| n.spec.as_ref()?.pod_cidr.clone())
+        .collect();
+    let mut waiting: Vec<_> = all
+        .iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()).is_none())
+        .collect();
+    waiting.sort_by_key(|n| (n.metadata.creation_timestamp.clone(), n.name_any()));
+    for node in waiting {
+        let Some(block) = next_free(cfg, &used) else {
+            tracing::error!(node = %node.name_any(), "no pod CIDR left in the cluster CIDR");
+            return Ok(());
+        };
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": node.resource_version()},
+            "spec": {"podCIDR": block, "podCIDRs": [block]},
+        });
+        match api
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(node = %node.name_any(), cidr = %block, "allocated the node's pod CIDR");
+                used.insert(block);
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_handed_out_lowest_first_and_never_twice() {
+        let cfg = Config::default();
+        let mut used = BTreeSet::new();
+        assert_eq!(next_free(&cfg, &used).as_deref(), Some("10.244.0.0/24"));
+        used.insert("10.244.0.0/24".to_owned());
+        used.insert("10.244.2.0/24".to_owned());
+        assert_eq!(next_free(&cfg, &used).as_deref(), Some("10.244.1.0/24"));
+        used.insert("10.244.1.0/24".to_owned());
+        assert_eq!(next_free(&cfg, &used).as_deref(), Some("10.244.3.0/24"));
+        let tiny = Config::parse("10.9.0.0/23", 24).unwrap();
+        let full: BTreeSet<String> = ["10.9.0.0/24", "10.9.1.0/24"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(next_free(&tiny, &full), None);
+        assert!(Config::parse("10.9.0.0/25", 24).is_err());
+        assert!(Config::parse("nope", 24).is_err());
+    }
+}
