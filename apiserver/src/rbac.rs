@@ -527,6 +527,8 @@ pub fn defaults() -> Vec<Value> {
                 events.clone(),
                 leases.clone(),
                 json!({"apiGroups": ["*"], "resources": ["*"], "verbs": manage}),
+                // The CSR approver and signer act for the built-in signers.
+                rule(&["certificates.k8s.io"], &["signers"], &["approve", "sign"]),
             ],
         ),
         plain(

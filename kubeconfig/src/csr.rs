@@ -204,13 +204,23 @@ pub fn ca_hash(ca_pem: &str) -> Result<String> {
 
 /// When a PEM certificate stops being valid, as Unix seconds.
 pub fn not_after(cert_pem: &str) -> Result<i64> {
+    validity(cert_pem).map(|(_, end)| end)
+}
+
+/// When a PEM certificate starts being valid, as Unix seconds.
+pub fn not_before(cert_pem: &str) -> Result<i64> {
+    validity(cert_pem).map(|(start, _)| start)
+}
+
+fn validity(cert_pem: &str) -> Result<(i64, i64)> {
     let der = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .next()
         .and_then(|c| c.ok())
         .ok_or_else(|| Error::Invalid("no certificate in the PEM".into()))?;
     let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
         .map_err(|e| Error::Invalid(format!("the certificate does not parse: {e}")))?;
-    Ok(cert.validity().not_after.timestamp())
+    let v = cert.validity();
+    Ok((v.not_before.timestamp(), v.not_after.timestamp()))
 }
 
 use rustls::pki_types::pem::PemObject;

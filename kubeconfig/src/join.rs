@@ -165,13 +165,35 @@ async fn client_of(kubeconfig_yaml: &str) -> Result<kube::Client, crate::ClientE
     Ok(kube::Client::try_from(config)?)
 }
 
-/// Discovery: reads cluster-info from `server` without trusting it, and verifies it.
+/// Discovery: reads cluster-info from `server` without trusting it, and verifies it. While
+/// the server cannot be reached or has no signature for the token yet (the signer adds one
+/// within a second of the token's creation), it tries again until `timeout`, as kubeadm does.
 pub async fn discover(
     server: &str,
     token: &Token,
     pins: &[String],
+    timeout: Duration,
 ) -> Result<Discovery, JoinError> {
     let pins = parse_pins(pins)?;
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match discover_once(server, token, &pins).await {
+            Err(e @ (JoinError::UnknownToken(_) | JoinError::Discovery { .. }))
+                if tokio::time::Instant::now() < deadline =>
+            {
+                tracing::info!(reason = %e, "cluster-info not usable yet; trying again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn discover_once(
+    server: &str,
+    token: &Token,
+    pins: &[String],
+) -> Result<Discovery, JoinError> {
     let insecure = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: discovery\n  cluster:\n    server: {server}\n    insecure-skip-tls-verify: true\nusers:\n- name: anonymous\n  user: {{}}\ncontexts:\n- name: discovery\n  context:\n    cluster: discovery\n    user: anonymous\ncurrent-context: discovery\n"
     );
@@ -183,7 +205,7 @@ pub async fn discover(
             server: server.to_owned(),
             reason: e.to_string(),
         })?;
-    let ca_pem = verify_cluster_info(&cm.data.unwrap_or_default(), token, &pins)?;
+    let ca_pem = verify_cluster_info(&cm.data.unwrap_or_default(), token, pins)?;
     Ok(Discovery {
         server: server.to_owned(),
         ca_pem,

@@ -20,11 +20,22 @@ const IP_FORWARD: &str = "/proc/sys/net/ipv4/ip_forward";
 
 /// The `iptables-restore` input that (re)writes the guard chain.
 pub fn rules() -> String {
+    rules_with(&[])
+}
+
+/// The guard with exceptions: pod blocks of other nodes (`destination`, `device`) that this
+/// node routes to over the node network.
+pub fn rules_with(routes: &[(String, String)]) -> String {
     let mut out = String::new();
     for table in ["mangle", "filter"] {
         out.push_str(&format!("*{table}\n:{CHAIN} - [0:0]\n"));
         for iface in ["lo", &format!("{BRIDGE_PREFIX}+"), "veth+", "cni+"] {
             out.push_str(&format!("-A {CHAIN} -o {iface} -j RETURN\n"));
+        }
+        for (dst, dev) in routes {
+            out.push_str(&format!(
+                "-A {CHAIN} -d {dst} -o {dev} -m comment --comment \"minik8s: another node's pods\" -j RETURN\n"
+            ));
         }
         for range in [POD_RANGE, SERVICE_RANGE] {
             out.push_str(&format!(
@@ -89,6 +100,18 @@ pub async fn install(holder: &str) -> Result<()> {
     let mark = mark(holder);
     std::fs::write(&mark, b"").map_err(io(&mark))?;
     Ok(())
+}
+
+/// Rewrites the guard so traffic to other nodes' pods may leave through the node network
+/// (`routes`: destination block and device), as the node's routes send it.
+pub async fn allow_routes(routes: &[(String, String)]) -> Result<()> {
+    if iptables(&["--noflush", "-w"], Some(&rules_with(routes))).await? {
+        Ok(())
+    } else {
+        Err(Error::Pod(
+            "iptables-restore refused the guard rules".into(),
+        ))
+    }
 }
 
 fn mark(holder: &str) -> PathBuf {

@@ -52,26 +52,31 @@ async fn ip(args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// Our routes now: destination → gateway.
-async fn current() -> BTreeMap<String, String> {
+/// Our routes now: destination → (gateway, device).
+async fn current() -> BTreeMap<String, (String, String)> {
     ip(&["-4", "route", "show", "proto", PROTO])
         .await
         .unwrap_or_default()
         .lines()
         .filter_map(|l| {
-            let mut words = l.split_whitespace();
-            let dst = words.next()?.to_owned();
-            words.find(|w| *w == "via")?;
-            Some((dst, words.next()?.to_owned()))
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let after = |key: &str| {
+                words
+                    .iter()
+                    .position(|w| *w == key)
+                    .and_then(|i| words.get(i + 1))
+                    .map(|s| s.to_string())
+            };
+            Some((words.first()?.to_string(), (after("via")?, after("dev")?)))
         })
         .collect()
 }
 
-/// Makes the routes what `want` says.
+/// Makes the routes what `want` says, and lets the guard pass what they carry.
 async fn sync(want: &BTreeMap<String, String>) {
     let have = current().await;
     for (dst, via) in want {
-        if have.get(dst) == Some(via) {
+        if have.get(dst).is_some_and(|(v, _)| v == via) {
             continue;
         }
         match ip(&["route", "replace", dst, "via", via, "proto", PROTO]).await {
@@ -88,36 +93,57 @@ async fn sync(want: &BTreeMap<String, String>) {
             tracing::info!(%dst, "removed the route to a node that left");
         }
     }
+    let routed: Vec<(String, String)> = current()
+        .await
+        .into_iter()
+        .map(|(dst, (_, dev))| (dst, dev))
+        .collect();
+    if let Err(e) = crate::netguard::allow_routes(&routed).await {
+        tracing::warn!(error = %e, "letting other nodes' pod traffic past the guard");
+    }
 }
 
 /// Keeps the routes until `shutdown` (they stay afterwards, so pods keep talking).
 pub async fn run(client: Client, me: String, my_ip: String, shutdown: CancellationToken) {
     use futures::StreamExt;
     let (store, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(Api::<Node>::all(client), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
-    futures::pin_mut!(stream);
-    let mut last = None;
-    let mut tick = tokio::time::interval(Duration::from_secs(10));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = stream.next() => {}
-            _ = tick.tick() => { last = None; }
-        }
+    let changed = std::sync::Arc::new(tokio::sync::Notify::new());
+    let feed = {
+        let changed = changed.clone();
+        reflector(
+            writer,
+            watcher(Api::<Node>::all(client), watcher::Config::default()),
+        )
+        .default_backoff()
+        .touched_objects()
+        .for_each(move |_| {
+            changed.notify_one();
+            async {}
+        })
+    };
+    let sync_loop = async {
         if store.wait_until_ready().await.is_err() {
             return;
         }
-        let nodes: Vec<Node> = store.state().iter().map(|n| (**n).clone()).collect();
-        let want = wanted(&nodes, &me, &my_ip);
-        if last.as_ref() != Some(&want) {
-            sync(&want).await;
-            last = Some(want);
+        let mut last = None;
+        loop {
+            let nodes: Vec<Node> = store.state().iter().map(|n| (**n).clone()).collect();
+            let want = wanted(&nodes, &me, &my_ip);
+            if last.as_ref() != Some(&want) {
+                sync(&want).await;
+                last = Some(want);
+            }
+            tokio::select! {
+                _ = changed.notified() => {}
+                // Now and then, routes someone else removed come back.
+                _ = tokio::time::sleep(Duration::from_secs(30)) => last = None,
+            }
         }
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = feed => {}
+        _ = sync_loop => {}
     }
 }
 

@@ -2,6 +2,9 @@
 //! embedded store, controllers, kubelet on a private containerd) after writing its PKI and
 //! kubeconfigs; `down` stops it and removes everything its node made.
 
+pub mod join;
+pub mod tokens;
+
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
 use minik8s_storage::Endpoint;
 use std::net::{IpAddr, SocketAddr};
@@ -25,6 +28,8 @@ pub struct UpConfig {
     pub ips: Vec<IpAddr>,
     /// This node's name.
     pub node_name: String,
+    /// This node's InternalIP (`None`: the source address of the default route).
+    pub node_ip: Option<String>,
     /// Audit log level (`None`, `Metadata`, `Request`); the log is `data_dir/audit.log`.
     pub audit_level: minik8s_apiserver::audit::Level,
     /// Whether this process also runs the node (kubelet on containerd); off for a control
@@ -47,6 +52,7 @@ impl UpConfig {
         let mut cfg = minik8s_kubelet::Config::new(&self.node_name, self.data_dir.join("node"));
         cfg.images = self.images.clone();
         cfg.manifests = Some(self.data_dir.join("manifests"));
+        cfg.node_ip = self.node_ip.clone();
         cfg
     }
 
@@ -180,11 +186,21 @@ pub async fn up(
         .iter()
         .map(|s| s.to_string())
         .collect();
+    let settings = minik8s_controllers::manager::Settings {
+        signing: Some(minik8s_controllers::certificates::SigningConfig {
+            cert: pki.ca_path(),
+            key: dir.join("ca.key"),
+            duration: std::time::Duration::from_secs(365 * 24 * 3600),
+        }),
+        ..Default::default()
+    };
     let tasks = tokio_util::task::TaskTracker::new();
     {
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
-            if let Err(e) = minik8s_controllers::manager::run(client, &names, shutdown).await {
+            if let Err(e) =
+                minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await
+            {
                 tracing::error!(error = %e, "controllers stopped");
             }
         });
@@ -214,7 +230,12 @@ pub async fn up(
             .into_iter()
             .find(|i| i.file == "kubelet")
             .expect("the kubelet identity");
-        let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
+        let kubelet_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
+        let proxy = Identity::components(&cfg.node_name)
+            .into_iter()
+            .find(|i| i.file == "proxy")
+            .expect("the proxy identity");
+        let proxy_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
         let mut node = cfg.kubelet();
         node.client_ca = Some(pki.ca_path());
         if let Some(addr) = cfg.registry {
@@ -229,44 +250,15 @@ pub async fn up(
                 }
             }
         }
-        {
-            let shutdown = shutdown.clone();
-            tasks.spawn(async move {
-                if let Err(e) = minik8s_kubelet::run(client, node, shutdown.clone()).await {
-                    tracing::error!(error = %e, "the kubelet stopped");
-                    shutdown.cancel();
-                }
-            });
-        }
-        let proxy = Identity::components(&cfg.node_name)
-            .into_iter()
-            .find(|i| i.file == "proxy")
-            .expect("the proxy identity");
-        let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
-        let mut proxy = minik8s_proxy::Config::new(&cfg.node_name);
-        if let Some(listen) = cfg.router {
-            let node_ip = match &cfg.kubelet().node_ip {
-                Some(ip) => ip.clone(),
-                None => minik8s_kubelet::node::default_ip().await,
-            };
-            proxy.router = node_ip
-                .parse()
-                .ok()
-                .map(|ip| minik8s_proxy::router::Config {
-                    listen,
-                    listen_tls: Some(SocketAddr::new(listen.ip(), 443)),
-                    node_ip: ip,
-                    hosts_file: Some("/etc/hosts".into()),
-                });
-        }
-        proxy.dns = minik8s_proxy::dns::Config::gateway_of(&cfg.kubelet().runtime.pod_cidr)
-            .map(minik8s_proxy::dns::Config::on);
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            if let Err(e) = minik8s_proxy::run(client, proxy, shutdown).await {
-                tracing::error!(error = %e, "the proxy stopped");
-            }
-        });
+        start_node(
+            &tasks,
+            kubelet_client,
+            proxy_client,
+            node,
+            cfg.router,
+            shutdown.clone(),
+        )
+        .await;
     }
     let pid = cfg.pid_file();
     std::fs::write(&pid, std::process::id().to_string()).map_err(|source| UpError::Io {
@@ -279,6 +271,50 @@ pub async fn up(
     server.wait().await;
     let _ = std::fs::remove_file(&pid);
     Ok(())
+}
+
+/// Starts a node's kubelet and proxy (with the cluster DNS on its pod gateway and, given
+/// `router`, its HTTP router) on `tasks`; a kubelet that stops on an error stops everything.
+pub async fn start_node(
+    tasks: &tokio_util::task::TaskTracker,
+    kubelet_client: kube::Client,
+    proxy_client: kube::Client,
+    node: minik8s_kubelet::Config,
+    router: Option<SocketAddr>,
+    shutdown: CancellationToken,
+) {
+    let node_ip = match &node.node_ip {
+        Some(ip) => ip.clone(),
+        None => minik8s_kubelet::node::default_ip().await,
+    };
+    let mut proxy = minik8s_proxy::Config::new(&node.node_name);
+    if let Some(listen) = router {
+        proxy.router = node_ip
+            .parse()
+            .ok()
+            .map(|ip| minik8s_proxy::router::Config {
+                listen,
+                listen_tls: Some(SocketAddr::new(listen.ip(), 443)),
+                node_ip: ip,
+                hosts_file: Some("/etc/hosts".into()),
+            });
+    }
+    proxy.dns = minik8s_proxy::dns::Config::gateway_of(&node.runtime.pod_cidr)
+        .map(minik8s_proxy::dns::Config::on);
+    {
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            if let Err(e) = minik8s_kubelet::run(kubelet_client, node, shutdown.clone()).await {
+                tracing::error!(error = %e, "the kubelet stopped");
+                shutdown.cancel();
+            }
+        });
+    }
+    tasks.spawn(async move {
+        if let Err(e) = minik8s_proxy::run(proxy_client, proxy, shutdown).await {
+            tracing::error!(error = %e, "the proxy stopped");
+        }
+    });
 }
 
 /// Stops a running `up` on this data folder (SIGTERM, waiting up to 30 s), then removes every

@@ -27,6 +27,25 @@ enum Command {
     /// Stops the cluster running on DATA_DIR and removes its pods, runtime, bridge, cgroups,
     /// mounts and iptables rules (the store and PKI stay).
     Down(UpArgs),
+    /// Runs a control plane (and this machine's node, as `up`) and prints the command that
+    /// joins other machines to it.
+    Init(InitArgs),
+    /// Joins this machine to a cluster as a node (discovery with a bootstrap token and a CA
+    /// pin, then TLS bootstrapping) and runs the node in the foreground.
+    Join(JoinArgs),
+    /// Bootstrap tokens for joining nodes.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+        /// The cluster's data folder (its admin kubeconfig is used).
+        #[arg(
+            long,
+            env = "MINIK8S_DATA_DIR",
+            default_value = "/var/lib/minik8s",
+            global = true
+        )]
+        data_dir: PathBuf,
+    },
     /// Certificates and kubeconfigs.
     Pki {
         #[command(subcommand)]
@@ -47,6 +66,204 @@ enum PkiCommand {
         #[command(flatten)]
         args: UpArgs,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum TokenCommand {
+    /// Creates a node bootstrap token (authentication and signing) and prints it.
+    Create {
+        /// The token to create (default: a random one).
+        token: Option<String>,
+        /// How long it is valid (a Go duration; 0 for ever).
+        #[arg(long, default_value = "24h0m0s")]
+        ttl: String,
+        /// A description kept with the token.
+        #[arg(long, default_value = "")]
+        description: String,
+        /// Print the whole `minik8s join` command instead of the token alone.
+        #[arg(long)]
+        print_join_command: bool,
+    },
+    /// Lists the bootstrap tokens.
+    List,
+    /// Deletes bootstrap tokens, given as ids or whole tokens.
+    Delete {
+        /// The tokens or token ids.
+        #[arg(required = true)]
+        tokens: Vec<String>,
+    },
+}
+
+/// Options of `init`: those of `up`, and the join it prints.
+#[derive(clap::Args, Debug)]
+struct InitArgs {
+    #[command(flatten)]
+    up: UpArgs,
+    /// The address other machines reach the apiserver at (default: the listen address, or
+    /// this machine's address on its default route).
+    #[arg(long)]
+    advertise_address: Option<IpAddr>,
+    /// How long the first bootstrap token is valid (a Go duration; 0 for ever).
+    #[arg(long, default_value = "24h0m0s")]
+    token_ttl: String,
+    /// The first bootstrap token (default: a random one).
+    #[arg(long)]
+    token: Option<String>,
+}
+
+/// Options of `join`.
+#[derive(clap::Args, Debug)]
+struct JoinArgs {
+    /// The apiserver: `https://HOST:PORT` or `HOST:PORT`.
+    server: String,
+    /// The bootstrap token (`minik8s token create` on the control plane).
+    #[arg(long)]
+    token: String,
+    /// The pin of the cluster CA's public key, `sha256:<hex>` (repeatable).
+    #[arg(long = "discovery-token-ca-cert-hash", required = true)]
+    ca_hashes: Vec<String>,
+    /// This node's name (default: the host name).
+    #[arg(long, env = "MINIK8S_NODE_NAME")]
+    node_name: Option<String>,
+    /// This node's folder (its identity, runtime and pods).
+    #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
+    data_dir: PathBuf,
+    /// This node's InternalIP (default: the source address of the default route).
+    #[arg(long)]
+    node_ip: Option<String>,
+    /// Image archives imported into the node's runtime (default: DATA_DIR/images/*.tar).
+    #[arg(long = "image", value_delimiter = ',')]
+    images: Vec<PathBuf>,
+    /// Where the node's HTTP router listens.
+    #[arg(long, default_value = "0.0.0.0:80")]
+    router: std::net::SocketAddr,
+    /// Run no HTTP router.
+    #[arg(long)]
+    no_router: bool,
+    /// Seconds to wait for the node's certificate.
+    #[arg(long, default_value_t = 120)]
+    csr_timeout: u64,
+    /// Seconds discovery keeps trying while the server is unreachable or has not signed the
+    /// token yet.
+    #[arg(long, default_value_t = 60)]
+    discovery_timeout: u64,
+}
+
+fn ttl_seconds(s: &str) -> anyhow::Result<i64> {
+    if s == "0" {
+        return Ok(0);
+    }
+    minik8s_controllers::util::go_duration(s)
+        .map(|d| d.as_secs() as i64)
+        .ok_or_else(|| anyhow::anyhow!("{s:?} is not a duration (like 24h0m0s)"))
+}
+
+fn parse_token(s: &str) -> anyhow::Result<minik8s_types::bootstrap::Token> {
+    minik8s_types::bootstrap::Token::parse(s).ok_or_else(|| {
+        anyhow::anyhow!("{s:?} is not a bootstrap token: want [a-z0-9]{{6}}.[a-z0-9]{{16}}")
+    })
+}
+
+async fn token_command(command: TokenCommand, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    use minik8s::tokens;
+    let admin = data_dir.join("admin.kubeconfig");
+    let client = minik8s_kubeconfig::client(&admin).await.map_err(|e| {
+        anyhow::anyhow!(
+            "{e} ({}: is the cluster's data folder right?)",
+            admin.display()
+        )
+    })?;
+    match command {
+        TokenCommand::Create {
+            token,
+            ttl,
+            description,
+            print_join_command,
+        } => {
+            let token = token.as_deref().map(parse_token).transpose()?;
+            let token =
+                tokens::create(client.clone(), token, ttl_seconds(&ttl)?, &description).await?;
+            if print_join_command {
+                println!("{}", tokens::join_command(client, &token).await?);
+            } else {
+                println!("{token}");
+            }
+        }
+        TokenCommand::List => {
+            let rows = tokens::list(client).await?;
+            println!(
+                "{:<24}  {:<10} {:<21} {:<23} {:<12} EXTRA GROUPS",
+                "TOKEN", "TTL", "EXPIRES", "USAGES", "DESCRIPTION"
+            );
+            for r in rows {
+                println!(
+                    "{:<24}  {:<10} {:<21} {:<23} {:<12} {}",
+                    r.token, r.ttl, r.expires, r.usages, r.description, r.groups
+                );
+            }
+        }
+        TokenCommand::Delete { tokens: which } => {
+            for w in which {
+                let id = tokens::delete(client.clone(), &w).await?;
+                println!("bootstrap token {id:?} deleted");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `init`: `up`, then the cluster-info ConfigMap and a first token, and the join command.
+async fn init(args: InitArgs) -> anyhow::Result<()> {
+    let ttl = ttl_seconds(&args.token_ttl)?;
+    let token = args.token.as_deref().map(parse_token).transpose()?;
+    let mut cfg = UpConfig::try_from(args.up)?;
+    let advertise: IpAddr = match args.advertise_address {
+        Some(ip) => ip,
+        None if !cfg.bind.is_unspecified() => cfg.bind,
+        None => minik8s_kubelet::node::default_ip().await.parse()?,
+    };
+    cfg.ips.push(advertise);
+    if cfg.node_ip.is_none() {
+        cfg.node_ip = Some(advertise.to_string());
+    }
+    let server = format!("https://{}", std::net::SocketAddr::new(advertise, cfg.port));
+    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let ca = cfg.data_dir.join("pki/ca.crt");
+    let up = tokio::spawn(minik8s::up(cfg, shutdown.clone(), move |kubeconfig| {
+        let _ = tx.send(kubeconfig.to_path_buf());
+    }));
+    if let Ok(admin) = rx.await {
+        let steps = async {
+            let client = minik8s_kubeconfig::client(&admin).await?;
+            let ca_pem = std::fs::read_to_string(&ca)?;
+            minik8s::tokens::publish_cluster_info(client.clone(), &server, &ca_pem).await?;
+            let token =
+                minik8s::tokens::create(client.clone(), token, ttl, "made by minik8s init").await?;
+            minik8s::tokens::wait_signed(
+                client.clone(),
+                &token,
+                std::time::Duration::from_secs(10),
+            )
+            .await;
+            anyhow::Ok(minik8s::tokens::join_command(client, &token).await?)
+        };
+        match steps.await {
+            Ok(join) => {
+                println!("minik8s is up. Point kubectl at it with:");
+                println!("export KUBECONFIG={}", admin.display());
+                println!("Join other machines to it by running on each (as root):");
+                println!("{join}");
+            }
+            Err(e) => {
+                shutdown.cancel();
+                let _ = up.await;
+                return Err(e.context("preparing joins"));
+            }
+        }
+    }
+    up.await??;
+    Ok(())
 }
 
 /// Options of `up` (and `pki init`, which uses the same names and addresses).
@@ -76,6 +293,10 @@ struct UpArgs {
     /// Audit log level (None, Metadata, Request); the log is DATA_DIR/audit.log.
     #[arg(long, env = "MINIK8S_AUDIT_LEVEL", default_value = "Metadata")]
     audit_level: minik8s_apiserver::audit::Level,
+    /// This machine's node's InternalIP (default: the source address of the default route;
+    /// for `init`, the advertise address).
+    #[arg(long, env = "MINIK8S_NODE_IP")]
+    node_ip: Option<String>,
     /// Run the control plane only, without this machine's node (kubelet and containerd).
     #[arg(long, env = "MINIK8S_NO_NODE")]
     no_node: bool,
@@ -117,6 +338,7 @@ impl TryFrom<UpArgs> for UpConfig {
             hosts: a.hosts,
             ips: a.ips,
             node_name: a.node_name,
+            node_ip: a.node_ip,
             audit_level: a.audit_level,
             run_node: !a.no_node,
             registry: (!a.no_registry).then_some(a.registry),
@@ -184,6 +406,51 @@ fn main() -> anyhow::Result<()> {
                 "kube-proxy --kubeconfig {} --node-name {name}",
                 proxy.display()
             );
+            Ok(())
+        }
+        Command::Init(args) => {
+            tokio::runtime::Runtime::new()?.block_on(init(args))?;
+            Ok(())
+        }
+        Command::Token { command, data_dir } => {
+            tokio::runtime::Runtime::new()?.block_on(token_command(command, &data_dir))
+        }
+        Command::Join(a) => {
+            let server = if a.server.starts_with("https://") {
+                a.server.clone()
+            } else {
+                format!("https://{}", a.server)
+            };
+            let node_name = match a.node_name {
+                Some(n) => n,
+                None => std::fs::read_to_string("/proc/sys/kernel/hostname")?
+                    .trim()
+                    .to_ascii_lowercase(),
+            };
+            let cfg = minik8s::join::JoinConfig {
+                server,
+                token: parse_token(&a.token)?,
+                ca_hashes: a.ca_hashes,
+                node_name,
+                images: if a.images.is_empty() {
+                    archives(&a.data_dir.join("images"))
+                } else {
+                    a.images
+                },
+                data_dir: a.data_dir,
+                node_ip: a.node_ip,
+                router: (!a.no_router).then_some(a.router),
+                csr_timeout: std::time::Duration::from_secs(a.csr_timeout),
+                discovery_timeout: std::time::Duration::from_secs(a.discovery_timeout),
+            };
+            let node = cfg.node_name.clone();
+            tokio::runtime::Runtime::new()?.block_on(async move {
+                let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+                minik8s::join::run(cfg, shutdown, || {
+                    println!("node {node} joined the cluster");
+                })
+                .await
+            })?;
             Ok(())
         }
         Command::Down(args) => {

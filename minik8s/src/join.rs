@@ -1,0 +1,258 @@
+//! `minik8s join`: makes this machine a node of a cluster with nothing copied by hand, as
+//! `kubeadm join` (discovery with a bootstrap token and a CA pin) plus the kubelet's TLS
+//! bootstrap (a CSR the cluster approves and signs), then runs the node (kubelet on its
+//! private containerd, proxy, cluster DNS) in the foreground, renewing its certificate before
+//! it expires.
+
+use minik8s_kubeconfig::join::{self, Discovery, JoinError};
+use minik8s_kubeconfig::kubeconfig::User;
+use minik8s_types::bootstrap::Token;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// What `minik8s join` runs.
+#[derive(Clone, Debug)]
+pub struct JoinConfig {
+    /// The apiserver URL (`https://host:port`).
+    pub server: String,
+    /// The bootstrap token.
+    pub token: Token,
+    /// The CA pins (`sha256:<hex>`).
+    pub ca_hashes: Vec<String>,
+    /// This node's name.
+    pub node_name: String,
+    /// This node's folder: `pki/ca.crt`, `kubelet.kubeconfig`, `node/`, `manifests/`.
+    pub data_dir: PathBuf,
+    /// The node's InternalIP (default: the source address of the default route).
+    pub node_ip: Option<String>,
+    /// Image archives imported into the node's runtime.
+    pub images: Vec<PathBuf>,
+    /// Where the node's HTTP router listens (`None`: no router).
+    pub router: Option<SocketAddr>,
+    /// How long to wait for the certificate.
+    pub csr_timeout: Duration,
+    /// How long discovery keeps trying (server unreachable, token not signed yet).
+    pub discovery_timeout: Duration,
+}
+
+/// Why a join failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Discovery or TLS bootstrap.
+    #[error(transparent)]
+    Join(#[from] JoinError),
+    /// A client for the node's own kubeconfig.
+    #[error("connecting as the node")]
+    Client(#[from] minik8s_kubeconfig::ClientError),
+    /// The kubelet.
+    #[error(transparent)]
+    Kubelet(#[from] minik8s_kubelet::Error),
+    /// A file.
+    #[error("writing {path}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl JoinConfig {
+    /// The node's kubeconfig, written by the TLS bootstrap.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("kubelet.kubeconfig")
+    }
+
+    fn ca_path(&self) -> PathBuf {
+        self.data_dir.join("pki/ca.crt")
+    }
+
+    /// The kubelet's configuration (pod CIDR left to the node IPAM controller).
+    pub fn kubelet(&self) -> minik8s_kubelet::Config {
+        let mut cfg = minik8s_kubelet::Config::new(&self.node_name, self.data_dir.join("node"));
+        cfg.runtime.pod_cidr = String::new();
+        cfg.node_ip = self.node_ip.clone();
+        cfg.images = self.images.clone();
+        cfg.manifests = Some(self.data_dir.join("manifests"));
+        cfg.client_ca = Some(self.ca_path());
+        cfg
+    }
+}
+
+fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Discovery and TLS bootstrap: verifies the cluster, obtains the node's certificate and
+/// writes its kubeconfig and the CA. Nothing is created in the cluster before the cluster is
+/// verified, and no Node before the certificate is issued.
+pub async fn bootstrap(cfg: &JoinConfig) -> Result<(), Error> {
+    let d = join::discover(
+        &cfg.server,
+        &cfg.token,
+        &cfg.ca_hashes,
+        cfg.discovery_timeout,
+    )
+    .await?;
+    tracing::info!(server = %cfg.server, "cluster-info verified with the token and the CA pin");
+    let client = join::client(
+        &d,
+        &cfg.token.user(),
+        User {
+            client_certificate_data: None,
+            client_key_data: None,
+            token: Some(cfg.token.to_string()),
+        },
+    )
+    .await?;
+    let (cert, key) =
+        join::request_node_certificate(client, &cfg.node_name, cfg.csr_timeout).await?;
+    write_identity(cfg, &d, &cert, &key)?;
+    tracing::info!(node = %cfg.node_name, "the node's client certificate was issued");
+    Ok(())
+}
+
+fn write_identity(cfg: &JoinConfig, d: &Discovery, cert: &str, key: &str) -> Result<(), Error> {
+    let pki = cfg.data_dir.join("pki");
+    std::fs::create_dir_all(&pki).map_err(io(&pki))?;
+    let ca = cfg.ca_path();
+    std::fs::write(&ca, &d.ca_pem).map_err(io(&ca))?;
+    join::write_node_kubeconfig(&cfg.kubeconfig(), d, &cfg.node_name, cert, key)?;
+    Ok(())
+}
+
+/// The certificate's validity from the node's kubeconfig: (not after, lifetime) in seconds.
+fn validity(kubeconfig: &std::path::Path) -> Option<(i64, i64)> {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).ok()?;
+    let data = kc
+        .auth_infos
+        .first()?
+        .auth_info
+        .as_ref()?
+        .client_certificate_data
+        .clone()?;
+    use base64::Engine;
+    let pem = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .ok()?,
+    )
+    .ok()?;
+    let end = minik8s_kubeconfig::csr::not_after(&pem).ok()?;
+    let start = minik8s_kubeconfig::csr::not_before(&pem).ok()?;
+    Some((end, end - start))
+}
+
+/// Seconds until the node should renew: at 70–90 % of the lifetime, as upstream's
+/// certificate manager (jittered so nodes do not renew at once); 0 if already due.
+pub fn renew_in(not_after: i64, lifetime: i64, now: i64, jitter: f64) -> i64 {
+    let at = not_after - lifetime + (lifetime as f64 * (0.7 + 0.2 * jitter)) as i64;
+    (at - now).max(0)
+}
+
+/// Joins (unless this folder already holds the node's identity) and runs the node until
+/// `shutdown`, renewing the certificate before it expires (the kubelet and proxy restart on
+/// the new one and adopt what runs). `ready` hears once the node's processes are started.
+pub async fn run(
+    cfg: JoinConfig,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(),
+) -> Result<(), Error> {
+    if validity(&cfg.kubeconfig()).is_none_or(|(end, _)| end <= jiff::Timestamp::now().as_second())
+    {
+        bootstrap(&cfg).await?;
+    } else {
+        tracing::info!(kubeconfig = %cfg.kubeconfig().display(), "already joined; using the node's own certificate");
+    }
+    let pid = cfg.data_dir.join("minik8s.pid");
+    std::fs::write(&pid, std::process::id().to_string()).map_err(io(&pid))?;
+    let mut ready = Some(ready);
+    let result = loop {
+        let client = minik8s_kubeconfig::client(&cfg.kubeconfig()).await?;
+        let mut node = cfg.kubelet();
+        match minik8s_kubelet::node::await_pod_cidr(&client, &cfg.node_name, &shutdown).await? {
+            Some(cidr) => node.runtime.pod_cidr = cidr,
+            None => break Ok(()),
+        }
+        let run = shutdown.child_token();
+        let tasks = tokio_util::task::TaskTracker::new();
+        crate::start_node(
+            &tasks,
+            client.clone(),
+            client,
+            node,
+            cfg.router,
+            run.clone(),
+        )
+        .await;
+        tasks.close();
+        if let Some(ready) = ready.take() {
+            ready();
+        }
+        let wait = validity(&cfg.kubeconfig()).map_or(3600, |(end, life)| {
+            renew_in(end, life, jiff::Timestamp::now().as_second(), rand_unit())
+        });
+        tracing::info!(seconds = wait, "the node's certificate is renewed in");
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                tasks.wait().await;
+                break Ok(());
+            }
+            _ = tasks.wait() => break Ok(()),
+            _ = tokio::time::sleep(Duration::from_secs(wait as u64)) => {}
+        }
+        // Renew with the node's own identity (selfnodeclient), then restart on it.
+        match renew(&cfg).await {
+            Ok(()) => tracing::info!(
+                "renewed the node's client certificate; restarting the kubelet and proxy on it"
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "renewing the node's certificate failed; retrying")
+            }
+        }
+        run.cancel();
+        tasks.wait().await;
+    };
+    let _ = std::fs::remove_file(&pid);
+    result
+}
+
+fn rand_unit() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id().into());
+    (h.finish() % 1000) as f64 / 1000.0
+}
+
+/// Obtains a new certificate with the current one and replaces the kubeconfig.
+async fn renew(cfg: &JoinConfig) -> Result<(), Error> {
+    let ca_pem = std::fs::read_to_string(cfg.ca_path()).map_err(io(&cfg.ca_path()))?;
+    let d = Discovery {
+        server: cfg.server.clone(),
+        ca_pem,
+    };
+    let client = minik8s_kubeconfig::client(&cfg.kubeconfig()).await?;
+    let (cert, key) =
+        join::request_node_certificate(client, &cfg.node_name, cfg.csr_timeout).await?;
+    write_identity(cfg, &d, &cert, &key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_falls_between_70_and_90_percent_of_the_lifetime() {
+        let (start, life) = (1_000_000, 1000);
+        let end = start + life;
+        assert_eq!(renew_in(end, life, start, 0.0), 700);
+        assert_eq!(renew_in(end, life, start, 1.0), 900);
+        assert_eq!(renew_in(end, life, start + 950, 0.5), 0);
+    }
+}
