@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod dnsbench;
 pub mod fnbench;
+pub mod machines;
 pub mod node;
 pub mod nodebench;
 pub mod routerbench;

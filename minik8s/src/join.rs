@@ -152,7 +152,8 @@ fn validity(kubeconfig: &std::path::Path) -> Option<(i64, i64)> {
 /// Seconds until the node should renew: at 70–90 % of the lifetime, as upstream's
 /// certificate manager (jittered so nodes do not renew at once); 0 if already due.
 pub fn renew_in(not_after: i64, lifetime: i64, now: i64, jitter: f64) -> i64 {
-    let at = not_after - lifetime + (lifetime as f64 * (0.7 + 0.2 * jitter)) as i64;
+    let per_mille = 700 + (200.0 * jitter.clamp(0.0, 1.0)).round() as i64;
+    let at = not_after - lifetime + lifetime * per_mille / 1000;
     (at - now).max(0)
 }
 

@@ -1,0 +1,403 @@
+//! Several machines on one, for multi-node scenarios: the control plane is `minik8s init` on
+//! this machine, and each other node is its own network namespace (its own interfaces,
+//! routes and iptables, as another machine) on a shared L2 node network — the bridge
+//! `mk8snet`, 10.250.0.0/24, this machine at 10.250.0.1 — running `minik8s join` exactly as
+//! an operator would on a second machine. Only the network namespace differs (`nsenter
+//! --net`, node recipe multi-node B): mounts and cgroups stay the machine's.
+
+use crate::Run;
+use crate::node::{bin, images};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The node network's bridge on this machine.
+pub const BRIDGE: &str = "mk8snet";
+/// This machine's address on the node network (where the apiserver is advertised).
+pub const HOST_IP: &str = "10.250.0.1";
+
+fn run(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn ensure_bridge() {
+    if !Path::new("/sys/class/net").join(BRIDGE).exists() {
+        assert!(
+            run("ip", &["link", "add", BRIDGE, "type", "bridge"]),
+            "creating the node network bridge"
+        );
+    }
+    run(
+        "ip",
+        &["addr", "add", &format!("{HOST_IP}/24"), "dev", BRIDGE],
+    );
+    assert!(run("ip", &["link", "set", BRIDGE, "up"]));
+}
+
+/// Sends SIGTERM and waits up to `limit`; whether it exited with success.
+fn terminate(child: &mut Child, limit: Duration) -> bool {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.success();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
+/// The image archives every node imports (pause and busybox).
+fn node_images() -> String {
+    images()
+        .iter()
+        .take(2)
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A control plane made with `minik8s init` (with its own node `cp` on this machine), torn
+/// down with everything on drop.
+pub struct InitCluster {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// The `minik8s join` arguments `init` printed (server, token, CA pin).
+    pub join: Vec<String>,
+}
+
+impl InitCluster {
+    /// Runs `minik8s init` listening on `port` of every address, advertised on the node
+    /// network, and waits for its join command.
+    pub fn start(port: u16) -> Self {
+        ensure_bridge();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("cp");
+        let log = std::fs::File::create(dir.path().join("init.log")).expect("log file");
+        let mut child = Command::new(bin("minik8s"))
+            .args(["init", "--data-dir"])
+            .arg(&data)
+            .args(["--bind", "0.0.0.0", "--port", &port.to_string()])
+            .args(["--advertise-address", HOST_IP, "--node-name", "cp"])
+            .args(["--no-registry", "--no-functions", "--no-router"])
+            .args(["--image", &node_images()])
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("minik8s init starts");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some(rest) = line.strip_prefix("minik8s join ") {
+                    let _ = tx.send(rest.split_whitespace().map(str::to_owned).collect());
+                }
+            }
+        });
+        let join: Vec<String> = match rx.recv_timeout(Duration::from_secs(90)) {
+            Ok(j) => j,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "minik8s init printed no join command; its log:\n{}",
+                    std::fs::read_to_string(dir.path().join("init.log")).unwrap_or_default()
+                );
+            }
+        };
+        InitCluster {
+            child: Some(child),
+            kubeconfig: data.join("admin.kubeconfig"),
+            dir,
+            join,
+        }
+    }
+
+    /// The cluster's private folder.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The join command's token.
+    pub fn token(&self) -> &str {
+        self.arg("--token")
+    }
+
+    /// The join command's CA pin.
+    pub fn ca_hash(&self) -> &str {
+        self.arg("--discovery-token-ca-cert-hash")
+    }
+
+    /// The join command's server.
+    pub fn server(&self) -> &str {
+        &self.join[0]
+    }
+
+    fn arg(&self, flag: &str) -> &str {
+        let i = self.join.iter().position(|a| a == flag).expect(flag);
+        &self.join[i + 1]
+    }
+
+    /// Runs `minik8s` (for `token` commands) against this cluster.
+    pub fn minik8s(&self, args: &[&str]) -> Run {
+        let out = Command::new(bin("minik8s"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.dir.path().join("cp"))
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("minik8s runs");
+        Run::from(out)
+    }
+
+    /// Runs kubectl as the admin.
+    pub fn kubectl(&self, args: &[&str]) -> Run {
+        let out = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .output()
+            .expect("kubectl runs");
+        Run::from(out)
+    }
+
+    /// Runs kubectl with `stdin`.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin.as_bytes())
+            .expect("stdin");
+        Run::from(child.wait_with_output().expect("kubectl finishes"))
+    }
+
+    /// Runs kubectl and panics unless it succeeds; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let r = self.kubectl(args);
+        assert!(r.ok, "kubectl {args:?} failed:\n{}\n{}", r.stdout, r.stderr);
+        r.stdout
+    }
+
+    /// Runs kubectl until its output satisfies `done` (or `limit` passes).
+    pub fn eventually(
+        &self,
+        limit: Duration,
+        args: &[&str],
+        done: impl Fn(&str) -> bool,
+    ) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let r = self.kubectl(args);
+            if r.ok && done(&r.stdout) {
+                return r.stdout;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kubectl {args:?} never got there; last output:\n{}{}",
+                r.stdout,
+                r.stderr
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// A new machine `name` at 10.250.0.`index` (2..=254) that joins with the command `init`
+    /// printed, plus `extra` arguments; waits until its Node is Ready.
+    pub fn join_machine(&self, name: &str, index: u8) -> Machine {
+        let mut m = Machine::new(name, index, self.dir.path());
+        let mut args = self.join.clone();
+        args.extend(m.node_args());
+        m.child = Some(m.spawn_minik8s("join", &args));
+        self.eventually(
+            Duration::from_secs(90),
+            &[
+                "get",
+                "node",
+                name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            |s| s == "True",
+        );
+        m
+    }
+
+    /// Runs a join that should fail on machine `name` (index as [`Self::join_machine`]) with
+    /// the given server, token and pin; returns its output once it exits (with 20 s of
+    /// discovery retries at most).
+    pub fn failed_join(&self, name: &str, index: u8, token: &str, ca_hash: &str) -> Run {
+        let m = Machine::new(name, index, self.dir.path());
+        let mut args = vec![
+            self.server().to_owned(),
+            "--token".into(),
+            token.into(),
+            "--discovery-token-ca-cert-hash".into(),
+            ca_hash.into(),
+            "--discovery-timeout".into(),
+            "3".into(),
+            "--csr-timeout".into(),
+            "20".into(),
+        ];
+        args.extend(m.node_args());
+        let out = m
+            .command("join", &args)
+            .output()
+            .expect("minik8s join runs");
+        Run::from(out)
+    }
+}
+
+impl Drop for InitCluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&mut child, Duration::from_secs(30));
+        }
+        let _ = Command::new(bin("minik8s"))
+            .args(["down", "--node-name", "cp", "--data-dir"])
+            .arg(self.dir.path().join("cp"))
+            .env("RUST_LOG", "warn")
+            .status();
+        run("ip", &["link", "del", BRIDGE]);
+    }
+}
+
+/// Another machine: a network namespace on the node network running `minik8s join`.
+pub struct Machine {
+    /// The node's name.
+    pub name: String,
+    /// Its address on the node network.
+    pub ip: String,
+    netns: String,
+    data_dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Machine {
+    fn new(name: &str, index: u8, dir: &Path) -> Self {
+        let netns = format!("mk8s-{name}");
+        let ip = format!("10.250.0.{index}");
+        run("ip", &["netns", "del", &netns]);
+        assert!(run("ip", &["netns", "add", &netns]), "ip netns add {netns}");
+        let host_end = format!("mk8sv-{name}");
+        assert!(
+            run(
+                "ip",
+                &[
+                    "link", "add", &host_end, "type", "veth", "peer", "name", "eth0", "netns",
+                    &netns
+                ]
+            ),
+            "veth for {netns}"
+        );
+        assert!(run(
+            "ip",
+            &["link", "set", &host_end, "master", BRIDGE, "up"]
+        ));
+        let inside = |args: &[&str]| {
+            let mut full = vec!["-n", netns.as_str()];
+            full.extend(args);
+            assert!(run("ip", &full), "ip {full:?}");
+        };
+        inside(&["addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+        inside(&["link", "set", "eth0", "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        inside(&["route", "add", "default", "via", HOST_IP]);
+        Machine {
+            name: name.to_owned(),
+            ip,
+            data_dir: dir.join(name),
+            netns,
+            child: None,
+        }
+    }
+
+    fn node_args(&self) -> Vec<String> {
+        vec![
+            "--node-name".into(),
+            self.name.clone(),
+            "--data-dir".into(),
+            self.data_dir.display().to_string(),
+            "--node-ip".into(),
+            self.ip.clone(),
+            "--no-router".into(),
+            "--image".into(),
+            node_images(),
+        ]
+    }
+
+    fn command(&self, sub: &str, args: &[String]) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(bin("minik8s"))
+            .arg(sub)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .env_remove("RUST_BACKTRACE");
+        cmd
+    }
+
+    fn spawn_minik8s(&self, sub: &str, args: &[String]) -> Child {
+        std::fs::create_dir_all(&self.data_dir).expect("machine folder");
+        let log = std::fs::File::create(self.data_dir.join("join.log")).expect("log");
+        self.command(sub, args)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("minik8s join starts")
+    }
+
+    /// Stops the node's processes (SIGTERM); whether they exited cleanly.
+    pub fn stop(&mut self) -> bool {
+        self.child
+            .take()
+            .is_none_or(|mut c| terminate(&mut c, Duration::from_secs(30)))
+    }
+
+    /// The join process's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.join("join.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = self
+            .command(
+                "down",
+                &[
+                    "--node-name".into(),
+                    self.name.clone(),
+                    "--data-dir".into(),
+                    self.data_dir.display().to_string(),
+                ],
+            )
+            .env("RUST_LOG", "warn")
+            .status();
+        run("ip", &["netns", "del", &self.netns]);
+    }
+}
