@@ -80,6 +80,11 @@ impl InitCluster {
     /// Runs `minik8s init` listening on `port` of every address, advertised on the node
     /// network, and waits for its join command.
     pub fn start(port: u16) -> Self {
+        Self::start_with(port, &[])
+    }
+
+    /// As [`Self::start`], with more `init` arguments.
+    pub fn start_with(port: u16, extra: &[&str]) -> Self {
         ensure_bridge();
         let dir = tempfile::tempdir().expect("temp dir");
         let data = dir.path().join("cp");
@@ -91,6 +96,7 @@ impl InitCluster {
             .args(["--advertise-address", HOST_IP, "--node-name", "cp"])
             .args(["--no-registry", "--no-functions", "--no-router"])
             .args(["--image", &node_images()])
+            .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(log)
@@ -129,6 +135,16 @@ impl InitCluster {
     /// The cluster's private folder.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The control plane's data folder (PKI, store, manifests).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("cp")
+    }
+
+    /// The `init` process's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("init.log")).unwrap_or_default()
     }
 
     /// The join command's token.

@@ -4,6 +4,7 @@
 
 pub mod bootstrap;
 pub mod certificates;
+pub mod cli;
 pub mod cron;
 pub mod cronjob;
 pub mod deployment;

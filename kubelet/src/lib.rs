@@ -146,6 +146,14 @@ async fn check_pause_image(cri: &Cri, image: &str) {
     }
 }
 
+/// Registers the node and posts its first heartbeat.
+async fn register(client: &Client, facts: &node::Facts, port: u16, name: &str) -> Result<()> {
+    node::register(client, facts, port).await?;
+    node::heartbeat(client, name, true).await?;
+    tracing::info!(node = %name, ip = %facts.ip, runtime = %facts.runtime, port, "node registered");
+    Ok(())
+}
+
 /// Runs the kubelet until `shutdown`. The runtime and its pods keep running after it stops.
 pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -> Result<()> {
     netguard::install(&cfg.node_name).await?;
@@ -192,9 +200,15 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
         }
         None => (0, None),
     };
-    node::register(&client, &facts, port).await?;
-    node::heartbeat(&client, &cfg.node_name, true).await?;
-    tracing::info!(node = %cfg.node_name, ip = %facts.ip, runtime = %facts.runtime, port, "node registered");
+    // Registration waits for the apiserver, but static pods do not: they may be the
+    // apiserver itself (a static control plane).
+    let registered = match register(&client, &facts, port, &cfg.node_name).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot register the node yet; static pods start anyway and registration is retried");
+            false
+        }
+    };
     let worker = Arc::new(Worker::new(
         client.clone(),
         cri.clone(),
@@ -212,11 +226,18 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
         let name = cfg.node_name.clone();
         let cri = cri.clone();
         let shutdown = shutdown.clone();
+        let facts = facts.clone();
         async move {
+            let mut registered = registered;
             loop {
+                let wait = if registered { 10_000 } else { 500 };
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    _ = tokio::time::sleep(Duration::from_millis(wait)) => {}
+                }
+                if !registered {
+                    registered = register(&client, &facts, port, &name).await.is_ok();
+                    continue;
                 }
                 let ready = cri.ready().await.unwrap_or(false);
                 if let Err(e) = node::heartbeat(&client, &name, ready).await {

@@ -204,7 +204,7 @@ async fn answers(addr: SocketAddr) -> bool {
 }
 
 /// The `RepoTags` of a docker archive (its `manifest.json`).
-async fn archive_tags(archive: &Path) -> Result<Vec<String>> {
+pub async fn archive_tags(archive: &Path) -> Result<Vec<String>> {
     let out = tokio::process::Command::new("tar")
         .arg("-xOf")
         .arg(archive)

@@ -3,6 +3,7 @@
 //! kubeconfigs; `down` stops it and removes everything its node made.
 
 pub mod join;
+pub mod static_plane;
 pub mod tokens;
 
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
@@ -44,6 +45,9 @@ pub struct UpConfig {
     pub gateway: Option<SocketAddr>,
     /// Where the node's HTTP router (`DNS` objects, Ingresses) listens (`None`: no router).
     pub router: Option<SocketAddr>,
+    /// Run the apiserver and the controller manager as static pods of this node (`None`:
+    /// in this process).
+    pub static_control_plane: Option<static_plane::StaticPlane>,
 }
 
 impl UpConfig {
@@ -125,6 +129,65 @@ pub fn init_pki(cfg: &UpConfig) -> Result<(Pki, PathBuf), UpError> {
     Ok((pki, admin))
 }
 
+/// The apiserver's configuration for this data folder.
+pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::Config, UpError> {
+    let storage = cfg
+        .storage
+        .clone()
+        .unwrap_or_else(|| Endpoint::Embedded(cfg.data_dir.join("store")));
+    let dir = cfg.data_dir.join("pki");
+    Ok(minik8s_apiserver::Config {
+        storage,
+        listen: SocketAddr::new(cfg.bind, cfg.port),
+        advertise: None,
+        tls_cert: dir.join("apiserver.crt"),
+        tls_key: dir.join("apiserver.key"),
+        client_ca: pki.ca_path(),
+        token_file: None,
+        service_cidr: "10.96.0.0/12".into(),
+        node_ports: 30000..=32767,
+        audit: Some((cfg.data_dir.join("audit.log"), cfg.audit_level)),
+        service_account_key: Some((pki.service_account_key()?, 600)),
+        max_inflight: 400,
+        request_timeout: std::time::Duration::from_secs(60),
+        default_toleration_seconds: 300,
+        kubelet_client: Some((
+            dir.join("apiserver-kubelet-client.crt"),
+            dir.join("apiserver-kubelet-client.key"),
+        )),
+        metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
+    })
+}
+
+/// Runs the apiserver alone until `shutdown` (the static control plane's `kube-apiserver`
+/// pod runs this).
+pub async fn apiserver(cfg: UpConfig, shutdown: CancellationToken) -> Result<(), UpError> {
+    let (pki, _) = init_pki(&cfg)?;
+    let server = minik8s_apiserver::start(apiserver_config(&cfg, &pki)?, shutdown).await?;
+    server.wait().await;
+    Ok(())
+}
+
+/// Waits until the apiserver answers the admin (a static control plane starting).
+async fn wait_for_apiserver(admin: &std::path::Path, shutdown: &CancellationToken) -> bool {
+    let started = std::time::Instant::now();
+    loop {
+        if let Ok(client) = minik8s_kubeconfig::client(admin).await
+            && client.apiserver_version().await.is_ok()
+        {
+            tracing::info!(
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "the static apiserver answers"
+            );
+            return true;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+        }
+    }
+}
+
 /// Runs the cluster until `shutdown`; `ready` is called with the admin kubeconfig's path once
 /// the apiserver answers.
 pub async fn up(
@@ -133,36 +196,25 @@ pub async fn up(
     ready: impl FnOnce(&std::path::Path),
 ) -> Result<(), UpError> {
     let (pki, admin) = init_pki(&cfg)?;
-    let storage = cfg
-        .storage
-        .clone()
-        .unwrap_or_else(|| Endpoint::Embedded(cfg.data_dir.join("store")));
     let dir = cfg.data_dir.join("pki");
-    let server = minik8s_apiserver::start(
-        minik8s_apiserver::Config {
-            storage,
-            listen: SocketAddr::new(cfg.bind, cfg.port),
-            advertise: None,
-            tls_cert: dir.join("apiserver.crt"),
-            tls_key: dir.join("apiserver.key"),
-            client_ca: pki.ca_path(),
-            token_file: None,
-            service_cidr: "10.96.0.0/12".into(),
-            node_ports: 30000..=32767,
-            audit: Some((cfg.data_dir.join("audit.log"), cfg.audit_level)),
-            service_account_key: Some((pki.service_account_key()?, 600)),
-            max_inflight: 400,
-            request_timeout: std::time::Duration::from_secs(60),
-            default_toleration_seconds: 300,
-            kubelet_client: Some((
-                dir.join("apiserver-kubelet-client.crt"),
-                dir.join("apiserver-kubelet-client.key"),
-            )),
-            metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
-        },
-        shutdown.clone(),
-    )
-    .await?;
+    let tasks = tokio_util::task::TaskTracker::new();
+    let server = match &cfg.static_control_plane {
+        None => {
+            Some(minik8s_apiserver::start(apiserver_config(&cfg, &pki)?, shutdown.clone()).await?)
+        }
+        Some(plane) => {
+            // The kubelet runs the apiserver and the controller manager from their
+            // manifests; the node comes first.
+            static_plane::write_manifests(&cfg, plane)?;
+            start_local_node(&cfg, &pki, &tasks, shutdown.clone()).await?;
+            if !wait_for_apiserver(&admin, &shutdown).await {
+                tasks.close();
+                tasks.wait().await;
+                return Ok(());
+            }
+            None
+        }
+    };
     let link = cfg.data_dir.join("admin.kubeconfig");
     std::fs::copy(&admin, &link).map_err(|source| UpError::Io {
         path: link.clone(),
@@ -176,34 +228,35 @@ pub async fn up(
     minik8s_proxy::dns::install(minik8s_kubeconfig::client(&admin).await?)
         .await
         .map_err(UpError::Dns)?;
-    // The controllers, as the controller-manager identity, stopping with the cluster.
-    let manager = Identity::components(&cfg.node_name)
-        .into_iter()
-        .find(|i| i.file == "controller-manager")
-        .expect("the controller-manager identity");
-    let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&manager)).await?;
-    let names: Vec<String> = minik8s_controllers::manager::ALL
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let settings = minik8s_controllers::manager::Settings {
-        signing: Some(minik8s_controllers::certificates::SigningConfig {
-            cert: pki.ca_path(),
-            key: dir.join("ca.key"),
-            duration: std::time::Duration::from_secs(365 * 24 * 3600),
-        }),
-        ..Default::default()
-    };
-    let tasks = tokio_util::task::TaskTracker::new();
-    {
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            if let Err(e) =
-                minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await
-            {
-                tracing::error!(error = %e, "controllers stopped");
-            }
-        });
+    if cfg.static_control_plane.is_none() {
+        // The controllers, as the controller-manager identity, stopping with the cluster.
+        let manager = Identity::components(&cfg.node_name)
+            .into_iter()
+            .find(|i| i.file == "controller-manager")
+            .expect("the controller-manager identity");
+        let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&manager)).await?;
+        let names: Vec<String> = minik8s_controllers::manager::ALL
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let settings = minik8s_controllers::manager::Settings {
+            signing: Some(minik8s_controllers::certificates::SigningConfig {
+                cert: pki.ca_path(),
+                key: dir.join("ca.key"),
+                duration: std::time::Duration::from_secs(365 * 24 * 3600),
+            }),
+            ..Default::default()
+        };
+        {
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move {
+                if let Err(e) =
+                    minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await
+                {
+                    tracing::error!(error = %e, "controllers stopped");
+                }
+            });
+        }
     }
     if let Some(listen) = cfg.gateway {
         // Functions: the gateway and the Function controller, as their own user.
@@ -225,40 +278,8 @@ pub async fn up(
             }
         });
     }
-    if cfg.run_node {
-        let kubelet = Identity::components(&cfg.node_name)
-            .into_iter()
-            .find(|i| i.file == "kubelet")
-            .expect("the kubelet identity");
-        let kubelet_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
-        let proxy = Identity::components(&cfg.node_name)
-            .into_iter()
-            .find(|i| i.file == "proxy")
-            .expect("the proxy identity");
-        let proxy_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
-        let mut node = cfg.kubelet();
-        node.client_ca = Some(pki.ca_path());
-        if let Some(addr) = cfg.registry {
-            match minik8s_kubelet::registry::publish(&cfg.registry_dir(), addr, &cfg.images).await {
-                Ok((registry, rest)) => {
-                    tracing::info!(addr = %registry.addr(), "local registry serving the node's images");
-                    node.runtime.registry_mirror = Some(registry.addr().to_string());
-                    node.images = rest;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "no local registry; importing the images instead")
-                }
-            }
-        }
-        start_node(
-            &tasks,
-            kubelet_client,
-            proxy_client,
-            node,
-            cfg.router,
-            shutdown.clone(),
-        )
-        .await;
+    if cfg.run_node && cfg.static_control_plane.is_none() {
+        start_local_node(&cfg, &pki, &tasks, shutdown.clone()).await?;
     }
     let pid = cfg.pid_file();
     std::fs::write(&pid, std::process::id().to_string()).map_err(|source| UpError::Io {
@@ -268,8 +289,56 @@ pub async fn up(
     ready(&link);
     tasks.close();
     tasks.wait().await;
-    server.wait().await;
+    if let Some(server) = server {
+        server.wait().await;
+    }
     let _ = std::fs::remove_file(&pid);
+    Ok(())
+}
+
+/// Starts this machine's node (kubelet with the local registry when it has one, proxy).
+async fn start_local_node(
+    cfg: &UpConfig,
+    pki: &Pki,
+    tasks: &tokio_util::task::TaskTracker,
+    shutdown: CancellationToken,
+) -> Result<(), UpError> {
+    let kubelet = Identity::components(&cfg.node_name)
+        .into_iter()
+        .find(|i| i.file == "kubelet")
+        .expect("the kubelet identity");
+    let kubelet_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
+    let proxy = Identity::components(&cfg.node_name)
+        .into_iter()
+        .find(|i| i.file == "proxy")
+        .expect("the proxy identity");
+    let proxy_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
+    let mut node = cfg.kubelet();
+    node.client_ca = Some(pki.ca_path());
+    if let Some(plane) = &cfg.static_control_plane {
+        node.images.push(plane.archive.clone());
+    }
+    if let Some(addr) = cfg.registry {
+        match minik8s_kubelet::registry::publish(&cfg.registry_dir(), addr, &node.images).await {
+            Ok((registry, rest)) => {
+                tracing::info!(addr = %registry.addr(), "local registry serving the node's images");
+                node.runtime.registry_mirror = Some(registry.addr().to_string());
+                node.images = rest;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no local registry; importing the images instead")
+            }
+        }
+    }
+    start_node(
+        tasks,
+        kubelet_client,
+        proxy_client,
+        node,
+        cfg.router,
+        shutdown,
+    )
+    .await;
     Ok(())
 }
 

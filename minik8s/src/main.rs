@@ -46,6 +46,12 @@ enum Command {
         )]
         data_dir: PathBuf,
     },
+    /// Runs the apiserver alone in the foreground (the static control plane's
+    /// `kube-apiserver` pod).
+    Apiserver(UpArgs),
+    /// Runs the controller manager in the foreground (the static control plane's
+    /// `kube-controller-manager` pod; the same flags as the `controller-manager` binary).
+    ControllerManager(minik8s_controllers::cli::Args),
     /// Certificates and kubeconfigs.
     Pki {
         #[command(subcommand)]
@@ -109,6 +115,14 @@ struct InitArgs {
     /// The first bootstrap token (default: a random one).
     #[arg(long)]
     token: Option<String>,
+    /// Run the apiserver and the controller manager as static pods of this node (manifests
+    /// in DATA_DIR/manifests), from the control-plane image.
+    #[arg(long)]
+    static_control_plane: bool,
+    /// The control-plane image archive (`hack/control-plane-image.sh`; default:
+    /// DATA_DIR/images/control-plane.tar).
+    #[arg(long)]
+    control_plane_image: Option<PathBuf>,
 }
 
 /// Options of `join`.
@@ -217,6 +231,25 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
     let ttl = ttl_seconds(&args.token_ttl)?;
     let token = args.token.as_deref().map(parse_token).transpose()?;
     let mut cfg = UpConfig::try_from(args.up)?;
+    if args.static_control_plane {
+        let archive = args
+            .control_plane_image
+            .unwrap_or_else(|| cfg.data_dir.join("images/control-plane.tar"));
+        let image = minik8s_kubelet::registry::archive_tags(&archive)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} is not a control-plane image archive: build it with hack/control-plane-image.sh",
+                    archive.display()
+                )
+            })?;
+        // The archive is the node's to import, not the registry's (it is large and only
+        // this node runs it).
+        cfg.images.retain(|i| i != &archive);
+        cfg.static_control_plane = Some(minik8s::static_plane::StaticPlane { archive, image });
+    }
     let advertise: IpAddr = match args.advertise_address {
         Some(ip) => ip,
         None if !cfg.bind.is_unspecified() => cfg.bind,
@@ -344,6 +377,7 @@ impl TryFrom<UpArgs> for UpConfig {
             registry: (!a.no_registry).then_some(a.registry),
             gateway: (!a.no_functions).then_some(a.gateway),
             router: (!a.no_router).then_some(a.router),
+            static_control_plane: None,
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {
@@ -407,6 +441,17 @@ fn main() -> anyhow::Result<()> {
                 proxy.display()
             );
             Ok(())
+        }
+        Command::Apiserver(args) => {
+            let cfg = UpConfig::try_from(args)?;
+            tokio::runtime::Runtime::new()?.block_on(async move {
+                let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+                minik8s::apiserver(cfg, shutdown).await
+            })?;
+            Ok(())
+        }
+        Command::ControllerManager(args) => {
+            tokio::runtime::Runtime::new()?.block_on(minik8s_controllers::cli::run(args))
         }
         Command::Init(args) => {
             tokio::runtime::Runtime::new()?.block_on(init(args))?;

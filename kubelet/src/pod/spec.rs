@@ -212,7 +212,13 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
             namespace: pod.namespace().unwrap_or_default(),
             attempt,
         }),
-        hostname: hostname.chars().take(63).collect(),
+        // A host-network pod shares the node's UTS namespace too, so it keeps the node's
+        // host name (runc refuses to set one without a private UTS namespace).
+        hostname: if host_network(pod) {
+            String::new()
+        } else {
+            hostname.chars().take(63).collect()
+        },
         dns_config: Some(dns_config(pod, layout, &host)),
         log_directory: layout.log_dir(pod).display().to_string(),
         port_mappings: ports,

@@ -1,0 +1,106 @@
+//! The controller manager's command line (upstream's flags), shared by the
+//! `controller-manager` binary and `minik8s controller-manager`.
+
+use crate::leader;
+use std::time::Duration;
+
+/// Runs the scheduler and the workload controllers.
+#[derive(clap::Parser, Debug)]
+pub struct Args {
+    /// Kubeconfig of the controller-manager's identity.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: std::path::PathBuf,
+    /// Controllers to run (comma-separated; default: all).
+    #[arg(long, value_delimiter = ',')]
+    controllers: Vec<String>,
+    /// Run only while holding the `kube-system/kube-controller-manager` Lease, so that
+    /// several replicas can run and one leads.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Seconds a Lease stays valid without renewal.
+    #[arg(long, default_value_t = 10)]
+    leader_elect_lease_duration: u64,
+    /// Seconds a leader keeps trying to renew before it stops leading.
+    #[arg(long, default_value_t = 7)]
+    leader_elect_renew_deadline: u64,
+    /// This replica's identity in the Lease (default: `<host>_<random>`).
+    #[arg(long)]
+    leader_elect_identity: Option<String>,
+    /// Seconds between attempts to acquire or renew.
+    #[arg(long, default_value_t = 2)]
+    leader_elect_retry_period: u64,
+    /// How often every HorizontalPodAutoscaler is reconciled (a Go duration).
+    #[arg(long, default_value = "15s", value_parser = duration)]
+    horizontal_pod_autoscaler_sync_period: Duration,
+    /// The scale-down stabilization window of HPAs whose `behavior` sets none.
+    #[arg(long, default_value = "5m0s", value_parser = duration)]
+    horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// The cluster's pod CIDR, split into one block per node by the node IPAM controller.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    cluster_cidr: String,
+    /// The prefix length of each node's block.
+    #[arg(long, default_value_t = 24)]
+    node_cidr_mask_size: u8,
+    /// The CA certificate the CSR signer issues certificates with.
+    #[arg(long, requires = "cluster_signing_key_file")]
+    cluster_signing_cert_file: Option<std::path::PathBuf>,
+    /// The CA key the CSR signer issues certificates with.
+    #[arg(long, requires = "cluster_signing_cert_file")]
+    cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The longest validity of an issued certificate.
+    #[arg(long, default_value = "8760h0m0s", value_parser = duration)]
+    cluster_signing_duration: Duration,
+}
+
+fn duration(s: &str) -> Result<Duration, String> {
+    crate::util::go_duration(s).ok_or_else(|| format!("{s:?} is not a duration (like 15s or 5m0s)"))
+}
+
+/// Runs the controller manager with `args` until SIGINT/SIGTERM.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = minik8s_kubeconfig::client(&args.kubeconfig).await?;
+    let names: Vec<String> = if args.controllers.is_empty() {
+        crate::manager::ALL.iter().map(|s| s.to_string()).collect()
+    } else {
+        args.controllers
+    };
+    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+    crate::manager::check(&names)?;
+    let settings = crate::manager::Settings {
+        hpa: crate::hpa::controller::Config {
+            sync_period: args.horizontal_pod_autoscaler_sync_period,
+            downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
+        },
+        node_ipam: crate::nodeipam::Config::parse(&args.cluster_cidr, args.node_cidr_mask_size)
+            .map_err(anyhow::Error::msg)?,
+        signing: args
+            .cluster_signing_cert_file
+            .zip(args.cluster_signing_key_file)
+            .map(|(cert, key)| crate::certificates::SigningConfig {
+                cert,
+                key,
+                duration: args.cluster_signing_duration,
+            }),
+    };
+    if !args.leader_elect {
+        return crate::manager::run_with(client, &names, settings, shutdown).await;
+    }
+    let mut cfg = leader::Config::new(
+        "kube-controller-manager",
+        args.leader_elect_identity.unwrap_or_else(leader::identity),
+    );
+    cfg.lease_duration = Duration::from_secs(args.leader_elect_lease_duration);
+    cfg.renew_deadline = Duration::from_secs(args.leader_elect_renew_deadline);
+    cfg.retry_period = Duration::from_secs(args.leader_elect_retry_period);
+    let c = client.clone();
+    leader::run(client, cfg, shutdown, move |leading| {
+        let (c, names, settings) = (c.clone(), names.clone(), settings.clone());
+        async move {
+            if let Err(e) = crate::manager::run_with(c, &names, settings, leading).await {
+                tracing::error!(error = %e, "controllers failed");
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
