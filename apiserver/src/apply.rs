@@ -459,6 +459,33 @@ mod tests {
     }
 
     #[test]
+    fn reapplying_a_service_keeps_its_udp_and_tcp_ports_apart() {
+        let svc = Lists::Builtin("Service").for_apply();
+        // Apply merges by the apply keys, as the write handler does.
+        let smp = |t: &mut Value, p: &Value| crate::patch::strategic_merge(svc, t, p).unwrap();
+        let applied = json!({"spec": {"ports": [
+            {"name": "dns", "port": 53, "protocol": "UDP"},
+            {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}});
+        let once = apply(svc, &json!({}), &applied, "m", "v1", true, smp).unwrap();
+        let twice = apply(svc, &once, &applied, "m", "v1", true, smp).unwrap();
+        assert_eq!(twice.pointer("/spec/ports"), applied.pointer("/spec/ports"));
+        // A port without a protocol is the TCP one.
+        let no_proto = json!({"spec": {"ports": [{"name": "web", "port": 80}]}});
+        let tcp = json!({"spec": {"ports": [{"name": "web", "port": 80, "protocol": "TCP"}]}});
+        let stored = apply(svc, &json!({}), &tcp, "m", "v1", true, smp).unwrap();
+        let again = apply(svc, &stored, &no_proto, "m", "v1", true, smp).unwrap();
+        assert_eq!(
+            again
+                .pointer("/spec/ports")
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+
+    #[test]
     fn fields_of_use_keys_for_keyed_lists() {
         let d = json!({"spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}});
         let f = fields_of(DEPLOYMENT, &d);

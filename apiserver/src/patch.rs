@@ -49,6 +49,20 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
+/// Where a built-in list's apply keys differ from its merge key: ports are keyed by port and
+/// protocol (upstream's `x-kubernetes-list-map-keys`), so a UDP and a TCP port 53 are two.
+fn apply_keys(kind: &str, path: &[String]) -> Option<&'static [&'static str]> {
+    let last = path.last().map(String::as_str)?;
+    let parent = path.len().checked_sub(2).map(|i| path[i].as_str());
+    match (parent, last) {
+        (Some("containers" | "initContainers" | "ephemeralContainers"), "ports") => {
+            Some(&["containerPort", "protocol"])
+        }
+        (Some("spec"), "ports") if kind == "Service" => Some(&["port", "protocol"]),
+        _ => None,
+    }
+}
+
 /// The merge key of a list field, by the field path's last names (upstream `patchMergeKey`).
 fn merge_key(kind: &str, path: &[String]) -> Option<&'static str> {
     let last = path.last().map(String::as_str)?;
@@ -93,20 +107,36 @@ pub enum ListType {
 pub enum Lists<'a> {
     /// A built-in kind, by name.
     Builtin(&'a str),
+    /// A built-in kind for server-side apply: its list-map keys, which for ports include the
+    /// protocol (`x-kubernetes-list-map-keys`), where strategic merge uses the port alone.
+    BuiltinApply(&'a str),
     /// A custom resource's structural schema.
     Schema(&'a Value),
 }
 
-impl Lists<'_> {
+impl<'a> Lists<'a> {
+    /// These lists as server-side apply sees them.
+    pub fn for_apply(self) -> Lists<'a> {
+        match self {
+            Lists::Builtin(kind) => Lists::BuiltinApply(kind),
+            other => other,
+        }
+    }
+
     /// The list type of the field at a path of field names.
     pub fn of(&self, path: &[String]) -> ListType {
+        if let Lists::BuiltinApply(kind) = self
+            && let Some(keys) = apply_keys(kind, path)
+        {
+            return ListType::Map(keys.iter().map(|k| k.to_string()).collect());
+        }
         // Metadata is the same for every kind (a CRD schema does not describe it).
         let kind = match self {
             Lists::Schema(schema) if path.first().map(String::as_str) != Some("metadata") => {
                 return schema_list_type(schema, path);
             }
             Lists::Schema(_) => "",
-            Lists::Builtin(kind) => kind,
+            Lists::Builtin(kind) | Lists::BuiltinApply(kind) => kind,
         };
         if let Some(key) = merge_key(kind, path) {
             return ListType::Map(vec![key.to_owned()]);
@@ -157,7 +187,16 @@ fn schema_list_type(schema: &Value, path: &[String]) -> ListType {
 /// The identity of a map-list element: its key fields (absent ones as null).
 pub fn element_id(item: &Value, keys: &[String]) -> Map<String, Value> {
     keys.iter()
-        .map(|k| (k.clone(), item.get(k).cloned().unwrap_or(Value::Null)))
+        .map(|k| {
+            let v = match item.get(k) {
+                Some(v) => v.clone(),
+                // A port's protocol defaults to TCP, so a port given without one is the TCP
+                // port (upstream defaults the key before it merges).
+                None if k == "protocol" => Value::String("TCP".into()),
+                None => Value::Null,
+            };
+            (k.clone(), v)
+        })
         .collect()
 }
 

@@ -4,6 +4,7 @@
 
 pub mod bench;
 pub mod dnsbench;
+pub mod drills;
 pub mod fnbench;
 pub mod machines;
 pub mod node;

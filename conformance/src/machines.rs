@@ -65,11 +65,58 @@ fn node_images() -> String {
         .join(",")
 }
 
+/// Starts `minik8s init` in `dir/cp` and waits for its join command.
+fn spawn_init(dir: &Path, port: u16, extra: &[String]) -> (Child, Vec<String>) {
+    let data = dir.join("cp");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("init.log"))
+        .expect("log file");
+    let mut child = Command::new(bin("minik8s"))
+        .args(["init", "--data-dir"])
+        .arg(&data)
+        .args(["--bind", "0.0.0.0", "--port", &port.to_string()])
+        .args(["--advertise-address", HOST_IP, "--node-name", "cp"])
+        .args(["--no-registry", "--no-functions", "--no-router"])
+        .args(["--image", &node_images()])
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("minik8s init starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(rest) = line.strip_prefix("minik8s join ") {
+                let _ = tx.send(rest.split_whitespace().map(str::to_owned).collect());
+            }
+        }
+    });
+    match rx.recv_timeout(Duration::from_secs(90)) {
+        Ok(j) => (child, j),
+        Err(_) => {
+            let _ = child.kill();
+            panic!(
+                "minik8s init printed no join command; its log:\n{}",
+                std::fs::read_to_string(dir.join("init.log")).unwrap_or_default()
+            );
+        }
+    }
+}
+
 /// A control plane made with `minik8s init` (with its own node `cp` on this machine), torn
 /// down with everything on drop.
 pub struct InitCluster {
     child: Option<Child>,
     dir: tempfile::TempDir,
+    port: u16,
+    extra: Vec<String>,
     /// The admin kubeconfig.
     pub kubeconfig: PathBuf,
     /// The `minik8s join` arguments `init` printed (server, token, CA pin).
@@ -87,49 +134,34 @@ impl InitCluster {
     pub fn start_with(port: u16, extra: &[&str]) -> Self {
         ensure_bridge();
         let dir = tempfile::tempdir().expect("temp dir");
-        let data = dir.path().join("cp");
-        let log = std::fs::File::create(dir.path().join("init.log")).expect("log file");
-        let mut child = Command::new(bin("minik8s"))
-            .args(["init", "--data-dir"])
-            .arg(&data)
-            .args(["--bind", "0.0.0.0", "--port", &port.to_string()])
-            .args(["--advertise-address", HOST_IP, "--node-name", "cp"])
-            .args(["--no-registry", "--no-functions", "--no-router"])
-            .args(["--image", &node_images()])
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("minik8s init starts");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(rest) = line.strip_prefix("minik8s join ") {
-                    let _ = tx.send(rest.split_whitespace().map(str::to_owned).collect());
-                }
-            }
-        });
-        let join: Vec<String> = match rx.recv_timeout(Duration::from_secs(90)) {
-            Ok(j) => j,
-            Err(_) => {
-                let _ = child.kill();
-                panic!(
-                    "minik8s init printed no join command; its log:\n{}",
-                    std::fs::read_to_string(dir.path().join("init.log")).unwrap_or_default()
-                );
-            }
-        };
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let (child, join) = spawn_init(dir.path(), port, &extra);
         InitCluster {
             child: Some(child),
-            kubeconfig: data.join("admin.kubeconfig"),
+            kubeconfig: dir.path().join("cp/admin.kubeconfig"),
             dir,
+            port,
+            extra,
             join,
         }
+    }
+
+    /// SIGKILLs the `init` process (apiserver, controllers, and the control-plane node's
+    /// kubelet and proxy; its containers keep running).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts `init` again on the same folder (after [`Self::kill9`]); returns once it has
+    /// printed its join command (the apiserver serves again).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "init still runs");
+        let (child, join) = spawn_init(self.dir.path(), self.port, &self.extra);
+        self.child = Some(child);
+        self.join = join;
     }
 
     /// The cluster's private folder.
@@ -248,6 +280,7 @@ impl InitCluster {
         let mut args = self.join.clone();
         args.extend(m.node_args());
         m.child = Some(m.spawn_minik8s("join", &args));
+        m.args = args;
         self.eventually(
             Duration::from_secs(90),
             &[
@@ -310,6 +343,7 @@ pub struct Machine {
     netns: String,
     data_dir: PathBuf,
     child: Option<Child>,
+    args: Vec<String>,
 }
 
 impl Machine {
@@ -348,6 +382,7 @@ impl Machine {
             data_dir: dir.join(name),
             netns,
             child: None,
+            args: Vec::new(),
         }
     }
 
@@ -391,6 +426,57 @@ impl Machine {
         self.child
             .take()
             .is_none_or(|mut c| terminate(&mut c, Duration::from_secs(30)))
+    }
+
+    /// SIGKILLs the node's `minik8s join` process (its kubelet and proxy); the runtime and
+    /// its containers keep running.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts `minik8s join` again with the same arguments (it finds its identity and adopts
+    /// what the runtime runs).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the node still runs");
+        self.child = Some(self.spawn_minik8s("join", &self.args));
+    }
+
+    /// Cuts (`false`) or restores (`true`) the machine's network link.
+    pub fn link(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        assert!(run(
+            "ip",
+            &["-n", &self.netns, "link", "set", "eth0", state]
+        ));
+        if up {
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &self.netns,
+                    "route",
+                    "replace",
+                    "default",
+                    "via",
+                    HOST_IP,
+                ],
+            );
+        }
+    }
+
+    /// The node's containerd runtime folder (its socket and pid file).
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.data_dir.join("node/containerd")
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, …) to the node's containerd.
+    pub fn signal_runtime(&self, signal: &str) {
+        let pid = std::fs::read_to_string(self.runtime_dir().join("containerd.pid"))
+            .expect("containerd's pid file");
+        assert!(run("kill", &[&format!("-{signal}"), pid.trim()]));
     }
 
     /// The join process's log.

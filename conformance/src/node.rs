@@ -285,12 +285,15 @@ impl Drop for Node {
 /// Where cargo put the workspace's binaries (next to this test's own executable).
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test executable");
-    // target/<profile>/deps/<test> → target/<profile>/<name>
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target folder")
-        .join(name);
+    // target/<profile>/deps/<test> → target/<profile>/<name>; a binary of this package is
+    // in target/<profile> itself.
+    let dir = exe.parent().expect("the executable's folder");
+    let dir = if dir.ends_with("deps") {
+        dir.parent().expect("target folder")
+    } else {
+        dir
+    };
+    let path = dir.join(name);
     assert!(
         path.exists(),
         "{} is missing: `cargo test --workspace` (or `cargo build --bins`) builds it",

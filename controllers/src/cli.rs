@@ -35,6 +35,9 @@ pub struct Args {
     /// The scale-down stabilization window of HPAs whose `behavior` sets none.
     #[arg(long, default_value = "5m0s", value_parser = duration)]
     horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// How long a node may go without a heartbeat before it is NotReady (unreachable).
+    #[arg(long, default_value = "40s", value_parser = duration)]
+    node_monitor_grace_period: Duration,
     /// The cluster's pod CIDR, split into one block per node by the node IPAM controller.
     #[arg(long, default_value = "10.244.0.0/16")]
     cluster_cidr: String,
@@ -70,6 +73,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         hpa: crate::hpa::controller::Config {
             sync_period: args.horizontal_pod_autoscaler_sync_period,
             downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
+        },
+        node_lifecycle: crate::nodelifecycle::Config {
+            grace: args.node_monitor_grace_period,
+            ..Default::default()
         },
         node_ipam: crate::nodeipam::Config::parse(&args.cluster_cidr, args.node_cidr_mask_size)
             .map_err(anyhow::Error::msg)?,

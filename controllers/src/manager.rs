@@ -39,6 +39,8 @@ pub fn check(names: &[String]) -> anyhow::Result<()> {
 pub struct Settings {
     /// The HorizontalPodAutoscaler controller's.
     pub hpa: crate::hpa::controller::Config,
+    /// The node lifecycle controller's timing.
+    pub node_lifecycle: crate::nodelifecycle::Config,
     /// The node IPAM controller's cluster CIDR and block size.
     pub node_ipam: crate::nodeipam::Config,
     /// The CSR signer's CA (`None`: the `csrsigning` controller issues nothing).
@@ -78,7 +80,7 @@ pub async fn run_with(
             "cronjob" => tasks.spawn(crate::cronjob::run(c, t, s)),
             "nodelifecycle" => tasks.spawn(crate::nodelifecycle::run(
                 c,
-                crate::nodelifecycle::Config::default(),
+                settings.node_lifecycle.clone(),
                 t,
                 s,
             )),

@@ -48,6 +48,9 @@ pub struct UpConfig {
     /// Run the apiserver and the controller manager as static pods of this node (`None`:
     /// in this process).
     pub static_control_plane: Option<static_plane::StaticPlane>,
+    /// How long a node may go without a heartbeat before the node lifecycle controller marks
+    /// it unreachable (`--node-monitor-grace-period`).
+    pub node_monitor_grace: std::time::Duration,
 }
 
 impl UpConfig {
@@ -245,6 +248,10 @@ pub async fn up(
                 key: dir.join("ca.key"),
                 duration: std::time::Duration::from_secs(365 * 24 * 3600),
             }),
+            node_lifecycle: minik8s_controllers::nodelifecycle::Config {
+                grace: cfg.node_monitor_grace,
+                ..Default::default()
+            },
             ..Default::default()
         };
         {

@@ -354,6 +354,9 @@ struct UpArgs {
     /// Run no HTTP router.
     #[arg(long, env = "MINIK8S_NO_ROUTER")]
     no_router: bool,
+    /// How long a node may go without a heartbeat before it is NotReady (a Go duration).
+    #[arg(long, default_value = "40s")]
+    node_monitor_grace_period: String,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -378,6 +381,15 @@ impl TryFrom<UpArgs> for UpConfig {
             gateway: (!a.no_functions).then_some(a.gateway),
             router: (!a.no_router).then_some(a.router),
             static_control_plane: None,
+            node_monitor_grace: minik8s_controllers::util::go_duration(
+                &a.node_monitor_grace_period,
+            )
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{:?} is not a duration (like 40s)",
+                    a.node_monitor_grace_period
+                )
+            })?,
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {

@@ -95,6 +95,10 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             "--cluster-signing-key-file={}",
             pki.join("ca.key").display()
         ),
+        format!(
+            "--node-monitor-grace-period={}s",
+            cfg.node_monitor_grace.as_secs()
+        ),
     ];
     vec![
         (

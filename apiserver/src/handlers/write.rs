@@ -172,7 +172,7 @@ pub(crate) fn record_manager(
     subresource: Option<&str>,
 ) {
     crate::apply::record_update(
-        ctx.res.lists(),
+        ctx.res.lists().for_apply(),
         old,
         obj,
         &manager(ctx),
@@ -364,7 +364,8 @@ async fn create_object(
     warnings: Vec<String>,
     applied: bool,
 ) -> ApiResult<Response> {
-    let applied_fields = applied.then(|| crate::apply::fields_of(ctx.res.lists(), &obj));
+    let applied_fields =
+        applied.then(|| crate::apply::fields_of(ctx.res.lists().for_apply(), &obj));
     prepare_create(&ctx, &mut obj)?;
     if let Some(fields) = applied_fields {
         let entry = crate::apply::Entry {
@@ -799,7 +800,7 @@ async fn server_side_apply(
     // An applied configuration is partial: the merged object is what gets validated.
     let applied = applied.clone();
     let manager = manager(ctx);
-    let lists = ctx.res.lists();
+    let lists = ctx.res.lists().for_apply();
     let merged = crate::apply::apply(
         lists,
         old,
