@@ -16,6 +16,7 @@
 //! conformance suite runs the same functions.
 
 use crate::machines::{HOST_IP, InitCluster, Machine};
+use crate::node::free_port;
 use crate::node::http_get;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -126,13 +127,6 @@ pub struct WebPod {
     pub restarts: String,
     /// Whether it is being deleted.
     pub deleting: bool,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 impl Drills {

@@ -6,7 +6,7 @@
 //! --net`, node recipe multi-node B): mounts and cgroups stay the machine's.
 
 use crate::Run;
-use crate::node::{bin, images};
+use crate::node::{bin, images, terminate};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -38,21 +38,6 @@ fn ensure_bridge() {
         &["addr", "add", &format!("{HOST_IP}/24"), "dev", BRIDGE],
     );
     assert!(run("ip", &["link", "set", BRIDGE, "up"]));
-}
-
-/// Sends SIGTERM and waits up to `limit`; whether it exited with success.
-fn terminate(child: &mut Child, limit: Duration) -> bool {
-    let _ = Command::new("kill").arg(child.id().to_string()).status();
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            return status.success();
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    false
 }
 
 /// The image archives every node imports (pause and busybox).
@@ -323,7 +308,7 @@ impl InitCluster {
 impl Drop for InitCluster {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            terminate(&mut child, Duration::from_secs(30));
+            terminate(&mut child);
         }
         let _ = Command::new(bin("minik8s"))
             .args(["down", "--node-name", "cp", "--data-dir"])
@@ -423,9 +408,7 @@ impl Machine {
 
     /// Stops the node's processes (SIGTERM); whether they exited cleanly.
     pub fn stop(&mut self) -> bool {
-        self.child
-            .take()
-            .is_none_or(|mut c| terminate(&mut c, Duration::from_secs(30)))
+        self.child.take().is_none_or(|mut c| terminate(&mut c))
     }
 
     /// SIGKILLs the node's `minik8s join` process (its kubelet and proxy); the runtime and
@@ -465,6 +448,11 @@ impl Machine {
                 ],
             );
         }
+    }
+
+    /// The node's own kubeconfig (written by the TLS bootstrap, replaced on renewal).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("kubelet.kubeconfig")
     }
 
     /// The node's containerd runtime folder (its socket and pid file).

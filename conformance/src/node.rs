@@ -358,8 +358,9 @@ impl Cluster {
     }
 }
 
-/// Sends SIGTERM and waits (up to 30 s) for the process to exit; whether it exited cleanly.
-fn terminate(child: &mut std::process::Child) -> bool {
+/// Sends SIGTERM and waits (up to 30 s) for the process to exit; whether it exited cleanly
+/// (killed when it does not).
+pub fn terminate(child: &mut std::process::Child) -> bool {
     let _ = std::process::Command::new("kill")
         .arg(child.id().to_string())
         .status();
@@ -372,6 +373,14 @@ fn terminate(child: &mut std::process::Child) -> bool {
     let _ = child.kill();
     let _ = child.wait();
     false
+}
+
+/// A TCP port free on every address now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 impl NodeProcess {

@@ -5,6 +5,7 @@
 //! and `kubectl delete node` move the work; bad tokens and pins are refused and leave nothing.
 
 use minik8s_conformance::machines::InitCluster;
+use minik8s_conformance::node::free_port;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -33,13 +34,6 @@ spec:
   selector: {app: web}
   ports: [{port: 80, targetPort: 8080}]
 "#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// `name node ip` of every pod of the Deployment.
 fn placement(c: &InitCluster) -> Vec<(String, String, String)> {

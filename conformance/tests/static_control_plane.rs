@@ -5,15 +5,9 @@
 //! container's cgroup.
 
 use minik8s_conformance::machines::InitCluster;
+use minik8s_conformance::node::free_port;
 use minik8s_conformance::node::{bin, repo_root};
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// The pid of the process whose command line starts with `args` (one such process).
 fn pid_of(args: &[&str]) -> Option<u32> {

@@ -167,8 +167,9 @@ impl Signer {
         }
         p.is_ca = IsCa::ExplicitNoCa;
         let now = time::OffsetDateTime::now_utc();
-        // Backdated as upstream's signer does, so a slightly slow clock still accepts it.
-        p.not_before = now - time::Duration::minutes(5);
+        // Backdated as upstream's signer does, so a slightly slow clock still accepts it (by
+        // at most a tenth of a short lifetime, so its renewal point stays in the future).
+        p.not_before = now - time::Duration::seconds((seconds / 10).min(300));
         p.not_after = now + time::Duration::seconds(seconds);
         let mut serial = [0u8; 16];
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut serial);

@@ -196,26 +196,38 @@ pub async fn run(
         if let Some(ready) = ready.take() {
             ready();
         }
-        let wait = validity(&cfg.kubeconfig()).map_or(3600, |(end, life)| {
-            renew_in(end, life, jiff::Timestamp::now().as_second(), rand_unit())
-        });
-        tracing::info!(seconds = wait, "the node's certificate is renewed in");
-        tokio::select! {
-            _ = shutdown.cancelled() => {
-                tasks.wait().await;
-                break Ok(());
+        // Until the node stops: wait for the renewal point, renew with the node's own
+        // identity (selfnodeclient), then restart the kubelet and proxy on it. A failed
+        // renewal is retried (at least a few seconds apart) on the running node.
+        let stopped = loop {
+            let wait = validity(&cfg.kubeconfig())
+                .map_or(3600, |(end, life)| {
+                    renew_in(end, life, jiff::Timestamp::now().as_second(), rand_unit())
+                })
+                .max(5);
+            tracing::info!(seconds = wait, "the node's certificate is renewed in");
+            tokio::select! {
+                _ = shutdown.cancelled() => {
+                    tasks.wait().await;
+                    break true;
+                }
+                _ = tasks.wait() => break true,
+                _ = tokio::time::sleep(Duration::from_secs(wait as u64)) => {}
             }
-            _ = tasks.wait() => break Ok(()),
-            _ = tokio::time::sleep(Duration::from_secs(wait as u64)) => {}
-        }
-        // Renew with the node's own identity (selfnodeclient), then restart on it.
-        match renew(&cfg).await {
-            Ok(()) => tracing::info!(
-                "renewed the node's client certificate; restarting the kubelet and proxy on it"
-            ),
-            Err(e) => {
-                tracing::error!(error = %e, "renewing the node's certificate failed; retrying")
+            match renew(&cfg).await {
+                Ok(()) => {
+                    tracing::info!(
+                        "renewed the node's client certificate; restarting the kubelet and proxy on it"
+                    );
+                    break false;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "renewing the node's certificate failed; retrying")
+                }
             }
+        };
+        if stopped {
+            break Ok(());
         }
         run.cancel();
         tasks.wait().await;

@@ -51,6 +51,8 @@ pub struct UpConfig {
     /// How long a node may go without a heartbeat before the node lifecycle controller marks
     /// it unreachable (`--node-monitor-grace-period`).
     pub node_monitor_grace: std::time::Duration,
+    /// The longest validity of certificates the CSR signer issues (`--cluster-signing-duration`).
+    pub signing_duration: std::time::Duration,
 }
 
 impl UpConfig {
@@ -246,7 +248,7 @@ pub async fn up(
             signing: Some(minik8s_controllers::certificates::SigningConfig {
                 cert: pki.ca_path(),
                 key: dir.join("ca.key"),
-                duration: std::time::Duration::from_secs(365 * 24 * 3600),
+                duration: cfg.signing_duration,
             }),
             node_lifecycle: minik8s_controllers::nodelifecycle::Config {
                 grace: cfg.node_monitor_grace,

@@ -357,6 +357,9 @@ struct UpArgs {
     /// How long a node may go without a heartbeat before it is NotReady (a Go duration).
     #[arg(long, default_value = "40s")]
     node_monitor_grace_period: String,
+    /// The longest validity of a certificate the CSR signer issues (a Go duration).
+    #[arg(long, default_value = "8760h0m0s")]
+    cluster_signing_duration: String,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -381,6 +384,13 @@ impl TryFrom<UpArgs> for UpConfig {
             gateway: (!a.no_functions).then_some(a.gateway),
             router: (!a.no_router).then_some(a.router),
             static_control_plane: None,
+            signing_duration: minik8s_controllers::util::go_duration(&a.cluster_signing_duration)
+                .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{:?} is not a duration (like 8760h0m0s)",
+                    a.cluster_signing_duration
+                )
+            })?,
             node_monitor_grace: minik8s_controllers::util::go_duration(
                 &a.node_monitor_grace_period,
             )

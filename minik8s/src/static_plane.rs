@@ -99,6 +99,10 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             "--node-monitor-grace-period={}s",
             cfg.node_monitor_grace.as_secs()
         ),
+        format!(
+            "--cluster-signing-duration={}s",
+            cfg.signing_duration.as_secs()
+        ),
     ];
     vec![
         (
