@@ -23,6 +23,9 @@ spec:
       containers:
       - name: web
         image: busybox
+        # The machines have no registry (their images are imported): no pull attempt that
+        # could only time out.
+        imagePullPolicy: IfNotPresent
         command: ["sh", "-c", "mkdir -p /www; hostname > /www/index.html; exec httpd -f -p 8080 -h /www"]
         resources: {requests: {cpu: 200m, memory: 64Mi}}
 ---

@@ -29,6 +29,8 @@ pub struct JoinConfig {
     pub node_ip: Option<String>,
     /// Image archives imported into the node's runtime.
     pub images: Vec<PathBuf>,
+    /// The registry the node's runtime pulls docker.io and registry.k8s.io images from.
+    pub registry_mirror: Option<String>,
     /// Where the node's HTTP router listens (`None`: no router).
     pub router: Option<SocketAddr>,
     /// How long to wait for the certificate.
@@ -76,6 +78,7 @@ impl JoinConfig {
         cfg.runtime.pod_cidr = String::new();
         cfg.node_ip = self.node_ip.clone();
         cfg.images = self.images.clone();
+        cfg.runtime.registry_mirror = self.registry_mirror.clone();
         cfg.manifests = Some(self.data_dir.join("manifests"));
         cfg.client_ca = Some(self.ca_path());
         cfg

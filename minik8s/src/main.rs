@@ -148,6 +148,12 @@ struct JoinArgs {
     /// Image archives imported into the node's runtime (default: DATA_DIR/images/*.tar).
     #[arg(long = "image", value_delimiter = ',')]
     images: Vec<PathBuf>,
+    /// A registry mirror (`HOST:PORT`, plain HTTP, such as a site registry) the node pulls
+    /// docker.io and registry.k8s.io images from. Without one, pulls go to the internet, and
+    /// an image that is only imported waits for that to fail before it is used (use
+    /// `imagePullPolicy: IfNotPresent` on machines with no internet).
+    #[arg(long)]
+    registry_mirror: Option<String>,
     /// Where the node's HTTP router listens.
     #[arg(long, default_value = "0.0.0.0:80")]
     router: std::net::SocketAddr,
@@ -506,6 +512,7 @@ fn main() -> anyhow::Result<()> {
                 },
                 data_dir: a.data_dir,
                 node_ip: a.node_ip,
+                registry_mirror: a.registry_mirror,
                 router: (!a.no_router).then_some(a.router),
                 csr_timeout: std::time::Duration::from_secs(a.csr_timeout),
                 discovery_timeout: std::time::Duration::from_secs(a.discovery_timeout),
