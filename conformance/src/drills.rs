@@ -7,7 +7,7 @@
 //!    Deployment, its ReplicaSet and its HPA carry on with the same pods.
 //! 2. **Kubelet crash**: SIGKILL a node's `minik8s join` (kubelet and proxy). Its pods keep
 //!    serving; the restarted kubelet adopts them (same containers, no restarts).
-//! 3. **Node failure**: a node loses its kubelet, proxy and network and its runtime freezes.
+//! 3. **Node failure**: a node loses its kubelet, proxy, containerd and network.
 //!    It goes NotReady after the grace period, its pods are evicted once their toleration
 //!    runs out and are recreated on the other nodes, and the Service's endpoints follow. When
 //!    it comes back, its stale pods are cleaned up (API and runtime).
@@ -414,8 +414,8 @@ impl Drills {
         r
     }
 
-    /// Drill 3: a whole node fails (kubelet and proxy killed, runtime frozen, link down) and
-    /// later comes back.
+    /// Drill 3: a whole node fails (kubelet, proxy and containerd killed, link down) and later
+    /// comes back (a new containerd finds the containers its shims kept).
     pub fn node_failure(&mut self) -> Report {
         let mut r = Report {
             drill: "node failure",
@@ -428,11 +428,11 @@ impl Drills {
             .collect();
         assert!(!on_w2.is_empty(), "pods on w2");
         self.w2.kill9();
-        self.w2.signal_runtime("STOP");
+        self.w2.signal_runtime("KILL");
         self.w2.link(false);
         let failed = Instant::now();
         r.step(format!(
-            "w2 failed: kubelet and proxy killed, containerd frozen, link down ({} pods there)",
+            "w2 failed: kubelet, proxy and containerd killed, link down ({} pods there)",
             on_w2.len()
         ));
         let detected = self.wait(Duration::from_secs(90), "w2 NotReady", || {
@@ -483,7 +483,6 @@ impl Drills {
 
         // w2 comes back: its kubelet cleans up the pods that were evicted meanwhile.
         self.w2.link(true);
-        self.w2.signal_runtime("CONT");
         let back = Instant::now();
         self.w2.restart();
         let ready = self.wait(Duration::from_secs(60), "w2 Ready again", || {
