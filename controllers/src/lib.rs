@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cron;
 pub mod cronjob;
 pub mod deployment;
+pub mod disruption;
 pub mod endpoints;
 pub mod gc;
 pub mod hpa;

@@ -269,9 +269,124 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     Err(ApiError::stale("", "pods", ctx.name()))
 }
 
-/// POST pods/{name}/eviction: deletes the pod (PodDisruptionBudgets are checked once the
-/// disruption controller exists).
+/// POST pods/{name}/eviction: deletes the pod unless that would break its
+/// PodDisruptionBudget, as upstream's eviction REST: a pod guarded by one budget is evicted
+/// only while the budget allows a disruption (the allowance is taken in the same
+/// compare-and-swap that records the pod in `disruptedPods`); otherwise 429 with the budget's
+/// numbers. Pods already finished or being deleted, and pods no budget guards, just go.
 async fn eviction(ctx: Ctx) -> ApiResult<Response> {
+    let pods = ctx.res.clone();
+    let budgets = ctx
+        .api
+        .registry
+        .lookup("policy", "v1", "poddisruptionbudgets")?;
+    let ns = ctx.namespace().unwrap_or_default().to_owned();
+    for _ in 0..16 {
+        let kv = ctx
+            .api
+            .store
+            .get(&ctx.key())
+            .await?
+            .ok_or_else(|| ApiError::not_found("", "pods", ctx.name()))?;
+        let pod = pods.read(&kv)?;
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+        let done = matches!(phase, Some("Succeeded" | "Failed"))
+            || object::meta(&pod).get("deletionTimestamp").is_some();
+        let listed = ctx
+            .api
+            .store
+            .range(minik8s_storage::RangeRequest::prefix(format!(
+                "{}{ns}/",
+                budgets.key_prefix()
+            )))
+            .await?;
+        let labels = object::meta(&pod).get("labels").cloned();
+        let mut guarding = Vec::new();
+        for kv in &listed.kvs {
+            let pdb = budgets.read(kv)?;
+            let selects = pdb
+                .pointer("/spec/selector")
+                .and_then(|s| minik8s_types::LabelSelector::from_json(s).ok())
+                .is_some_and(|s| s.matches_json(labels.as_ref()));
+            if selects {
+                guarding.push((pdb, kv.mod_revision));
+            }
+        }
+        if done || guarding.is_empty() {
+            return evict(ctx).await;
+        }
+        if guarding.len() > 1 {
+            return Err(ApiError::internal(
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+            ));
+        }
+        let (mut pdb, revision) = guarding.pop().expect("one budget");
+        let name = meta_str(&pdb, "name").unwrap_or_default().to_owned();
+        let int = |p: &str| pdb.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+        let refuse = |why: String| {
+            let mut e = ApiError::too_many_requests(0);
+            e.message = "Cannot evict pod as it would violate the pod's disruption budget.".into();
+            e.retry_after = None;
+            e.details = Some(json!({"causes": [{"reason": "DisruptionBudget", "message": why}]}));
+            e
+        };
+        if int("/status/observedGeneration") < int("/metadata/generation") {
+            return Err(refuse(format!(
+                "The disruption budget {name} is still being processed by the server."
+            )));
+        }
+        let (healthy, desired) = (int("/status/currentHealthy"), int("/status/desiredHealthy"));
+        let ready = pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+        if !ready {
+            // An unhealthy pod costs the budget nothing: it may go while the budget holds
+            // (`IfHealthyBudget`, the default) or always (`AlwaysAllow`).
+            let always =
+                pdb.pointer("/spec/unhealthyPodEvictionPolicy") == Some(&json!("AlwaysAllow"));
+            if always || healthy >= desired {
+                return evict(ctx).await;
+            }
+            return Err(refuse(format!(
+                "The disruption budget {name} needs {desired} healthy pods and has {healthy} currently"
+            )));
+        }
+        let allowed = int("/status/disruptionsAllowed");
+        if allowed <= 0 {
+            return Err(refuse(format!(
+                "The disruption budget {name} needs {desired} healthy pods and has {healthy} currently"
+            )));
+        }
+        pdb["status"]["disruptionsAllowed"] = json!(allowed - 1);
+        if !pdb["status"]["disruptedPods"].is_object() {
+            pdb["status"]["disruptedPods"] = json!({});
+        }
+        pdb["status"]["disruptedPods"][ctx.name()] = json!(object::now());
+        let key = budgets.key(Some(&ns), &name);
+        match ctx
+            .api
+            .store
+            .update(&key, budgets.encode(&mut pdb), revision)
+            .await
+        {
+            Ok(_) => return evict(ctx).await,
+            Err(minik8s_storage::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::stale(
+        "policy",
+        "poddisruptionbudgets",
+        ctx.name(),
+    ))
+}
+
+/// Deletes the pod an eviction is for.
+async fn evict(ctx: Ctx) -> ApiResult<Response> {
     let mut req = ctx.req.clone();
     req.subresource = None;
     req.verb = Verb::Delete;
