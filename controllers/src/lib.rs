@@ -7,6 +7,7 @@ pub mod certificates;
 pub mod cli;
 pub mod cron;
 pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
 pub mod endpoints;

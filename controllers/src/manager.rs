@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 17] = [
+pub const ALL: [&str; 18] = [
     "scheduler",
     "replicaset",
     "deployment",
@@ -25,6 +25,7 @@ pub const ALL: [&str; 17] = [
     "csrapproving",
     "csrsigning",
     "disruption",
+    "daemonset",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -94,6 +95,7 @@ pub async fn run_with(
             "nodeipam" => tasks.spawn(crate::nodeipam::run(c, settings.node_ipam, t, s)),
             "podgc" => tasks.spawn(crate::podgc::run(c, t, s)),
             "disruption" => tasks.spawn(crate::disruption::run(c, t, s)),
+            "daemonset" => tasks.spawn(crate::daemonset::run(c, t, s)),
             "bootstrapsigner" => tasks.spawn(crate::bootstrap::run_signer(c, t, s)),
             "tokencleaner" => tasks.spawn(crate::bootstrap::run_cleaner(c, t, s)),
             "csrapproving" => tasks.spawn(crate::certificates::run_approver(c, t, s)),

@@ -86,7 +86,8 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
-    fn new(node: Arc<Node>) -> Self {
+    /// A node with nothing placed on it yet.
+    pub fn new(node: Arc<Node>) -> Self {
         let status = node.status.as_ref();
         let allocatable = status
             .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
@@ -220,10 +221,19 @@ pub fn filter(
     if !node_ready(node) {
         return Err("node(s) were not ready".into());
     }
-    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+    let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    // A cordoned node takes only pods that tolerate its `unschedulable` taint (upstream's
+    // NodeUnschedulable plugin; DaemonSet pods do).
+    let cordon = Taint {
+        key: "node.kubernetes.io/unschedulable".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    };
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+        && !tolerates(&tolerations, &cordon)
+    {
         return Err("node(s) were unschedulable".into());
     }
-    let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
     for t in node
         .spec
         .as_ref()

@@ -1,0 +1,144 @@
+//! DaemonSets: one pod per eligible node (a tainted node only when tolerated, a cordoned one
+//! still), a template change rolls through the nodes, and `kubectl rollout history|undo`
+//! work from the ControllerRevisions.
+
+use minik8s_conformance::Cluster;
+use std::collections::BTreeSet;
+
+const AGENT: &str = r#"
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: agent, image: busybox, command: [sleep, "3600"]}]
+"#;
+
+fn nodes_of(c: &Cluster) -> BTreeSet<String> {
+    c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=agent",
+        "-o",
+        "jsonpath={range .items[?(@.status.phase==\"Running\")]}{.spec.nodeName} {end}",
+    ])
+    .split_whitespace()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[test]
+fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
+    let c = Cluster::start();
+    c.run_controllers(3);
+    c.eventually(&["get", "nodes", "-o", "name"], |s| s.lines().count() == 3);
+    c.ok(&["taint", "nodes", "sim-2", "dedicated=gpu:NoSchedule"]);
+    c.ok(&["cordon", "sim-1"]);
+    let r = c.with_manifest(&["apply"], AGENT);
+    assert!(r.ok, "{}", r.stderr);
+    c.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
+    c.eventually(
+        &[
+            "get",
+            "ds",
+            "agent",
+            "-o",
+            "jsonpath={.status.desiredNumberScheduled} {.status.numberReady} {.status.updatedNumberScheduled}",
+        ],
+        |s| s == "2 2 2",
+    );
+    let want: BTreeSet<String> = ["sim-0", "sim-1"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(
+        nodes_of(&c),
+        want,
+        "not on the tainted node; still on the cordoned one"
+    );
+    let pod_tolerations = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=agent",
+        "-o",
+        "jsonpath={.items[0].spec.tolerations[*].key}",
+    ]);
+    assert!(
+        pod_tolerations.contains("node.kubernetes.io/unreachable")
+            && pod_tolerations.contains("node.kubernetes.io/unschedulable"),
+        "{pod_tolerations}"
+    );
+
+    // Tolerating the taint rolls the DaemonSet onto all three nodes.
+    c.ok(&[
+        "patch",
+        "ds",
+        "agent",
+        "--type=strategic",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"tolerations":[{"key":"dedicated","operator":"Exists"}]}}}}"#,
+    ]);
+    c.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
+    c.eventually(
+        &[
+            "get",
+            "ds",
+            "agent",
+            "-o",
+            "jsonpath={.status.desiredNumberScheduled} {.status.updatedNumberScheduled} {.status.numberReady}",
+        ],
+        |s| s == "3 3 3",
+    );
+    c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=agent",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+        |s| {
+            let mut n: Vec<&str> = s.split_whitespace().collect();
+            n.sort();
+            n == ["sim-0", "sim-1", "sim-2"]
+        },
+    );
+    let history = c.ok(&["rollout", "history", "daemonset/agent"]);
+    assert!(
+        history.lines().any(|l| l.trim_start().starts_with('1'))
+            && history.lines().any(|l| l.trim_start().starts_with('2')),
+        "{history}"
+    );
+
+    // Undo: back to the first template, off the tainted node.
+    c.ok(&["rollout", "undo", "daemonset/agent"]);
+    c.ok(&["rollout", "status", "daemonset/agent", "--timeout=60s"]);
+    c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=agent",
+            "-o",
+            "jsonpath={.items[*].spec.nodeName}",
+        ],
+        |s| {
+            let mut n: Vec<&str> = s.split_whitespace().collect();
+            n.sort();
+            n == ["sim-0", "sim-1"]
+        },
+    );
+    assert!(
+        c.ok(&[
+            "get",
+            "ds",
+            "agent",
+            "-o",
+            "jsonpath={.spec.template.spec.tolerations}"
+        ])
+        .is_empty()
+    );
+}

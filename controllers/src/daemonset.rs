@@ -1,0 +1,458 @@
+//! The DaemonSet controller (upstream's, in outline): one pod per eligible node, pinned to it
+//! by required node affinity on `metadata.name` (the scheduler binds it), with the automatic
+//! tolerations upstream adds (`not-ready`/`unreachable` NoExecute, pressure and
+//! `unschedulable` NoSchedule). A node is eligible when it matches the template's node
+//! selector and required node affinity and the pod tolerates its NoSchedule/NoExecute taints.
+//! Each template is a ControllerRevision (`<name>-<hash>`, its `revision` the newest for the
+//! template in use), so `kubectl rollout history|undo daemonset` work; pods carry the
+//! `controller-revision-hash` label. `RollingUpdate` replaces old pods at most `maxUnavailable`
+//! at a time; `OnDelete` waits for the user to delete them.
+
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
+use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::Store;
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The label naming a pod's (and a ControllerRevision's) template hash.
+pub const HASH_LABEL: &str = "controller-revision-hash";
+
+/// The tolerations every daemon pod gets (upstream's `AddOrUpdateDaemonPodTolerations`).
+pub fn automatic_tolerations() -> Vec<Toleration> {
+    let t = |key: &str, effect: &str| Toleration {
+        key: Some(key.into()),
+        operator: Some("Exists".into()),
+        effect: Some(effect.into()),
+        ..Default::default()
+    };
+    vec![
+        t("node.kubernetes.io/not-ready", "NoExecute"),
+        t("node.kubernetes.io/unreachable", "NoExecute"),
+        t("node.kubernetes.io/disk-pressure", "NoSchedule"),
+        t("node.kubernetes.io/memory-pressure", "NoSchedule"),
+        t("node.kubernetes.io/pid-pressure", "NoSchedule"),
+        t("node.kubernetes.io/unschedulable", "NoSchedule"),
+    ]
+}
+
+/// Whether a daemon pod of `template` should run on `node`.
+pub fn eligible(template: &Pod, node: &Node) -> bool {
+    let mut pod = template.clone();
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.tolerations
+        .get_or_insert_with(Vec::new)
+        .extend(automatic_tolerations());
+    // The same checks as the scheduler's, but a cordoned or not-ready node still gets its
+    // daemon (the automatic tolerations cover the taints that come with those).
+    let mut node = node.clone();
+    if let Some(s) = node.spec.as_mut() {
+        s.unschedulable = None;
+    }
+    node.status.get_or_insert_with(Default::default).conditions =
+        Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        }]);
+    let info = crate::scheduler::NodeInfo::new(Arc::new(node));
+    match crate::scheduler::filter(&pod, &Default::default(), &info) {
+        Ok(()) => true,
+        Err(why) => !(why.contains("taint") || why.contains("affinity/selector")),
+    }
+}
+
+fn ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The node a daemon pod is for: its binding, or its node affinity.
+fn node_of(pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    if let Some(n) = &spec.node_name {
+        return Some(n.clone());
+    }
+    spec.affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms
+        .first()?
+        .match_fields
+        .as_ref()?
+        .iter()
+        .find(|f| f.key == "metadata.name")?
+        .values
+        .as_ref()?
+        .first()
+        .cloned()
+}
+
+/// Runs the controller until `shutdown`.
+pub async fn run(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    let sets = informers.all::<DaemonSet>().await;
+    let pods = informers.all::<Pod>().await;
+    let nodes = informers.all::<Node>().await;
+    let revisions = informers.all::<ControllerRevision>().await;
+    loop {
+        for ds in sets.state() {
+            if ds.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            if let Err(e) = reconcile(&client, &ds, &pods, &nodes, &revisions).await {
+                tracing::warn!(ds = %ds.name_any(), error = %e, "daemonset pass failed");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+}
+
+async fn reconcile(
+    client: &Client,
+    ds: &DaemonSet,
+    pods: &Store<Pod>,
+    nodes: &Store<Node>,
+    revisions: &Store<ControllerRevision>,
+) -> crate::Result<()> {
+    let ns = ds.namespace().unwrap_or_default();
+    let uid = ds.uid().unwrap_or_default();
+    let spec = ds.spec.clone().unwrap_or_default();
+    let template = spec.template.clone();
+    let hash = crate::util::hash_of(&template);
+    ensure_revision(client, ds, &hash, revisions).await?;
+    let template_pod = Pod {
+        metadata: template.metadata.clone().unwrap_or_default(),
+        spec: template.spec.clone(),
+        status: None,
+    };
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let mine: Vec<Arc<Pod>> = pods
+        .state()
+        .into_iter()
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|p| crate::util::controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
+        .collect();
+    let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
+    for p in &mine {
+        if let Some(n) = node_of(p) {
+            by_node.entry(n).or_default().push(p.clone());
+        }
+    }
+    let all_nodes = nodes.state();
+    let (mut desired, mut current, mut misscheduled) = (0, 0, 0);
+    let (mut ready_n, mut updated, mut unavailable) = (0, 0, 0);
+    let mut old_ready: Vec<Arc<Pod>> = Vec::new();
+    for node in &all_nodes {
+        let name = node.name_any();
+        let on_node: Vec<Arc<Pod>> = by_node
+            .remove(&name)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        let wanted = eligible(&template_pod, node);
+        if !wanted {
+            misscheduled += on_node
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+                .count();
+            for p in on_node {
+                delete(&pod_api, &p).await?;
+            }
+            continue;
+        }
+        desired += 1;
+        // Failed pods are replaced; extra pods go.
+        let (failed, mut live): (Vec<_>, Vec<_>) = on_node
+            .into_iter()
+            .partition(|p| crate::util::phase(p) == "Failed");
+        for p in failed {
+            delete(&pod_api, &p).await?;
+        }
+        live.sort_by_key(|p| {
+            (
+                p.labels().get(HASH_LABEL) != Some(&hash),
+                p.metadata.creation_timestamp.clone(),
+            )
+        });
+        for extra in live.iter().skip(1) {
+            delete(&pod_api, extra).await?;
+        }
+        match live.first() {
+            None => {
+                unavailable += 1;
+                create(&pod_api, ds, &template, &hash, &name).await?;
+            }
+            Some(p) => {
+                if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+                    current += 1;
+                }
+                let is_new = p.labels().get(HASH_LABEL) == Some(&hash);
+                if is_new {
+                    updated += 1;
+                }
+                if ready(p) {
+                    ready_n += 1;
+                    if !is_new {
+                        old_ready.push(p.clone());
+                    }
+                } else {
+                    unavailable += 1;
+                    if !is_new && is_rolling(&spec) {
+                        // An old pod that is not ready anyway goes first.
+                        delete(&pod_api, p).await?;
+                    }
+                }
+            }
+        }
+    }
+    // Pods on nodes that are gone.
+    for p in by_node.into_values().flatten() {
+        delete(&pod_api, &p).await?;
+    }
+    if is_rolling(&spec) {
+        let max = spec
+            .update_strategy
+            .as_ref()
+            .and_then(|s| s.rolling_update.as_ref())
+            .and_then(|r| r.max_unavailable.clone())
+            .map_or(1, |m| match m {
+                IntOrString::Int(n) => n,
+                IntOrString::String(s) => {
+                    let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
+                    (pct * desired + 99) / 100
+                }
+            })
+            .max(1);
+        let budget = (max - unavailable).max(0) as usize;
+        for p in old_ready.iter().take(budget) {
+            delete(&pod_api, p).await?;
+        }
+    }
+    let generation = ds.metadata.generation.unwrap_or(0);
+    let status = json!({
+        "observedGeneration": generation,
+        "desiredNumberScheduled": desired,
+        "currentNumberScheduled": current,
+        "numberMisscheduled": misscheduled,
+        "numberReady": ready_n,
+        "numberAvailable": ready_n,
+        "numberUnavailable": (desired - ready_n).max(0),
+        "updatedNumberScheduled": updated,
+    });
+    let old = serde_json::to_value(ds.status.clone().unwrap_or_default())?;
+    let changed = status
+        .as_object()
+        .expect("an object")
+        .iter()
+        .any(|(k, v)| old.get(k).unwrap_or(&json!(0)) != v);
+    if changed {
+        Api::<DaemonSet>::namespaced(client.clone(), &ns)
+            .patch_status(
+                &ds.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+fn is_rolling(spec: &k8s_openapi::api::apps::v1::DaemonSetSpec) -> bool {
+    spec.update_strategy
+        .as_ref()
+        .and_then(|s| s.type_.as_deref())
+        .is_none_or(|t| t == "RollingUpdate")
+}
+
+async fn delete(api: &Api<Pod>, pod: &Pod) -> crate::Result<()> {
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name_any(), &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn create(
+    api: &Api<Pod>,
+    ds: &DaemonSet,
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    hash: &str,
+    node: &str,
+) -> crate::Result<()> {
+    let mut spec = serde_json::to_value(template.spec.clone().unwrap_or_default())?;
+    let mut tolerations: Vec<serde_json::Value> = spec
+        .get("tolerations")
+        .and_then(|t| t.as_array())
+        .cloned()
+        .unwrap_or_default();
+    for t in automatic_tolerations() {
+        let t = serde_json::to_value(t)?;
+        if !tolerations.contains(&t) {
+            tolerations.push(t);
+        }
+    }
+    spec["tolerations"] = json!(tolerations);
+    spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] = json!({
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}],
+    });
+    let mut labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    labels.insert(HASH_LABEL.into(), hash.into());
+    labels.insert(
+        "pod-template-generation".into(),
+        ds.metadata.generation.unwrap_or(1).to_string(),
+    );
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("{}-{}", ds.name_any(), crate::util::random_suffix()),
+            "labels": labels,
+            "annotations": template.metadata.as_ref().and_then(|m| m.annotations.clone()),
+            "ownerReferences": [crate::util::owner_ref(ds)],
+        },
+        "spec": spec,
+    }))?;
+    match api.create(&PostParams::default(), &pod).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Makes the ControllerRevision of the current template the newest, creating it if needed,
+/// and trims the history to `revisionHistoryLimit`.
+async fn ensure_revision(
+    client: &Client,
+    ds: &DaemonSet,
+    hash: &str,
+    revisions: &Store<ControllerRevision>,
+) -> crate::Result<()> {
+    let ns = ds.namespace().unwrap_or_default();
+    let uid = ds.uid().unwrap_or_default();
+    let mut mine: Vec<Arc<ControllerRevision>> = revisions
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|r| crate::util::controller_of(&r.metadata).is_some_and(|o| o.uid == uid))
+        .collect();
+    mine.sort_by_key(|r| r.revision);
+    let newest = mine.last().map_or(0, |r| r.revision);
+    let name = format!("{}-{hash}", ds.name_any());
+    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
+    match mine.iter().find(|r| r.name_any() == name) {
+        Some(r) if r.revision == newest => {}
+        Some(r) => {
+            let patch = json!({"revision": newest + 1});
+            api.patch(
+                &r.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        }
+        None => {
+            let template = serde_json::to_value(ds.spec.as_ref().map(|s| s.template.clone()))?;
+            let mut labels = ds
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.labels.clone())
+                .unwrap_or_default();
+            labels.insert(HASH_LABEL.into(), hash.into());
+            let mut data = json!({"spec": {"template": template}});
+            data["spec"]["template"]["$patch"] = json!("replace");
+            let rev: ControllerRevision = serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": labels,
+                             "ownerReferences": [crate::util::owner_ref(ds)]},
+                "data": data,
+                "revision": newest + 1,
+            }))?;
+            match api.create(&PostParams::default(), &rev).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    let limit = ds
+        .spec
+        .as_ref()
+        .and_then(|s| s.revision_history_limit)
+        .unwrap_or(10)
+        .max(0) as usize;
+    let old: Vec<&Arc<ControllerRevision>> = mine.iter().filter(|r| r.name_any() != name).collect();
+    if old.len() > limit {
+        for r in old.iter().take(old.len() - limit) {
+            let _ = api.delete(&r.name_any(), &DeleteParams::default()).await;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(spec: serde_json::Value, labels: serde_json::Value) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": labels},
+            "spec": spec,
+            "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": "False"}]},
+        }))
+        .unwrap()
+    }
+
+    fn template(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"spec": spec})).unwrap()
+    }
+
+    #[test]
+    fn eligibility_follows_selectors_and_taints_but_not_cordons_or_readiness() {
+        let plain = template(json!({"containers": [{"name": "c"}]}));
+        // Not ready and cordoned: still a daemon's node.
+        assert!(eligible(
+            &plain,
+            &node(json!({"unschedulable": true}), json!({}))
+        ));
+        let tainted = node(
+            json!({"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}),
+            json!({}),
+        );
+        assert!(!eligible(&plain, &tainted));
+        let tolerant = template(json!({"containers": [{"name": "c"}],
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}]}));
+        assert!(eligible(&tolerant, &tainted));
+        let picky =
+            template(json!({"containers": [{"name": "c"}], "nodeSelector": {"disk": "ssd"}}));
+        assert!(!eligible(&picky, &node(json!({}), json!({}))));
+        assert!(eligible(&picky, &node(json!({}), json!({"disk": "ssd"}))));
+    }
+}
