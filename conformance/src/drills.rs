@@ -138,6 +138,9 @@ impl Drills {
         let c = InitCluster::start_with(free_port(), &["--node-monitor-grace-period", GRACE]);
         let w1 = c.join_machine("w1", 2);
         let w2 = c.join_machine("w2", 3);
+        // The scheduler rebuilds its node view at most once a second: let it see both
+        // machines before the pods come, so they spread over all three nodes.
+        std::thread::sleep(Duration::from_secs(2));
         let web = WEB.replace("TOL", &TOLERATION_SECONDS.to_string());
         let r = c.kubectl_stdin(&["apply", "-f", "-"], &web);
         assert!(r.ok, "{}", r.stderr);
@@ -164,7 +167,11 @@ impl Drills {
             node_port,
         };
         let nodes: BTreeSet<String> = d.pods().into_iter().map(|p| p.node).collect();
-        assert!(nodes.len() >= 2, "the pods spread: {nodes:?}");
+        assert_eq!(
+            nodes.len(),
+            3,
+            "the pods spread over the three nodes: {nodes:?}"
+        );
         d
     }
 

@@ -145,7 +145,9 @@ fn machines_join_with_a_token_and_share_pods_services_and_maintenance() {
         w1.ip
     );
 
-    // A Deployment spreads over the three nodes.
+    // A Deployment spreads over the three nodes (once the scheduler's node view, rebuilt at
+    // most once a second, has the second machine).
+    std::thread::sleep(Duration::from_secs(2));
     let r = c.kubectl_stdin(&["apply", "-f", "-"], WEB);
     assert!(r.ok, "{}", r.stderr);
     c.ok(&["rollout", "status", "deployment/web", "--timeout=90s"]);
