@@ -55,6 +55,58 @@ impl Run {
     }
 }
 
+/// Runs kubectl with `kubeconfig` and a private `home` (its cache), feeding `stdin`.
+pub(crate) fn run_kubectl(
+    kubeconfig: &Path,
+    home: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Run {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("PATH", plugin_path())
+        .env("HOME", home)
+        .env_remove("KUBECTL_EXTERNAL_DIFF")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).expect("stdin");
+        }
+    }
+    Run::from(child.wait_with_output().expect("kubectl finishes"))
+}
+
+/// Runs `kubectl` (through `run`) until its output satisfies `done` (or `limit` passes);
+/// returns it.
+pub(crate) fn retry_kubectl(
+    limit: std::time::Duration,
+    args: &[&str],
+    run: impl Fn(&[&str]) -> Run,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let r = run(args);
+        if r.ok && done(&r.stdout) {
+            return r.stdout;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kubectl {args:?} never got there; last output:\n{}{}",
+            r.stdout,
+            r.stderr
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 impl Cluster {
     /// Starts an apiserver on the embedded store (or the given storage endpoint).
     pub fn start() -> Self {
@@ -329,20 +381,7 @@ impl Cluster {
         args: &[&str],
         done: impl Fn(&str) -> bool,
     ) -> String {
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            let r = self.kubectl(args);
-            if r.ok && done(&r.stdout) {
-                return r.stdout;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "kubectl {args:?} never got there; last output:\n{}{}",
-                r.stdout,
-                r.stderr
-            );
-            std::thread::sleep(std::time::Duration::from_millis(200));
-        }
+        retry_kubectl(limit, args, |a| self.kubectl(a), done)
     }
 
     /// The cluster CA, base64-encoded as a webhook's `caBundle`.
@@ -386,13 +425,7 @@ impl Cluster {
 
     /// Runs kubectl as the user of another kubeconfig.
     pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str]) -> Run {
-        let out = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", kubeconfig)
-            .env("HOME", self.dir.path())
-            .output()
-            .expect("kubectl runs");
-        Run::from(out)
+        run_kubectl(kubeconfig, self.dir.path(), args, None)
     }
 
     /// Runs kubectl with the admin kubeconfig and a private cache.
@@ -402,24 +435,7 @@ impl Cluster {
 
     /// Runs kubectl with `stdin` as its standard input.
     pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> Run {
-        use std::io::Write;
-        let mut cmd = Command::new("kubectl");
-        cmd.args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("PATH", plugin_path())
-            .env("HOME", self.dir.path())
-            .env_remove("KUBECTL_EXTERNAL_DIFF")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = cmd.spawn().expect("kubectl runs");
-        {
-            let mut input = child.stdin.take().expect("stdin");
-            if let Some(s) = stdin {
-                input.write_all(s.as_bytes()).expect("stdin");
-            }
-        }
-        Run::from(child.wait_with_output().expect("kubectl finishes"))
+        run_kubectl(&self.kubeconfig, self.dir.path(), args, stdin)
     }
 
     /// Runs kubectl and panics with its output unless it succeeds; returns stdout.

@@ -10,7 +10,7 @@ use crate::node::{bin, images, terminate};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The node network's bridge on this machine.
 pub const BRIDGE: &str = "mk8snet";
@@ -198,34 +198,12 @@ impl InitCluster {
 
     /// Runs kubectl as the admin.
     pub fn kubectl(&self, args: &[&str]) -> Run {
-        let out = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.dir.path())
-            .output()
-            .expect("kubectl runs");
-        Run::from(out)
+        crate::run_kubectl(&self.kubeconfig, self.dir.path(), args, None)
     }
 
     /// Runs kubectl with `stdin`.
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Run {
-        use std::io::Write;
-        let mut child = Command::new("kubectl")
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin.as_bytes())
-            .expect("stdin");
-        Run::from(child.wait_with_output().expect("kubectl finishes"))
+        crate::run_kubectl(&self.kubeconfig, self.dir.path(), args, Some(stdin))
     }
 
     /// Runs kubectl and panics unless it succeeds; returns stdout.
@@ -242,20 +220,7 @@ impl InitCluster {
         args: &[&str],
         done: impl Fn(&str) -> bool,
     ) -> String {
-        let deadline = Instant::now() + limit;
-        loop {
-            let r = self.kubectl(args);
-            if r.ok && done(&r.stdout) {
-                return r.stdout;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kubectl {args:?} never got there; last output:\n{}{}",
-                r.stdout,
-                r.stderr
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        crate::retry_kubectl(limit, args, |a| self.kubectl(a), done)
     }
 
     /// A new machine `name` at 10.250.0.`index` (2..=254) that joins with the command `init`

@@ -41,30 +41,17 @@ pub fn automatic_tolerations() -> Vec<Toleration> {
     ]
 }
 
-/// Whether a daemon pod of `template` should run on `node`.
+/// Whether a daemon pod of `template` should run on `node`: the scheduler's placement rules
+/// with the automatic tolerations added. Readiness and cordons do not matter (the automatic
+/// tolerations cover the taints that come with them).
 pub fn eligible(template: &Pod, node: &Node) -> bool {
-    let mut pod = template.clone();
-    let spec = pod.spec.get_or_insert_with(Default::default);
-    spec.tolerations
-        .get_or_insert_with(Vec::new)
-        .extend(automatic_tolerations());
-    // The same checks as the scheduler's, but a cordoned or not-ready node still gets its
-    // daemon (the automatic tolerations cover the taints that come with those).
-    let mut node = node.clone();
-    if let Some(s) = node.spec.as_mut() {
-        s.unschedulable = None;
-    }
-    node.status.get_or_insert_with(Default::default).conditions =
-        Some(vec![k8s_openapi::api::core::v1::NodeCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..Default::default()
-        }]);
-    let info = crate::scheduler::NodeInfo::new(Arc::new(node));
-    match crate::scheduler::filter(&pod, &Default::default(), &info) {
-        Ok(()) => true,
-        Err(why) => !(why.contains("taint") || why.contains("affinity/selector")),
-    }
+    let mut tolerations = template
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default();
+    tolerations.extend(automatic_tolerations());
+    crate::scheduler::placement(template, &tolerations, node).is_ok()
 }
 
 fn ready(pod: &Pod) -> bool {

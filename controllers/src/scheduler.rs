@@ -86,8 +86,7 @@ pub struct NodeInfo {
 }
 
 impl NodeInfo {
-    /// A node with nothing placed on it yet.
-    pub fn new(node: Arc<Node>) -> Self {
+    fn new(node: Arc<Node>) -> Self {
         let status = node.status.as_ref();
         let allocatable = status
             .and_then(|s| s.allocatable.as_ref().or(s.capacity.as_ref()))
@@ -210,30 +209,11 @@ fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Why a node does not fit a pod (upstream's wording, counted across nodes).
-pub fn filter(
-    pod: &Pod,
-    requests: &BTreeMap<String, Quantity>,
-    info: &NodeInfo,
-) -> Result<(), String> {
-    let node = &info.node;
+/// Whether `node` may hold `pod` by its taints (NoSchedule and NoExecute must be tolerated by
+/// `tolerations`), node selector and required node affinity; upstream's wording otherwise.
+/// The scheduler's `filter` and the DaemonSet controller's eligibility both use it.
+pub fn placement(pod: &Pod, tolerations: &[Toleration], node: &Node) -> Result<(), String> {
     let spec = pod.spec.as_ref();
-    if !node_ready(node) {
-        return Err("node(s) were not ready".into());
-    }
-    let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
-    // A cordoned node takes only pods that tolerate its `unschedulable` taint (upstream's
-    // NodeUnschedulable plugin; DaemonSet pods do).
-    let cordon = Taint {
-        key: "node.kubernetes.io/unschedulable".into(),
-        effect: "NoSchedule".into(),
-        ..Default::default()
-    };
-    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
-        && !tolerates(&tolerations, &cordon)
-    {
-        return Err("node(s) were unschedulable".into());
-    }
     for t in node
         .spec
         .as_ref()
@@ -241,7 +221,7 @@ pub fn filter(
         .into_iter()
         .flatten()
     {
-        if matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !tolerates(&tolerations, t) {
+        if matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") && !tolerates(tolerations, t) {
             return Err(format!(
                 "node(s) had untolerated taint {{{}: {}}}",
                 t.key,
@@ -269,6 +249,35 @@ pub fn filter(
     {
         return Err("node(s) didn't match Pod's node affinity/selector".into());
     }
+    Ok(())
+}
+
+/// Why a node does not fit a pod (upstream's wording, counted across nodes).
+pub fn filter(
+    pod: &Pod,
+    requests: &BTreeMap<String, Quantity>,
+    info: &NodeInfo,
+) -> Result<(), String> {
+    let node = &info.node;
+    let spec = pod.spec.as_ref();
+    if !node_ready(node) {
+        return Err("node(s) were not ready".into());
+    }
+    let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    // A cordoned node takes only pods that tolerate its `unschedulable` taint (upstream's
+    // NodeUnschedulable plugin; DaemonSet pods do).
+    let cordon = Taint {
+        key: "node.kubernetes.io/unschedulable".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    };
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+        && !tolerates(&tolerations, &cordon)
+    {
+        return Err("node(s) were unschedulable".into());
+    }
+    placement(pod, &tolerations, node)?;
+    let affinity = spec.and_then(|s| s.affinity.as_ref());
     let ns = pod.namespace().unwrap_or_default();
     let hostname = |terms: &[k8s_openapi::api::core::v1::PodAffinityTerm]| {
         terms

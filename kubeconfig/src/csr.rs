@@ -2,6 +2,7 @@
 //! reading one (what the approver and the signer check), signing one with the cluster CA (the
 //! CSR signing controller), and the CA public-key pin `sha256:<hex>` a join checks.
 
+use crate::pki::{cert_err, read};
 use crate::{Error, Result};
 use rcgen::{
     CertificateParams, CertificateSigningRequestParams, DistinguishedName, DnType,
@@ -9,11 +10,6 @@ use rcgen::{
 };
 use std::path::Path;
 use x509_parser::prelude::FromDer;
-
-fn cert_err(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> Error {
-    let what = what.into();
-    move |source| Error::Cert { what, source }
-}
 
 /// A new private key and a PEM certificate request for subject `cn` (CN) in `orgs` (O).
 /// Returns `(key_pem, csr_pem)`.
@@ -100,14 +96,6 @@ impl std::fmt::Debug for Signer {
     }
 }
 
-fn read(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
-        what: "reading",
-        path: path.into(),
-        source,
-    })
-}
-
 impl Signer {
     /// Loads the CA certificate and key (PEM files).
     pub fn load(cert: &Path, key: &Path) -> Result<Self> {
@@ -186,13 +174,9 @@ impl Signer {
 /// The pin of a CA certificate (PEM) as kubeadm prints it: `sha256:` and the hex SHA-256 of
 /// its DER SubjectPublicKeyInfo.
 pub fn ca_hash(ca_pem: &str) -> Result<String> {
-    let der = rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes())
-        .next()
-        .and_then(|c| c.ok())
-        .ok_or_else(|| Error::Invalid("no certificate in the CA PEM".into()))?;
-    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
-        .map_err(|e| Error::Invalid(format!("the CA certificate does not parse: {e}")))?;
-    let digest = ring::digest::digest(&ring::digest::SHA256, cert.public_key().raw);
+    let digest = with_cert(ca_pem, |cert| {
+        ring::digest::digest(&ring::digest::SHA256, cert.public_key().raw)
+    })?;
     Ok(format!(
         "sha256:{}",
         digest
@@ -203,25 +187,26 @@ pub fn ca_hash(ca_pem: &str) -> Result<String> {
     ))
 }
 
-/// When a PEM certificate stops being valid, as Unix seconds.
-pub fn not_after(cert_pem: &str) -> Result<i64> {
-    validity(cert_pem).map(|(_, end)| end)
+/// When a PEM certificate starts and stops being valid, as Unix seconds.
+pub fn validity(cert_pem: &str) -> Result<(i64, i64)> {
+    with_cert(cert_pem, |cert| {
+        let v = cert.validity();
+        (v.not_before.timestamp(), v.not_after.timestamp())
+    })
 }
 
-/// When a PEM certificate starts being valid, as Unix seconds.
-pub fn not_before(cert_pem: &str) -> Result<i64> {
-    validity(cert_pem).map(|(start, _)| start)
-}
-
-fn validity(cert_pem: &str) -> Result<(i64, i64)> {
-    let der = rustls::pki_types::CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+/// `f` of the first certificate in a PEM.
+fn with_cert<T>(
+    pem: &str,
+    f: impl FnOnce(&x509_parser::certificate::X509Certificate<'_>) -> T,
+) -> Result<T> {
+    let der = rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes())
         .next()
         .and_then(|c| c.ok())
         .ok_or_else(|| Error::Invalid("no certificate in the PEM".into()))?;
     let (_, cert) = x509_parser::certificate::X509Certificate::from_der(&der)
         .map_err(|e| Error::Invalid(format!("the certificate does not parse: {e}")))?;
-    let v = cert.validity();
-    Ok((v.not_before.timestamp(), v.not_after.timestamp()))
+    Ok(f(&cert))
 }
 
 use rustls::pki_types::pem::PemObject;
@@ -249,7 +234,7 @@ mod tests {
         let signer = Signer::load(&dir.path().join("ca.crt"), &dir.path().join("ca.key")).unwrap();
         let usages = ["digital signature".to_owned(), "client auth".to_owned()];
         let cert = signer.sign(&csr, &usages, 3600).unwrap();
-        let left = not_after(&cert).unwrap() - jiff::Timestamp::now().as_second();
+        let left = validity(&cert).unwrap().1 - jiff::Timestamp::now().as_second();
         assert!((3590..=3600).contains(&left), "{left}");
         let der = rustls::pki_types::CertificateDer::pem_slice_iter(cert.as_bytes())
             .next()

@@ -116,6 +116,30 @@ pub fn parse_pins(pins: &[String]) -> Result<Vec<String>, JoinError> {
         .collect()
 }
 
+/// The server and the CA (PEM) of a cluster-info kubeconfig.
+pub fn cluster_of(kubeconfig: &str) -> Result<(String, String), JoinError> {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig)
+        .map_err(|e| JoinError::BadClusterInfo(e.to_string()))?;
+    let cluster = kc
+        .clusters
+        .into_iter()
+        .next()
+        .and_then(|c| c.cluster)
+        .ok_or_else(|| JoinError::BadClusterInfo("no cluster".into()))?;
+    let ca_b64 = cluster
+        .certificate_authority_data
+        .ok_or_else(|| JoinError::BadClusterInfo("no certificate-authority-data".into()))?;
+    use base64::Engine;
+    let ca_pem = base64::engine::general_purpose::STANDARD
+        .decode(ca_b64.trim())
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| {
+            JoinError::BadClusterInfo("certificate-authority-data is not base64 PEM".into())
+        })?;
+    Ok((cluster.server.unwrap_or_default(), ca_pem))
+}
+
 /// Checks a cluster-info ConfigMap's `data` against the token and the pins; returns the CA.
 pub fn verify_cluster_info(
     data: &std::collections::BTreeMap<String, String>,
@@ -131,22 +155,7 @@ pub fn verify_cluster_info(
     if !verify_detached(kubeconfig, jws, token) {
         return Err(JoinError::BadSignature);
     }
-    let kc: kube::config::Kubeconfig = kube::config::Kubeconfig::from_yaml(kubeconfig)
-        .map_err(|e| JoinError::BadClusterInfo(e.to_string()))?;
-    let ca_b64 = kc
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.certificate_authority_data.clone())
-        .ok_or_else(|| JoinError::BadClusterInfo("no certificate-authority-data".into()))?;
-    use base64::Engine;
-    let ca_pem = base64::engine::general_purpose::STANDARD
-        .decode(ca_b64.trim())
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .ok_or_else(|| {
-            JoinError::BadClusterInfo("certificate-authority-data is not base64 PEM".into())
-        })?;
+    let (_, ca_pem) = cluster_of(kubeconfig)?;
     let found = csr::ca_hash(&ca_pem)?;
     if !pins.contains(&found) {
         return Err(JoinError::CaNotPinned { found });

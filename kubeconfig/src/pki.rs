@@ -98,12 +98,12 @@ impl std::fmt::Debug for Pki {
     }
 }
 
-fn cert_err(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> Error {
+pub(crate) fn cert_err(what: impl Into<String>) -> impl FnOnce(rcgen::Error) -> Error {
     let what = what.into();
     move |source| Error::Cert { what, source }
 }
 
-fn read(path: &Path) -> Result<String> {
+pub(crate) fn read(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|source| Error::Io {
         what: "reading",
         path: path.into(),

@@ -147,8 +147,7 @@ fn validity(kubeconfig: &std::path::Path) -> Option<(i64, i64)> {
             .ok()?,
     )
     .ok()?;
-    let end = minik8s_kubeconfig::csr::not_after(&pem).ok()?;
-    let start = minik8s_kubeconfig::csr::not_before(&pem).ok()?;
+    let (start, end) = minik8s_kubeconfig::csr::validity(&pem).ok()?;
     Some((end, end - start))
 }
 

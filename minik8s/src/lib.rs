@@ -174,20 +174,22 @@ pub async fn apiserver(cfg: UpConfig, shutdown: CancellationToken) -> Result<(),
 }
 
 /// Waits until the apiserver answers the admin (a static control plane starting).
-async fn wait_for_apiserver(admin: &std::path::Path, shutdown: &CancellationToken) -> bool {
+async fn wait_for_apiserver(
+    admin: &std::path::Path,
+    shutdown: &CancellationToken,
+) -> Result<bool, UpError> {
     let started = std::time::Instant::now();
+    let client = minik8s_kubeconfig::client(admin).await?;
     loop {
-        if let Ok(client) = minik8s_kubeconfig::client(admin).await
-            && client.apiserver_version().await.is_ok()
-        {
+        if client.apiserver_version().await.is_ok() {
             tracing::info!(
                 elapsed_ms = started.elapsed().as_millis() as u64,
                 "the static apiserver answers"
             );
-            return true;
+            return Ok(true);
         }
         tokio::select! {
-            _ = shutdown.cancelled() => return false,
+            _ = shutdown.cancelled() => return Ok(false),
             _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
         }
     }
@@ -212,7 +214,7 @@ pub async fn up(
             // manifests; the node comes first.
             static_plane::write_manifests(&cfg, plane)?;
             start_local_node(&cfg, &pki, &tasks, shutdown.clone()).await?;
-            if !wait_for_apiserver(&admin, &shutdown).await {
+            if !wait_for_apiserver(&admin, &shutdown).await? {
                 tasks.close();
                 tasks.wait().await;
                 return Ok(());

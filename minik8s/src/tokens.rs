@@ -31,6 +31,9 @@ pub enum TokenError {
     /// A CA certificate could not be read.
     #[error(transparent)]
     Pki(#[from] minik8s_kubeconfig::Error),
+    /// The cluster-info ConfigMap is unusable.
+    #[error(transparent)]
+    ClusterInfo(#[from] minik8s_kubeconfig::join::JoinError),
 }
 
 fn api_err(what: impl Into<String>) -> impl FnOnce(kube::Error) -> TokenError {
@@ -244,25 +247,9 @@ pub async fn join_command(client: Client, token: &Token) -> Result<String, Token
         .unwrap_or_default()
         .remove(KUBECONFIG_KEY)
         .unwrap_or_default();
-    let kc = kube::config::Kubeconfig::from_yaml(&kubeconfig).map_err(|e| {
-        TokenError::Pki(minik8s_kubeconfig::Error::Invalid(format!(
-            "cluster-info: {e}"
-        )))
-    })?;
-    let cluster = kc
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.clone())
-        .unwrap_or_default();
-    use base64::Engine;
-    let ca = base64::engine::general_purpose::STANDARD
-        .decode(cluster.certificate_authority_data.unwrap_or_default())
-        .ok()
-        .and_then(|b| String::from_utf8(b).ok())
-        .unwrap_or_default();
+    let (server, ca) = minik8s_kubeconfig::join::cluster_of(&kubeconfig)?;
     let hash = minik8s_kubeconfig::csr::ca_hash(&ca)?;
     Ok(format!(
-        "minik8s join {} --token {token} --discovery-token-ca-cert-hash {hash}",
-        cluster.server.unwrap_or_default()
+        "minik8s join {server} --token {token} --discovery-token-ca-cert-hash {hash}"
     ))
 }
