@@ -1,11 +1,18 @@
 //! Objects every cluster has from the start: the `default`, `kube-system`, `kube-public` and
-//! `kube-node-lease` namespaces and the `kubernetes` Service with its Endpoints.
+//! `kube-node-lease` namespaces, the `kubernetes` Service with its Endpoints, and the
+//! default `local-path` StorageClass.
 
 use crate::Api;
 use crate::error::ApiResult;
 use crate::object;
 use minik8s_storage::Store;
 use serde_json::{Value, json};
+
+/// The default StorageClass's name.
+pub const LOCAL_PATH_CLASS: &str = "local-path";
+
+/// The provisioner of node-local folder volumes (each kubelet runs it for its node).
+pub const LOCAL_PATH_PROVISIONER: &str = minik8s_types::storage::LOCAL_PATH_PROVISIONER;
 
 async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
     if api.store.get(key).await?.is_some() {
@@ -78,6 +85,22 @@ pub async fn run(api: &Api) -> ApiResult<()> {
         "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
     });
     ensure(api, "/registry/core/endpoints/default/kubernetes", ep).await?;
+    // The default StorageClass, as k3s bundles one: each node's kubelet provisions its
+    // volumes as folders (see the kubelet's `provisioner`).
+    let class = json!({
+        "kind": "StorageClass", "apiVersion": "storage.k8s.io/v1",
+        "metadata": {"name": LOCAL_PATH_CLASS, "annotations": {
+            crate::admission::storageclass::DEFAULT_CLASS: "true"}},
+        "provisioner": LOCAL_PATH_PROVISIONER,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    });
+    ensure(
+        api,
+        &format!("/registry/storage.k8s.io/storageclasses/{LOCAL_PATH_CLASS}"),
+        class,
+    )
+    .await?;
     Ok(())
 }
 

@@ -151,6 +151,20 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             set_default(child(obj, "spec"), "replicas", json!(1));
             template(obj);
         }
+        ("", "PersistentVolume") => {
+            let spec = child(obj, "spec");
+            set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+            set_default(spec, "volumeMode", json!("Filesystem"));
+            set_default(child(obj, "status"), "phase", json!("Pending"));
+        }
+        ("", "PersistentVolumeClaim") => {
+            set_default(child(obj, "spec"), "volumeMode", json!("Filesystem"));
+            set_default(child(obj, "status"), "phase", json!("Pending"));
+        }
+        ("storage.k8s.io", "StorageClass") => {
+            set_default(obj, "reclaimPolicy", json!("Delete"));
+            set_default(obj, "volumeBindingMode", json!("Immediate"));
+        }
         ("apps", "StatefulSet") => {
             let spec = child(obj, "spec");
             set_default(spec, "replicas", json!(1));

@@ -518,6 +518,8 @@ pub fn defaults() -> Vec<Value> {
                 ),
                 rule(&[""], &["pods/binding", "bindings"], &["create"]),
                 rule(&[""], &["pods/status"], &["patch", "update"]),
+                // Volume binding: the claim waiting for its first consumer learns the node.
+                rule(&[""], &["persistentvolumeclaims"], &["patch", "update"]),
                 rule(&[""], &["pods"], &["delete"]),
             ],
         ),
@@ -593,6 +595,26 @@ pub fn defaults() -> Vec<Value> {
             "system:kube-proxy",
         ),
         bind("system:node", "system:node", "system:nodes"),
+        // The node-local volume provisioner runs in each kubelet, on its node's credentials
+        // (as a provisioner DaemonSet would with its own ServiceAccount).
+        plain(
+            "system:minik8s:local-path-provisioner",
+            vec![
+                rule(
+                    &[""],
+                    &["persistentvolumes"],
+                    &["get", "list", "watch", "create", "delete"],
+                ),
+                rule(&[""], &["persistentvolumeclaims"], &watch_all),
+                rule(&["storage.k8s.io"], &["storageclasses"], &watch_all),
+                rule(&[""], &["events"], &["create", "patch"]),
+            ],
+        ),
+        bind(
+            "system:minik8s:local-path-provisioner",
+            "system:minik8s:local-path-provisioner",
+            "system:nodes",
+        ),
         // TLS bootstrapping (kubeadm's roles and bindings): a node's bootstrap token may post
         // CSRs for a node client certificate, which the approver then approves; a node may
         // renew its own.

@@ -225,6 +225,31 @@ pub fn validate_update(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Caus
                 ));
             }
         }
+        ("", "PersistentVolumeClaim") => {
+            // Only the storage request may change, and the binder sets `volumeName` once.
+            let rest = |v: &Value, volume: bool| -> Value {
+                let mut spec = v.get("spec").cloned().unwrap_or(Value::Null);
+                if let Some(m) = spec.as_object_mut() {
+                    if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
+                        r.remove("requests");
+                    }
+                    if volume {
+                        m.remove("volumeName");
+                    }
+                }
+                spec
+            };
+            let unset = old
+                .pointer("/spec/volumeName")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty);
+            if rest(new, unset) != rest(old, unset) {
+                causes.push(Cause::forbidden(
+                    "spec",
+                    "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
+                ));
+            }
+        }
         _ => {}
     }
     causes

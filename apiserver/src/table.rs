@@ -608,7 +608,21 @@ fn hpa_targets(o: &Value) -> String {
 }
 
 fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
-    let name = json!(meta(o).get("name").and_then(Value::as_str).unwrap_or(""));
+    let mut name = meta(o)
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    // The default StorageClass says so in its name cell, as upstream prints it.
+    if res.kind == "StorageClass"
+        && o.pointer("/metadata/annotations")
+            .and_then(|a| a.get(crate::admission::storageclass::DEFAULT_CLASS))
+            .and_then(Value::as_str)
+            == Some("true")
+    {
+        name.push_str(" (default)");
+    }
+    let name = json!(name);
     let age = json!(created(o));
     let k = (res.group.as_str(), res.kind.as_str());
     let mut row: Vec<Value> = match k {

@@ -20,8 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The label naming a pod's (and a ControllerRevision's) template hash.
-pub const HASH_LABEL: &str = "controller-revision-hash";
+pub use crate::history::HASH_LABEL;
 
 /// The tolerations every daemon pod gets (upstream's `AddOrUpdateDaemonPodTolerations`).
 pub fn automatic_tolerations() -> Vec<Toleration> {
@@ -52,6 +51,22 @@ pub fn eligible(template: &Pod, node: &Node) -> bool {
         .unwrap_or_default();
     tolerations.extend(automatic_tolerations());
     crate::scheduler::placement(template, &tolerations, node).is_ok()
+}
+
+/// Whether a daemon pod already on `node` may stay there: as [`eligible`], except that
+/// untolerated `NoSchedule` taints only keep new pods away (upstream's
+/// `shouldContinueRunning`); `NoExecute` ones still evict.
+pub fn may_stay(template: &Pod, node: &Node) -> bool {
+    let mut t = template.clone();
+    let spec = t.spec.get_or_insert_with(Default::default);
+    spec.tolerations
+        .get_or_insert_with(Vec::new)
+        .push(Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        });
+    eligible(&t, node)
 }
 
 fn ready(pod: &Pod) -> bool {
@@ -123,7 +138,8 @@ async fn reconcile(
     let spec = ds.spec.clone().unwrap_or_default();
     let template = spec.template.clone();
     let hash = crate::util::hash_of(&template);
-    ensure_revision(client, ds, &hash, revisions).await?;
+    let limit = spec.revision_history_limit.unwrap_or(10);
+    crate::history::ensure(client, ds, &template, &hash, limit, revisions).await?;
     let template_pod = Pod {
         metadata: template.metadata.clone().unwrap_or_default(),
         spec: template.spec.clone(),
@@ -154,7 +170,8 @@ async fn reconcile(
             .into_iter()
             .filter(|p| p.metadata.deletion_timestamp.is_none())
             .collect();
-        let wanted = eligible(&template_pod, node);
+        let wanted =
+            eligible(&template_pod, node) || (!on_node.is_empty() && may_stay(&template_pod, node));
         if !wanted {
             misscheduled += on_node
                 .iter()
@@ -333,76 +350,6 @@ async fn create(
     }
 }
 
-/// Makes the ControllerRevision of the current template the newest, creating it if needed,
-/// and trims the history to `revisionHistoryLimit`.
-async fn ensure_revision(
-    client: &Client,
-    ds: &DaemonSet,
-    hash: &str,
-    revisions: &Store<ControllerRevision>,
-) -> crate::Result<()> {
-    let ns = ds.namespace().unwrap_or_default();
-    let uid = ds.uid().unwrap_or_default();
-    let mut mine: Vec<Arc<ControllerRevision>> = revisions
-        .state()
-        .into_iter()
-        .filter(|r| r.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|r| crate::util::controller_of(&r.metadata).is_some_and(|o| o.uid == uid))
-        .collect();
-    mine.sort_by_key(|r| r.revision);
-    let newest = mine.last().map_or(0, |r| r.revision);
-    let name = format!("{}-{hash}", ds.name_any());
-    let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
-    match mine.iter().find(|r| r.name_any() == name) {
-        Some(r) if r.revision == newest => {}
-        Some(r) => {
-            let patch = json!({"revision": newest + 1});
-            api.patch(
-                &r.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-        }
-        None => {
-            let template = serde_json::to_value(ds.spec.as_ref().map(|s| s.template.clone()))?;
-            let mut labels = ds
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.labels.clone())
-                .unwrap_or_default();
-            labels.insert(HASH_LABEL.into(), hash.into());
-            let mut data = json!({"spec": {"template": template}});
-            data["spec"]["template"]["$patch"] = json!("replace");
-            let rev: ControllerRevision = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": labels,
-                             "ownerReferences": [crate::util::owner_ref(ds)]},
-                "data": data,
-                "revision": newest + 1,
-            }))?;
-            match api.create(&PostParams::default(), &rev).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-    let limit = ds
-        .spec
-        .as_ref()
-        .and_then(|s| s.revision_history_limit)
-        .unwrap_or(10)
-        .max(0) as usize;
-    let old: Vec<&Arc<ControllerRevision>> = mine.iter().filter(|r| r.name_any() != name).collect();
-    if old.len() > limit {
-        for r in old.iter().take(old.len() - limit) {
-            let _ = api.delete(&r.name_any(), &DeleteParams::default()).await;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +381,13 @@ mod tests {
             json!({}),
         );
         assert!(!eligible(&plain, &tainted));
+        // A pod already there stays on NoSchedule, not on NoExecute.
+        assert!(may_stay(&plain, &tainted));
+        let evicting = node(
+            json!({"taints": [{"key": "dedicated", "value": "gpu", "effect": "NoExecute"}]}),
+            json!({}),
+        );
+        assert!(!may_stay(&plain, &evicting));
         let tolerant = template(json!({"containers": [{"name": "c"}],
             "tolerations": [{"key": "dedicated", "operator": "Exists"}]}));
         assert!(eligible(&tolerant, &tainted));

@@ -12,6 +12,7 @@ pub mod deployment;
 pub mod disruption;
 pub mod endpoints;
 pub mod gc;
+pub mod history;
 pub mod hpa;
 pub mod informer;
 pub mod job;
@@ -24,9 +25,11 @@ pub mod podgc;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;
+pub mod statefulset;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod util;
+pub mod volumebinding;
 
 /// Why a reconcile failed (it is retried with back-off).
 #[derive(Debug, thiserror::Error)]

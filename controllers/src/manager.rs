@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 18] = [
+pub const ALL: [&str; 20] = [
     "scheduler",
     "replicaset",
     "deployment",
@@ -26,6 +26,8 @@ pub const ALL: [&str; 18] = [
     "csrsigning",
     "disruption",
     "daemonset",
+    "persistentvolume-binder",
+    "statefulset",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -96,6 +98,8 @@ pub async fn run_with(
             "podgc" => tasks.spawn(crate::podgc::run(c, t, s)),
             "disruption" => tasks.spawn(crate::disruption::run(c, t, s)),
             "daemonset" => tasks.spawn(crate::daemonset::run(c, t, s)),
+            "persistentvolume-binder" => tasks.spawn(crate::volumebinding::run(c, t, s)),
+            "statefulset" => tasks.spawn(crate::statefulset::run(c, t, s)),
             "bootstrapsigner" => tasks.spawn(crate::bootstrap::run_signer(c, t, s)),
             "tokencleaner" => tasks.spawn(crate::bootstrap::run_cleaner(c, t, s)),
             "csrapproving" => tasks.spawn(crate::certificates::run_approver(c, t, s)),

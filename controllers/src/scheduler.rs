@@ -3,7 +3,9 @@
 //! Filters (all profiles): node Ready and schedulable, taints tolerated, `nodeSelector`,
 //! required node affinity, required pod (anti-)affinity on `kubernetes.io/hostname`,
 //! resource requests fit allocatable (cpu, memory, pods and extended resources such as
-//! `nvidia.com/gpu`), host ports free. Then a profile, chosen by `spec.schedulerName`, picks
+//! `nvidia.com/gpu`), host ports free, and the node affinity of the pod's bound volumes
+//! (a claim of a `WaitForFirstConsumer` class learns the chosen node first, and the pod is
+//! bound once its volume is made there). Then a profile, chosen by `spec.schedulerName`, picks
 //! among the nodes that pass:
 //!
 //! | `schedulerName`       | picks                                                          |
@@ -22,9 +24,10 @@ use crate::util::{self, pod_requests};
 use crate::{Error, Result};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    Binding, Node, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference, Pod, Taint,
-    Toleration,
+    Binding, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
+    PersistentVolume, PersistentVolumeClaim, Pod, Taint, Toleration,
 };
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -32,6 +35,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_types::Quantity;
+use minik8s_types::storage::SELECTED_NODE;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -349,11 +353,33 @@ pub fn pick(
     policy: Policy,
     turn: &mut usize,
 ) -> Result<usize, String> {
+    pick_for(pod, nodes, policy, turn, &[])
+}
+
+/// [`pick`] for a pod whose bound volumes admit only the nodes of each of `volumes`
+/// (their node affinity).
+pub fn pick_for(
+    pod: &Pod,
+    nodes: &[NodeInfo],
+    policy: Policy,
+    turn: &mut usize,
+    volumes: &[NodeSelector],
+) -> Result<usize, String> {
     let requests = pod_requests(pod);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut feasible: Vec<usize> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        match filter(pod, &requests, n) {
+        let volumes_ok = volumes.iter().all(|sel| {
+            sel.node_selector_terms
+                .iter()
+                .any(|t| term_matches(t, &n.node))
+        });
+        let verdict = filter(pod, &requests, n).and_then(|()| {
+            volumes_ok
+                .then_some(())
+                .ok_or_else(|| "node(s) had volume node affinity conflict".to_owned())
+        });
+        match verdict {
             Ok(()) => feasible.push(i),
             Err(r) => *reasons.entry(r).or_default() += 1,
         }
@@ -419,11 +445,100 @@ struct State {
     turn: usize,
 }
 
+/// The stores volume binding reads.
+pub struct VolumeStores {
+    /// PersistentVolumeClaims.
+    pub claims: Store<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Store<PersistentVolume>,
+    /// StorageClasses.
+    pub classes: Store<StorageClass>,
+}
+
+/// What a pod's claims ask of its node (upstream's VolumeBinding plugin, in outline).
+#[derive(Debug, Default, PartialEq)]
+pub struct VolumeNeeds {
+    /// The node affinity of each bound volume.
+    pub nodes: Vec<NodeSelector>,
+    /// Unbound claims of a `WaitForFirstConsumer` class with no node chosen yet: they learn
+    /// the chosen node (`volume.kubernetes.io/selected-node`) and the pod waits for them.
+    pub delayed: Vec<String>,
+    /// Unbound claims that already know their node: the pod waits for them to bind.
+    pub waiting: bool,
+}
+
+/// What `pod`'s PersistentVolumeClaim volumes need; `Err`: why it cannot be scheduled.
+pub fn volume_needs(pod: &Pod, v: &VolumeStores) -> Result<VolumeNeeds, String> {
+    let ns = pod.namespace().unwrap_or_default();
+    let mut needs = VolumeNeeds::default();
+    for vol in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        let Some(src) = &vol.persistent_volume_claim else {
+            continue;
+        };
+        let name = &src.claim_name;
+        let claim = v
+            .claims
+            .state()
+            .into_iter()
+            .find(|c| c.namespace().as_deref() == Some(ns.as_str()) && c.name_any() == *name)
+            .ok_or_else(|| format!("persistentvolumeclaim \"{name}\" not found"))?;
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
+        }
+        let bound = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|n| !n.is_empty());
+        if let Some(pv) = bound {
+            let volume = v
+                .volumes
+                .state()
+                .into_iter()
+                .find(|x| x.name_any() == pv)
+                .ok_or_else(|| format!("persistentvolume \"{pv}\" not found"))?;
+            if let Some(req) = volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_affinity.as_ref())
+                .and_then(|a| a.required.clone())
+            {
+                needs.nodes.push(req);
+            }
+            continue;
+        }
+        let class_name = crate::volumebinding::claim_class(&claim);
+        let class = v
+            .classes
+            .state()
+            .into_iter()
+            .find(|k| k.name_any() == class_name);
+        let delayed = class
+            .as_ref()
+            .is_some_and(|k| k.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+        if !class_name.is_empty() && class.is_none() {
+            return Err(format!(
+                "persistentvolumeclaim \"{name}\" cannot be provisioned: storageclass.storage.k8s.io \"{class_name}\" not found"
+            ));
+        }
+        if !delayed {
+            return Err("pod has unbound immediate PersistentVolumeClaims".into());
+        }
+        if claim.annotations().contains_key(SELECTED_NODE) {
+            needs.waiting = true;
+        } else {
+            needs.delayed.push(name.clone());
+        }
+    }
+    Ok(needs)
+}
+
 /// The scheduler's shared state: informers and the serialised decision state.
 pub struct Scheduler {
     client: Client,
     nodes: Store<Node>,
     pods: Store<Pod>,
+    volumes: Option<VolumeStores>,
     state: Mutex<State>,
     recorder: Recorder,
 }
@@ -442,6 +557,7 @@ impl Scheduler {
             client,
             nodes,
             pods,
+            volumes: None,
             state: Mutex::new(State {
                 nodes: Vec::new(),
                 built: None,
@@ -450,6 +566,12 @@ impl Scheduler {
             }),
             recorder,
         }
+    }
+
+    /// Also places pods by their PersistentVolumeClaims (volume binding).
+    pub fn with_volumes(mut self, stores: VolumeStores) -> Scheduler {
+        self.volumes = Some(stores);
+        self
     }
 
     /// Rebuilds the node view from the informers (plus pods assumed but not yet seen bound).
@@ -484,7 +606,13 @@ impl Scheduler {
     }
 
     /// Decides (and assumes) a node for a pod.
-    fn decide(&self, pod: &Arc<Pod>, policy: Policy) -> Result<String, String> {
+    fn decide(
+        &self,
+        pod: &Arc<Pod>,
+        policy: Policy,
+        volumes: &[NodeSelector],
+        assume: bool,
+    ) -> Result<String, String> {
         let mut st = self.state.lock().expect("scheduler state");
         if st
             .built
@@ -493,8 +621,11 @@ impl Scheduler {
             self.rebuild(&mut st);
         }
         let State { nodes, turn, .. } = &mut *st;
-        let i = pick(pod, nodes, policy, turn)?;
+        let i = pick_for(pod, nodes, policy, turn, volumes)?;
         let name = nodes[i].name().to_owned();
+        if !assume {
+            return Ok(name);
+        }
         nodes[i].add(pod, &pod_requests(pod));
         st.assumed.insert(
             pod.uid().unwrap_or_default(),
@@ -528,8 +659,34 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
     let api: Api<Pod> = Api::namespaced(s.client.clone(), &ns);
-    match s.decide(&pod, policy) {
-        Ok(node) => {
+    let needs = match &s.volumes {
+        Some(v) => volume_needs(&pod, v),
+        None => Ok(VolumeNeeds::default()),
+    };
+    if needs.as_ref().is_ok_and(|n| n.waiting) {
+        // A claim's volume is being made on the node chosen for it; bind once it is.
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let decided = needs.and_then(|n| {
+        let assume = n.delayed.is_empty();
+        s.decide(&pod, policy, &n.nodes, assume)
+            .map(|node| (node, n.delayed))
+    });
+    match decided {
+        Ok((node, delayed)) if !delayed.is_empty() => {
+            // Claims waiting for their first consumer learn the node; their volumes are made
+            // there and the pod is bound on a later pass.
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(s.client.clone(), &ns);
+            for c in &delayed {
+                let patch = json!({"metadata": {"annotations": {SELECTED_NODE: node}}});
+                claims
+                    .patch(c, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
+            tracing::debug!(pod = %util::key(pod.as_ref()), %node, "claims wait for volumes on the chosen node");
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
+        Ok((node, _)) => {
             let binding = Binding {
                 metadata: kube::api::ObjectMeta {
                     name: Some(name.clone()),
@@ -616,7 +773,12 @@ pub async fn run(
 ) {
     let nodes = informers.all::<Node>().await;
     let pods = informers.all::<Pod>().await;
-    let s = Arc::new(Scheduler::new(client.clone(), nodes, pods));
+    let volumes = VolumeStores {
+        claims: informers.all::<PersistentVolumeClaim>().await,
+        volumes: informers.all::<PersistentVolume>().await,
+        classes: informers.all::<StorageClass>().await,
+    };
+    let s = Arc::new(Scheduler::new(client.clone(), nodes, pods).with_volumes(volumes));
     let pending: Api<Pod> = Api::all(client);
     Controller::new(pending, watcher::Config::default().fields("spec.nodeName="))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })

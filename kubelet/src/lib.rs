@@ -12,6 +12,7 @@ pub mod logs;
 pub mod netguard;
 pub mod node;
 pub mod pod;
+pub mod provisioner;
 pub mod registry;
 pub mod routes;
 pub mod server;
@@ -298,6 +299,20 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
         facts.ip.clone(),
         shutdown.clone(),
     );
-    tokio::join!(heartbeat, orphans, pods, server, statics, routes);
+    let provisioner = provisioner::run(
+        client.clone(),
+        cfg.node_name.clone(),
+        cfg.root.clone(),
+        shutdown.clone(),
+    );
+    tokio::join!(
+        heartbeat,
+        orphans,
+        pods,
+        server,
+        statics,
+        routes,
+        provisioner
+    );
     Ok(())
 }

@@ -6,6 +6,7 @@ pub mod bootstrap;
 pub mod names;
 pub mod quantity;
 pub mod selector;
+pub mod storage;
 
 pub use quantity::{Quantity, QuantityError};
 pub use selector::{FieldSelector, LabelSelector, Requirement, SelectorError};

@@ -1,11 +1,12 @@
 //! Admission: what happens to a write between decoding and storing, in upstream's order.
-//! Mutating: LimitRanger defaults, ServiceAccount, then mutating webhooks. Validating:
+//! Mutating: LimitRanger defaults, ServiceAccount, DefaultStorageClass, then mutating webhooks. Validating:
 //! LimitRanger limits, validating webhooks, then ResourceQuota (which the create path runs
 //! under its lock, see [`quota`]). Namespace lifecycle is checked before all of them.
 
 pub mod limits;
 pub mod quota;
 pub mod serviceaccount;
+pub mod storageclass;
 pub mod webhook;
 
 use crate::error::ApiResult;
@@ -51,6 +52,13 @@ pub async fn mutate(
         limits::default_pod(&ranges, obj);
         serviceaccount::admit(&ctx.api, &ns, obj).await?;
         default_tolerations(obj, ctx.api.default_toleration_seconds);
+    }
+    if op == Operation::Create
+        && ctx.res.group.is_empty()
+        && ctx.res.kind == "PersistentVolumeClaim"
+        && ctx.req.subresource.is_none()
+    {
+        storageclass::admit(&ctx.api, obj).await?;
     }
     if webhook::mutate(ctx, op, obj, old).await? {
         // Patched objects are defaulted again, as upstream's decode after a webhook does.

@@ -29,6 +29,24 @@ pub fn validate(group: &str, kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
         ("batch", "CronJob") => cronjob(spec, causes),
         ("autoscaling", "HorizontalPodAutoscaler") => hpa(spec, causes),
         ("policy", "PodDisruptionBudget") => pdb(spec, causes),
+        ("", "PersistentVolumeClaim") => claim(spec, causes),
+        ("", "PersistentVolume") => volume(spec, causes),
+        ("storage.k8s.io", "StorageClass") => {
+            one_of(
+                Some(obj),
+                "reclaimPolicy",
+                "",
+                &["Delete", "Retain"],
+                causes,
+            );
+            one_of(
+                Some(obj),
+                "volumeBindingMode",
+                "",
+                &["Immediate", "WaitForFirstConsumer"],
+                causes,
+            );
+        }
         ("", "Service") => service(spec, causes),
         ("networking.k8s.io", "Ingress") => ingress(spec, causes),
         ("certificates.k8s.io", "CertificateSigningRequest") => csr(obj, causes),
@@ -110,7 +128,12 @@ fn one_of(v: Option<&Value>, key: &str, path: &str, allowed: &[&str], causes: &m
     if let Some(s) = str_at(v, key)
         && !allowed.contains(&s)
     {
-        causes.push(Cause::not_supported(&format!("{path}.{key}"), s, allowed));
+        let field = if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        };
+        causes.push(Cause::not_supported(&field, s, allowed));
     }
 }
 
@@ -190,7 +213,33 @@ fn workload(kind: &str, spec: Option<&Value>, causes: &mut Vec<Cause>) {
         }
     }
     let template = spec.and_then(|s| s.pointer("/template/spec"));
-    pod_spec(template, "spec.template.spec", causes);
+    // A StatefulSet's claim templates are volumes of its pods (as upstream validates them).
+    let with_claims = (kind == "StatefulSet")
+        .then(|| {
+            let claims = spec?.get("volumeClaimTemplates")?.as_array()?;
+            let mut t = template?.clone();
+            let volumes = t
+                .as_object_mut()?
+                .entry("volumes")
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if !volumes.is_array() {
+                *volumes = Value::Array(Vec::new());
+            }
+            let list = volumes.as_array_mut()?;
+            for c in claims {
+                let name = c.pointer("/metadata/name").cloned().unwrap_or_default();
+                list.retain(|v| v.get("name") != Some(&name));
+                list.push(serde_json::json!({"name": name,
+                    "persistentVolumeClaim": {"claimName": name}}));
+            }
+            Some(t)
+        })
+        .flatten();
+    pod_spec(
+        with_claims.as_ref().or(template),
+        "spec.template.spec",
+        causes,
+    );
     if kind != "DaemonSet" {
         replicas(spec, causes);
     }
@@ -1194,6 +1243,99 @@ fn container(
     }
 }
 
+const ACCESS_MODES: &[&str] = &[
+    "ReadWriteOnce",
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOncePod",
+];
+
+fn access_modes(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+    let modes = spec
+        .and_then(|s| s.get("accessModes"))
+        .and_then(Value::as_array);
+    match modes {
+        Some(m) if !m.is_empty() => {
+            for (i, mode) in m.iter().enumerate() {
+                let mode = mode.as_str().unwrap_or_default();
+                if !ACCESS_MODES.contains(&mode) {
+                    causes.push(Cause::not_supported(
+                        &format!("spec.accessModes[{i}]"),
+                        mode,
+                        ACCESS_MODES,
+                    ));
+                }
+            }
+        }
+        _ => causes.push(Cause::required("spec.accessModes", "")),
+    }
+}
+
+/// A PersistentVolumeClaim: access modes and a storage request.
+fn claim(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+    access_modes(spec, causes);
+    match spec.and_then(|s| s.pointer("/resources/requests/storage")) {
+        None => causes.push(Cause::required("spec.resources[storage]", "")),
+        Some(q) => {
+            let q = q.as_str().unwrap_or_default();
+            match Quantity::parse(q) {
+                Ok(v) if v > Quantity::ZERO => {}
+                _ => causes.push(Cause::invalid(
+                    "spec.resources[storage]",
+                    q,
+                    "must be greater than zero",
+                )),
+            }
+        }
+    }
+}
+
+/// The volume sources a PersistentVolume may have here (node-local ones).
+const PV_SOURCES: &[&str] = &["hostPath", "local"];
+
+/// A PersistentVolume: capacity, access modes, exactly one (supported) source.
+fn volume(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+    access_modes(spec, causes);
+    if spec.and_then(|s| s.pointer("/capacity/storage")).is_none() {
+        causes.push(Cause::required("spec.capacity", ""));
+    }
+    let sources: Vec<&str> = PV_SOURCES
+        .iter()
+        .copied()
+        .filter(|k| spec.and_then(|s| s.get(*k)).is_some_and(|v| !v.is_null()))
+        .collect();
+    match sources.len() {
+        0 => causes.push(Cause::required(
+            "spec",
+            "must specify a volume type (hostPath or local)",
+        )),
+        1 => {}
+        _ => causes.push(Cause::forbidden(
+            &format!("spec.{}", sources[1]),
+            "may not specify more than 1 volume type",
+        )),
+    }
+    if spec
+        .and_then(|s| s.get("local"))
+        .is_some_and(|l| !l.is_null())
+        && spec
+            .and_then(|s| s.pointer("/nodeAffinity/required"))
+            .is_none()
+    {
+        causes.push(Cause::required(
+            "spec.nodeAffinity",
+            "Local volume requires node affinity",
+        ));
+    }
+    one_of(
+        spec,
+        "persistentVolumeReclaimPolicy",
+        "spec",
+        &["Delete", "Retain", "Recycle"],
+        causes,
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1203,6 +1345,46 @@ mod tests {
         let mut out = Vec::new();
         validate(group, kind, &obj, &mut out);
         out.iter().map(Cause::line).collect()
+    }
+
+    #[test]
+    fn claims_and_volumes_need_modes_sizes_and_one_source() {
+        assert_eq!(
+            causes("", "PersistentVolumeClaim", json!({"spec": {}})),
+            [
+                "spec.accessModes: Required value",
+                "spec.resources[storage]: Required value"
+            ]
+        );
+        assert_eq!(
+            causes(
+                "",
+                "PersistentVolumeClaim",
+                json!({"spec": {"accessModes": ["ReadWriteSometimes"],
+                    "resources": {"requests": {"storage": "0"}}}})
+            ),
+            [
+                "spec.accessModes[0]: Unsupported value: \"ReadWriteSometimes\": supported values: \"ReadWriteOnce\", \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOncePod\"",
+                "spec.resources[storage]: Invalid value: \"0\": must be greater than zero"
+            ]
+        );
+        assert_eq!(
+            causes(
+                "",
+                "PersistentVolume",
+                json!({"spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+                    "local": {"path": "/x"}}})
+            ),
+            ["spec.nodeAffinity: Required value: Local volume requires node affinity"]
+        );
+        assert_eq!(
+            causes(
+                "",
+                "PersistentVolume",
+                json!({"spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})
+            ),
+            ["spec: Required value: must specify a volume type (hostPath or local)"]
+        );
     }
 
     #[test]

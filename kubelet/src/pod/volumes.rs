@@ -1,13 +1,16 @@
 //! Pod volumes on the node: emptyDir (on disk or tmpfs), hostPath, configMap, secret,
 //! downwardAPI and projected (with bound service-account tokens), written under the pod's
-//! folder and mounted into containers through the CRI.
+//! folder, and persistentVolumeClaim (the bound volume's folder on this node, `local` or
+//! `hostPath`), all mounted into containers through the CRI.
 
 use super::env::{self, config_map_entries, secret_entries};
 use super::spec::Layout;
 use crate::cri;
 use crate::error::{Error, Result, io};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Container, KeyToPath, Pod, ServiceAccount, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount, Volume,
+};
 use kube::api::PostParams;
 use kube::{Api, Client, ResourceExt};
 use std::collections::{BTreeMap, HashMap};
@@ -147,6 +150,51 @@ fn downward(
         .collect()
 }
 
+/// The folder of the volume bound to claim `ns/name`.
+async fn claim_path(client: &Client, ns: &str, name: &str) -> Result<PathBuf> {
+    let claim = Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await?
+        .ok_or_else(|| Error::Pod(format!("persistentvolumeclaim \"{name}\" not found")))?;
+    let volume = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            Error::Pod(format!(
+                "persistentvolumeclaim \"{name}\" is not bound to a volume yet"
+            ))
+        })?;
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get_opt(&volume)
+        .await?
+        .ok_or_else(|| Error::Pod(format!("persistentvolume \"{volume}\" not found")))?;
+    let spec = pv.spec.unwrap_or_default();
+    let path = match (&spec.local, &spec.host_path) {
+        (Some(l), _) => PathBuf::from(&l.path),
+        (None, Some(h)) => {
+            let p = PathBuf::from(&h.path);
+            if h.type_.as_deref() == Some("DirectoryOrCreate") {
+                std::fs::create_dir_all(&p).map_err(io(&p))?;
+            }
+            p
+        }
+        _ => {
+            return Err(Error::Pod(format!(
+                "persistentvolume \"{volume}\": unsupported volume type"
+            )));
+        }
+    };
+    if !path.exists() {
+        return Err(Error::Pod(format!(
+            "persistentvolume \"{volume}\": {} does not exist on this node",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
 async fn prepare_one(
     client: &Client,
     pod: &Pod,
@@ -177,6 +225,9 @@ async fn prepare_one(
             _ => {}
         }
         return Ok(path);
+    }
+    if let Some(c) = &v.persistent_volume_claim {
+        return claim_path(client, &ns, &c.claim_name).await;
     }
     let path = dir.join(&v.name);
     if let Some(e) = &v.empty_dir {
