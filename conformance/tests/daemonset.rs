@@ -1,9 +1,10 @@
 //! DaemonSets: one pod per eligible node (a tainted node only when tolerated, a cordoned one
 //! still), a template change rolls through the nodes, and `kubectl rollout history|undo`
-//! work from the ControllerRevisions.
+//! work from the ControllerRevisions; with `maxSurge` the new pod starts next to the old one.
 
 use minik8s_conformance::Cluster;
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 const AGENT: &str = r#"
 apiVersion: apps/v1
@@ -141,4 +142,32 @@ fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
         ])
         .is_empty()
     );
+
+    // maxSurge: the new pod starts next to the old one, which goes once the new is ready
+    // (one node at a time), so the pods never fall below one per node.
+    c.ok(&[
+        "patch",
+        "ds",
+        "agent",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"updateStrategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}},"template":{"metadata":{"annotations":{"rev":"surge"}}}}}"#,
+    ]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut most = 0;
+    loop {
+        let pods = c.ok(&["get", "pods", "-l", "app=agent", "-o", "jsonpath={range .items[*]}{.metadata.annotations.rev},{.status.conditions[?(@.type==\"Ready\")].status},{.metadata.deletionTimestamp}{\"\\n\"}{end}"]);
+        // Live pods (not being deleted): `rev,ready,`.
+        let lines: Vec<&str> = pods.lines().filter(|l| l.ends_with(',')).collect();
+        most = most.max(lines.len());
+        if lines.len() == 2 && lines.iter().all(|l| l.starts_with("surge,True")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "surge rollout: {pods}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(most, 3, "one surge pod at a time");
 }

@@ -6,7 +6,9 @@
 //! Each template is a ControllerRevision (`<name>-<hash>`, its `revision` the newest for the
 //! template in use), so `kubectl rollout history|undo daemonset` work; pods carry the
 //! `controller-revision-hash` label. `RollingUpdate` replaces old pods at most `maxUnavailable`
-//! at a time; `OnDelete` waits for the user to delete them.
+//! at a time, or with `maxSurge` starts the new pod next to the old one on at most that many
+//! nodes at a time and removes the old one once the new one is ready; `OnDelete` waits for
+//! the user to delete them.
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
@@ -161,7 +163,18 @@ async fn reconcile(
     let all_nodes = nodes.state();
     let (mut desired, mut current, mut misscheduled) = (0, 0, 0);
     let (mut ready_n, mut updated, mut unavailable) = (0, 0, 0);
-    let mut old_ready: Vec<Arc<Pod>> = Vec::new();
+    let mut old_ready: Vec<(String, Arc<Pod>)> = Vec::new();
+    let eligible_nodes = nodes
+        .state()
+        .iter()
+        .filter(|n| eligible(&template_pod, n))
+        .count() as i32;
+    let surge = if is_rolling(&spec) {
+        rolling_param(&spec, |r| r.max_surge.clone(), eligible_nodes, 0)
+    } else {
+        0
+    };
+    let mut surging = 0;
     for node in &all_nodes {
         let name = node.name_any();
         let on_node: Vec<Arc<Pod>> = by_node
@@ -196,8 +209,26 @@ async fn reconcile(
                 p.metadata.creation_timestamp.clone(),
             )
         });
-        for extra in live.iter().skip(1) {
+        // With surge, a node may briefly hold its old pod and its new one: the old goes once
+        // the new is ready (or at once if it is not ready itself).
+        let newest = live
+            .first()
+            .filter(|p| p.labels().get(HASH_LABEL) == Some(&hash));
+        let surge_pair = surge > 0
+            && newest.is_some()
+            && live.len() > 1
+            && !ready(newest.expect("checked"))
+            && ready(&live[1]);
+        let keep = if surge_pair { 2 } else { 1 };
+        for extra in live.iter().skip(keep) {
             delete(&pod_api, extra).await?;
+        }
+        if surge_pair {
+            surging += 1;
+            current += 1;
+            updated += 1;
+            ready_n += 1;
+            continue;
         }
         match live.first() {
             None => {
@@ -215,7 +246,7 @@ async fn reconcile(
                 if ready(p) {
                     ready_n += 1;
                     if !is_new {
-                        old_ready.push(p.clone());
+                        old_ready.push((name.clone(), p.clone()));
                     }
                 } else {
                     unavailable += 1;
@@ -231,22 +262,16 @@ async fn reconcile(
     for p in by_node.into_values().flatten() {
         delete(&pod_api, &p).await?;
     }
-    if is_rolling(&spec) {
-        let max = spec
-            .update_strategy
-            .as_ref()
-            .and_then(|s| s.rolling_update.as_ref())
-            .and_then(|r| r.max_unavailable.clone())
-            .map_or(1, |m| match m {
-                IntOrString::Int(n) => n,
-                IntOrString::String(s) => {
-                    let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
-                    (pct * desired + 99) / 100
-                }
-            })
-            .max(1);
+    if is_rolling(&spec) && surge > 0 {
+        // Surge: start new pods next to ready old ones, `maxSurge` nodes at a time.
+        let budget = (surge - surging).max(0) as usize;
+        for (node, _) in old_ready.iter().take(budget) {
+            create(&pod_api, ds, &template, &hash, node).await?;
+        }
+    } else if is_rolling(&spec) {
+        let max = rolling_param(&spec, |r| r.max_unavailable.clone(), desired, 1).max(1);
         let budget = (max - unavailable).max(0) as usize;
-        for p in old_ready.iter().take(budget) {
+        for (_, p) in old_ready.iter().take(budget) {
             delete(&pod_api, p).await?;
         }
     }
@@ -277,6 +302,28 @@ async fn reconcile(
             .await?;
     }
     Ok(())
+}
+
+/// A rolling-update parameter (`maxSurge`, `maxUnavailable`) as a number of nodes out of
+/// `total` (percentages round up, as upstream's), `default` when unset.
+fn rolling_param(
+    spec: &k8s_openapi::api::apps::v1::DaemonSetSpec,
+    field: impl Fn(&k8s_openapi::api::apps::v1::RollingUpdateDaemonSet) -> Option<IntOrString>,
+    total: i32,
+    default: i32,
+) -> i32 {
+    spec.update_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update.as_ref())
+        .and_then(field)
+        .map_or(default, |m| match m {
+            IntOrString::Int(n) => n,
+            IntOrString::String(s) => {
+                let pct: i32 = s.trim_end_matches('%').parse().unwrap_or(0);
+                (pct * total + 99) / 100
+            }
+        })
+        .max(0)
 }
 
 fn is_rolling(spec: &k8s_openapi::api::apps::v1::DaemonSetSpec) -> bool {
