@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Makes (once) a virtualenv with the official Kubernetes Python client from PyPI, pinned, and
-# pytest, for the conformance suite's Python tests; prints its python's path.
+# Makes (once) a virtualenv with the official Kubernetes Python client from PyPI, pinned,
+# pytest, and prometheus_client (whose parser checks the components' /metrics), for the
+# conformance suite; prints its python's path.
 source "$(dirname "$0")/lib.sh"
 VENV="$ROOT/target/pyclient"
-PINS=(kubernetes==33.1.0 pytest==8.3.5)
+PINS=(kubernetes==33.1.0 pytest==8.3.5 prometheus-client==0.21.1)
 stamp="$VENV/.pins"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${PINS[*]}" ]; then
   echo "$VENV/bin/python"

@@ -22,6 +22,7 @@ mod handlers;
 pub mod health;
 pub mod kubelet;
 pub mod metrics;
+pub mod monitoring;
 pub mod object;
 pub mod openapi;
 pub mod patch;

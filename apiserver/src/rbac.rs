@@ -680,6 +680,18 @@ pub fn defaults() -> Vec<Value> {
                 json!({"nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/readyz", "/openapi", "/openapi/*", "/version", "/version/"], "verbs": ["get"]}),
             ],
         ),
+        // Scrapers: upstream's role and binding for the metrics and health endpoints.
+        plain(
+            "system:monitoring",
+            vec![
+                json!({"nonResourceURLs": ["/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*", "/metrics", "/metrics/slis"], "verbs": ["get"]}),
+            ],
+        ),
+        bind(
+            "system:monitoring",
+            "system:monitoring",
+            "system:monitoring",
+        ),
         plain(
             "system:public-info-viewer",
             vec![

@@ -392,6 +392,15 @@ impl Machine {
         self.child = Some(self.spawn_minik8s("join", &self.args));
     }
 
+    /// Runs `program` inside the machine's network namespace; its output.
+    pub fn exec(&self, program: &str, args: &[&str]) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.netns, program])
+            .args(args)
+            .output()
+            .expect("ip netns exec")
+    }
+
     /// Cuts (`false`) or restores (`true`) the machine's network link.
     pub fn link(&self, up: bool) {
         let state = if up { "up" } else { "down" };

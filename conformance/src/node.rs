@@ -3,6 +3,7 @@
 
 use crate::Cluster;
 use std::path::PathBuf;
+use std::process::Command;
 use tokio_util::sync::CancellationToken;
 
 /// A running kubelet (with its runtime) and service proxy; everything they made is removed on
@@ -280,6 +281,79 @@ impl Drop for Node {
             }
         });
     }
+}
+
+/// The Python virtualenv of the conformance suite (made once by hack/pyclient.sh, with the
+/// official Kubernetes client and `prometheus_client`): its python.
+pub fn python() -> String {
+    let out = Command::new("bash")
+        .arg(repo_root().join("hack/pyclient.sh"))
+        .output()
+        .expect("hack/pyclient.sh runs");
+    assert!(
+        out.status.success(),
+        "installing the Python packages failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// One sample of a scraped metrics page.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    /// The family's name (a counter's without `_total`).
+    pub family: String,
+    /// The family's type (`counter`, `gauge`, `histogram`, …).
+    pub kind: String,
+    /// The sample's own name (`…_total`, `…_bucket`, …).
+    pub name: String,
+    /// Its labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Its value.
+    pub value: f64,
+}
+
+/// Parses an OpenMetrics page with the `prometheus_client` Python package's strict parser
+/// (what Prometheus's own tooling accepts); panics with the parser's complaint otherwise.
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = []
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.append([fam.name, fam.type, s.name, s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let mut child = Command::new(python())
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python runs");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("writing the page");
+    }
+    let out = child.wait_with_output().expect("python ends");
+    assert!(
+        out.status.success(),
+        "not valid OpenMetrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_slice(&out.stdout).expect("the parser's JSON");
+    rows.into_iter()
+        .map(|r| Sample {
+            family: r[0].as_str().unwrap_or_default().to_owned(),
+            kind: r[1].as_str().unwrap_or_default().to_owned(),
+            name: r[2].as_str().unwrap_or_default().to_owned(),
+            labels: serde_json::from_value(r[3].clone()).unwrap_or_default(),
+            value: r[4].as_f64().unwrap_or(f64::NAN),
+        })
+        .collect()
 }
 
 /// Where cargo put the workspace's binaries (next to this test's own executable).

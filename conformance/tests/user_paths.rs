@@ -4,22 +4,8 @@
 //! cannot be created. One test, so only one node (and one proxy) runs at a time.
 
 use minik8s_conformance::Cluster;
-use minik8s_conformance::node::repo_root;
+use minik8s_conformance::node::{python, repo_root};
 use std::process::Command;
-
-/// The Python client's virtualenv (made once by hack/pyclient.sh): its python.
-fn python() -> String {
-    let out = Command::new("bash")
-        .arg(repo_root().join("hack/pyclient.sh"))
-        .output()
-        .expect("hack/pyclient.sh runs");
-    assert!(
-        out.status.success(),
-        "installing the Python client failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 #[test]
 fn the_python_client_busybox_tools_and_sandbox_failures_behave_as_upstream() {

@@ -50,6 +50,16 @@ pub struct Args {
     /// The CA key the CSR signer issues certificates with.
     #[arg(long, requires = "cluster_signing_cert_file")]
     cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The HTTPS port of `/metrics` and `/healthz` (0: none). Needs `--client-ca-file`.
+    #[arg(long, default_value_t = 10257)]
+    secure_port: u16,
+    /// The address the secure port listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    bind_address: std::net::IpAddr,
+    /// Clients of the secure port present a certificate from this CA; each request is then
+    /// authorised by a SubjectAccessReview (upstream's delegated authorisation).
+    #[arg(long)]
+    client_ca_file: Option<std::path::PathBuf>,
     /// The longest validity of an issued certificate.
     #[arg(long, default_value = "8760h0m0s", value_parser = duration)]
     cluster_signing_duration: Duration,
@@ -69,6 +79,17 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     crate::manager::check(&names)?;
+    if let Some(ca) = &args.client_ca_file
+        && args.secure_port != 0
+    {
+        serve_metrics(
+            client.clone(),
+            std::net::SocketAddr::new(args.bind_address, args.secure_port),
+            ca,
+            shutdown.clone(),
+        )
+        .await;
+    }
     let settings = crate::manager::Settings {
         hpa: crate::hpa::controller::Config {
             sync_period: args.horizontal_pod_autoscaler_sync_period,
@@ -110,4 +131,42 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     })
     .await;
     Ok(())
+}
+
+/// Serves `/metrics` (the controller manager's series) and `/healthz` over HTTPS on `addr`,
+/// as upstream's secure port; a port that cannot be bound is reported and skipped.
+async fn serve_metrics(
+    client: kube::Client,
+    addr: std::net::SocketAddr,
+    client_ca: &std::path::Path,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use minik8s_metrics::serving;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let tls = match serving::self_signed_tls(client_ca, &[host, "localhost".into()]) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "secure port: not serving metrics");
+            return;
+        }
+    };
+    let (bound, listener) = match serving::bind(addr).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "secure port: not serving metrics");
+            return;
+        }
+    };
+    // The series exist (at zero) before the first item is processed.
+    let _ = minik8s_metrics::workqueue();
+    tracing::info!(%bound, "serving /metrics");
+    tokio::spawn(serving::serve_tls(
+        listener,
+        tls,
+        serving::metrics_router(&["controller-manager"]),
+        serving::Access::Review(client),
+        shutdown,
+    ));
 }

@@ -278,7 +278,7 @@ pub async fn run(
     )
     .owns_shared_stream(informers.subscribe::<Job>())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(reconcile, error_policy, ctx)
+    .run(crate::util::timed("cronjob", reconcile), error_policy, ctx)
     .for_each(|_| async {})
     .await;
 }

@@ -117,7 +117,10 @@ pub async fn run(
             if ds.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            if let Err(e) = reconcile(&client, &ds, &pods, &nodes, &revisions).await {
+            let item = minik8s_metrics::workqueue().start("daemonset");
+            let r = reconcile(&client, &ds, &pods, &nodes, &revisions).await;
+            item.done(r.is_ok());
+            if let Err(e) = r {
                 tracing::warn!(ds = %ds.name_any(), error = %e, "daemonset pass failed");
             }
         }

@@ -644,7 +644,11 @@ pub async fn run(
     )
     .owns_shared_stream(informers.subscribe::<ReplicaSet>())
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(reconcile, error_policy, ctx)
+    .run(
+        crate::util::timed("deployment", reconcile),
+        error_policy,
+        ctx,
+    )
     .for_each(|_| async {})
     .await;
 }

@@ -94,7 +94,10 @@ pub async fn run(
     let replicasets = informers.all::<ReplicaSet>().await;
     let statefulsets = informers.all::<StatefulSet>().await;
     loop {
-        if let Err(e) = pass(&client, &pdbs, &pods, &replicasets, &statefulsets).await {
+        let item = minik8s_metrics::workqueue().start("disruption");
+        let r = pass(&client, &pdbs, &pods, &replicasets, &statefulsets).await;
+        item.done(r.is_ok());
+        if let Err(e) = r {
             tracing::warn!(error = %e, "disruption pass failed");
         }
         tokio::select! {

@@ -245,7 +245,11 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::util::timed("endpoints", reconcile),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }

@@ -408,7 +408,7 @@ pub async fn run(
     Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default())
         .owns_shared_stream(informers.subscribe::<Pod>())
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(crate::util::timed("job", reconcile), error_policy, ctx)
         .for_each(|_| async {})
         .await;
 }

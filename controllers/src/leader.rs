@@ -177,6 +177,7 @@ where
             }
         }
         tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became leader");
+        leading_status(&cfg.name, 1);
         let leading = shutdown.child_token();
         let mut work = tokio::spawn(lead(leading.clone())).fuse();
         let mut renewed = Instant::now();
@@ -202,6 +203,7 @@ where
             }
         }
         leading.cancel();
+        leading_status(&cfg.name, 0);
         if !work.is_terminated() {
             let _ = work.await;
         }
@@ -211,6 +213,23 @@ where
             tracing::warn!(lease = %cfg.name, "stopped leading; standing as a candidate again");
         }
     }
+}
+
+/// Sets `leader_election_master_status{name}` (1 while leading), as upstream's.
+fn leading_status(name: &str, v: i64) {
+    static G: std::sync::OnceLock<minik8s_metrics::GaugeVec> = std::sync::OnceLock::new();
+    let g = G.get_or_init(|| {
+        let g = minik8s_metrics::GaugeVec::default();
+        minik8s_metrics::register(
+            "controller-manager",
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            g.clone(),
+        );
+        g
+    });
+    g.get_or_create(&minik8s_metrics::labels(&[("name", name)]))
+        .set(v);
 }
 
 async fn sleep_or(shutdown: &CancellationToken, d: Duration) {

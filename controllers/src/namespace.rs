@@ -105,7 +105,11 @@ pub async fn run(client: Client, shutdown: CancellationToken) {
         watcher::Config::default(),
     )
     .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(reconcile, error_policy, Arc::new(Ctx { client }))
+    .run(
+        crate::util::timed("namespace", reconcile),
+        error_policy,
+        Arc::new(Ctx { client }),
+    )
     .for_each(|_| async {})
     .await;
 }

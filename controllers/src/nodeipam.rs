@@ -91,7 +91,10 @@ pub async fn run(
     let changes = informers.subscribe::<Node>();
     futures::pin_mut!(changes);
     loop {
-        if let Err(e) = pass(&client, &cfg, &nodes).await {
+        let item = minik8s_metrics::workqueue().start("nodeipam");
+        let r = pass(&client, &cfg, &nodes).await;
+        item.done(r.is_ok());
+        if let Err(e) = r {
             tracing::warn!(error = %e, "node IPAM pass failed");
         }
         tokio::select! {

@@ -223,7 +223,10 @@ pub async fn run(
     }
     let mut beats = Heartbeats::default();
     loop {
-        if let Err(e) = pass(&client, &cfg, &nodes, &leases, &pods, &mut beats).await {
+        let item = minik8s_metrics::workqueue().start("nodelifecycle");
+        let r = pass(&client, &cfg, &nodes, &leases, &pods, &mut beats).await;
+        item.done(r.is_ok());
+        if let Err(e) = r {
             tracing::warn!(error = %e, "node lifecycle pass failed");
         }
         tokio::select! {

@@ -782,7 +782,7 @@ pub async fn run(
     let pending: Api<Pod> = Api::all(client);
     Controller::new(pending, watcher::Config::default().fields("spec.nodeName="))
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, s)
+        .run(crate::util::timed("scheduler", reconcile), error_policy, s)
         .for_each(|_| async {})
         .await;
 }

@@ -171,7 +171,10 @@ pub async fn run(
             if set.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            if let Err(e) = reconcile(&client, &set, &pods, &claims, &revisions).await {
+            let item = minik8s_metrics::workqueue().start("statefulset");
+            let r = reconcile(&client, &set, &pods, &claims, &revisions).await;
+            item.done(r.is_ok());
+            if let Err(e) = r {
                 tracing::warn!(statefulset = %set.name_any(), error = %e, "statefulset pass failed");
             }
         }

@@ -194,6 +194,31 @@ pub fn go_duration(s: &str) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs_f64(total))
 }
 
+/// A reconciler that records each call as a workqueue item of controller `name`
+/// (`workqueue_adds_total`, `workqueue_work_duration_seconds`, `workqueue_retries_total`).
+pub fn timed<K, C, E, F, Fut>(
+    name: &'static str,
+    f: F,
+) -> impl FnMut(
+    std::sync::Arc<K>,
+    std::sync::Arc<C>,
+) -> futures::future::BoxFuture<'static, Result<kube::runtime::controller::Action, E>>
+where
+    F: Fn(std::sync::Arc<K>, std::sync::Arc<C>) -> Fut,
+    Fut:
+        std::future::Future<Output = Result<kube::runtime::controller::Action, E>> + Send + 'static,
+{
+    move |obj, ctx| {
+        let item = minik8s_metrics::workqueue().start(name);
+        let fut = f(obj, ctx);
+        Box::pin(async move {
+            let r = fut.await;
+            item.done(r.is_ok());
+            r
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

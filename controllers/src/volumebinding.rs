@@ -221,7 +221,10 @@ pub async fn run(
         told: HashMap::new(),
     };
     loop {
-        if let Err(e) = b.pass().await {
+        let item = minik8s_metrics::workqueue().start("persistentvolume-binder");
+        let r = b.pass().await;
+        item.done(r.is_ok());
+        if let Err(e) = r {
             tracing::warn!(error = %e, "volume binding pass failed");
         }
         tokio::select! {

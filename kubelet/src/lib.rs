@@ -9,6 +9,7 @@ mod daemon;
 pub mod down;
 pub mod error;
 pub mod logs;
+pub mod metrics;
 pub mod netguard;
 pub mod node;
 pub mod pod;

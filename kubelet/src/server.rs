@@ -1,6 +1,6 @@
 //! The kubelet's HTTPS server (port 10250 by default): container logs for the apiserver's
 //! `pods/log`, `exec`, `attach` and `portForward` (relayed to the runtime's stream server),
-//! and `/healthz`. Clients must present a certificate from the cluster CA in the
+//! `/stats/summary`, Prometheus `/metrics` and `/metrics/resource`, and `/healthz`. Clients must present a certificate from the cluster CA in the
 //! `system:masters` group (the apiserver's kubelet-client identity); the serving certificate
 //! is self-signed, as upstream's kubelet makes one when none is given.
 
@@ -16,7 +16,6 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,56 +37,6 @@ struct Shared {
 /// The group a client certificate must carry.
 const ALLOWED_GROUP: &str = "system:masters";
 
-fn tls(client_ca: &std::path::Path, node: &str) -> Result<rustls::ServerConfig> {
-    let tls_err = |e: String| Error::Pod(format!("kubelet TLS: {e}"));
-    let key = rcgen::KeyPair::generate().map_err(|e| tls_err(e.to_string()))?;
-    let mut params = rcgen::CertificateParams::new(vec![node.to_owned(), "localhost".to_owned()])
-        .map_err(|e| tls_err(e.to_string()))?;
-    params.subject_alt_names.push(rcgen::SanType::IpAddress(
-        std::net::Ipv4Addr::LOCALHOST.into(),
-    ));
-    let cert = params
-        .self_signed(&key)
-        .map_err(|e| tls_err(e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_file_iter(client_ca).map_err(|e| tls_err(e.to_string()))? {
-        roots
-            .add(ca.map_err(|e| tls_err(e.to_string()))?)
-            .map_err(|e| tls_err(e.to_string()))?;
-    }
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-        Arc::new(roots),
-        provider.clone(),
-    )
-    .build()
-    .map_err(|e| tls_err(e.to_string()))?;
-    let key_der = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
-        .map_err(|e| tls_err(e.to_string()))?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_err(e.to_string()))?
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(vec![cert.der().clone()], key_der)
-        .map_err(|e| tls_err(e.to_string()))?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
-}
-
-/// Whether the peer's certificate names [`ALLOWED_GROUP`] among its organizations.
-fn allowed(certs: Option<&[CertificateDer<'_>]>) -> bool {
-    let Some(cert) = certs.and_then(|c| c.first()) else {
-        return false;
-    };
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
-        return false;
-    };
-    parsed
-        .subject()
-        .iter_organization()
-        .any(|o| o.as_str().is_ok_and(|o| o == ALLOWED_GROUP))
-}
-
 /// Binds the server; returns the bound address and the future that serves until `shutdown`.
 pub async fn bind(
     listen: SocketAddr,
@@ -97,7 +46,11 @@ pub async fn bind(
     pods: Store<Pod>,
     shutdown: CancellationToken,
 ) -> Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let tls = Arc::new(tls(client_ca, node)?);
+    let tls = minik8s_metrics::serving::self_signed_tls(
+        client_ca,
+        &[node.to_owned(), "localhost".to_owned()],
+    )
+    .map_err(|e| Error::Pod(format!("kubelet server: {e}")))?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(io(format!("{listen}")))?;
@@ -113,6 +66,8 @@ pub async fn bind(
             get(port_forward).post(port_forward),
         )
         .route("/stats/summary", get(summary))
+        .route("/metrics", get(metrics))
+        .route("/metrics/resource", get(resource_metrics))
         .with_state(Shared {
             cri,
             pods,
@@ -122,51 +77,48 @@ pub async fn bind(
             shutdown: shutdown.clone(),
         });
     let serve = async move {
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-        loop {
-            let (tcp, _) = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                r = listener.accept() => match r {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "kubelet server accept");
-                        continue;
-                    }
-                },
-            };
-            let acceptor = acceptor.clone();
-            let app = app.clone();
-            let shutdown = shutdown.clone();
-            conns.spawn(async move {
-                let Ok(stream) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                if !allowed(stream.get_ref().1.peer_certificates()) {
-                    tracing::warn!("kubelet server: client certificate not in {ALLOWED_GROUP}");
-                    return;
-                }
-                let service = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let app = app.clone();
-                        async move {
-                            use tower::ServiceExt;
-                            app.oneshot(req.map(Body::new)).await
-                        }
-                    },
-                );
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .with_upgrades();
-                tokio::select! {
-                    _ = conn => {}
-                    _ = shutdown.cancelled() => {}
-                }
-            });
-        }
+        minik8s_metrics::serving::serve_tls(
+            listener,
+            tls,
+            app,
+            minik8s_metrics::serving::Access::Group(ALLOWED_GROUP),
+            shutdown,
+        )
+        .await;
+        // The exec, attach and port-forward streams the handlers started.
         conns.close();
         conns.wait().await;
     };
     Ok((addr, serve))
+}
+
+/// `GET /metrics`: the kubelet's own series.
+async fn metrics(State(s): State<Shared>) -> Response {
+    let m = crate::metrics::get();
+    m.refresh(&s.cri, &s.node).await;
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            minik8s_metrics::CONTENT_TYPE,
+        )],
+        minik8s_metrics::encode(&["kubelet"], &[]),
+    )
+        .into_response()
+}
+
+/// `GET /metrics/resource`: CPU and memory of the node, its pods and containers.
+async fn resource_metrics(State(s): State<Shared>) -> Response {
+    match crate::stats::summary(&s.cri, &s.node, &s.cpu).await {
+        Ok(v) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                minik8s_metrics::CONTENT_TYPE,
+            )],
+            minik8s_metrics::encode(&[], &[&crate::metrics::resource_registry(&v)]),
+        )
+            .into_response(),
+        Err(e) => status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
 }
 
 /// `GET /stats/summary`.

@@ -191,6 +191,8 @@ pub async fn run(
             client,
             node,
             cfg.router,
+            // As upstream's kube-proxy: plain HTTP on the node's loopback.
+            Some(SocketAddr::from(([127, 0, 0, 1], 10249))),
             run.clone(),
         )
         .await;

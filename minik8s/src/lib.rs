@@ -341,26 +341,29 @@ async fn start_local_node(
             }
         }
     }
+    // The proxy's series are on this process's apiserver `/metrics`.
     start_node(
         tasks,
         kubelet_client,
         proxy_client,
         node,
         cfg.router,
+        None,
         shutdown,
     )
     .await;
     Ok(())
 }
 
-/// Starts a node's kubelet and proxy (with the cluster DNS on its pod gateway and, given
-/// `router`, its HTTP router) on `tasks`; a kubelet that stops on an error stops everything.
+/// Starts a node's kubelet and proxy (with the cluster DNS on its pod gateway, given
+/// `router` its HTTP router, given `proxy_metrics` its `/metrics` there) on `tasks`; a kubelet that stops on an error stops everything.
 pub async fn start_node(
     tasks: &tokio_util::task::TaskTracker,
     kubelet_client: kube::Client,
     proxy_client: kube::Client,
     node: minik8s_kubelet::Config,
     router: Option<SocketAddr>,
+    proxy_metrics: Option<SocketAddr>,
     shutdown: CancellationToken,
 ) {
     let node_ip = match &node.node_ip {
@@ -368,6 +371,7 @@ pub async fn start_node(
         None => minik8s_kubelet::node::default_ip().await,
     };
     let mut proxy = minik8s_proxy::Config::new(&node.node_name);
+    proxy.metrics_bind = proxy_metrics;
     if let Some(listen) = router {
         proxy.router = node_ip
             .parse()

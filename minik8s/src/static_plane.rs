@@ -95,6 +95,7 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             "--cluster-signing-key-file={}",
             pki.join("ca.key").display()
         ),
+        format!("--client-ca-file={}", pki.join("ca.crt").display()),
         format!(
             "--node-monitor-grace-period={}s",
             cfg.node_monitor_grace.as_secs()

@@ -6,6 +6,7 @@
 pub mod dns;
 pub mod error;
 pub mod iptables;
+pub mod metrics;
 pub mod model;
 pub mod router;
 
@@ -70,6 +71,8 @@ pub struct Config {
     pub dns: Option<dns::Config>,
     /// The node's HTTP router (`DNS` objects and Ingresses), if it runs one.
     pub router: Option<router::Config>,
+    /// Where `/metrics` is served over plain HTTP (upstream's 127.0.0.1:10249), if anywhere.
+    pub metrics_bind: Option<std::net::SocketAddr>,
 }
 
 impl Config {
@@ -83,6 +86,7 @@ impl Config {
             debounce: Duration::from_millis(50),
             dns: None,
             router: None,
+            metrics_bind: None,
         }
     }
 }
@@ -201,6 +205,7 @@ pub async fn sync(cfg: &Config, ports: &[ServicePort], last: &str) -> Result<Str
     };
     let wanted = model::render(&cluster, ports, &[]);
     if wanted == last {
+        metrics::get().synced(None, &wanted);
         return Ok(wanted);
     }
     let keep = model::service_chains(&wanted);
@@ -210,8 +215,12 @@ pub async fn sync(cfg: &Config, ports: &[ServicePort], last: &str) -> Result<Str
         .filter(|c| !keep.contains(c))
         .collect();
     let started = Instant::now();
-    iptables::restore(&model::render(&cluster, ports, &stale)).await?;
+    if let Err(e) = iptables::restore(&model::render(&cluster, ports, &stale)).await {
+        metrics::get().failed();
+        return Err(e);
+    }
     iptables::ensure_jumps().await?;
+    metrics::get().synced(Some(started.elapsed().as_secs_f64()), &wanted);
     tracing::debug!(services = ports.len(), took = ?started.elapsed(), "iptables synced");
     Ok(wanted)
 }
@@ -234,6 +243,20 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
         .router
         .clone()
         .map(|r| tokio::spawn(router::run(client.clone(), r, hosts_tx, shutdown.clone())));
+    let _ = metrics::get();
+    if let Some(addr) = cfg.metrics_bind {
+        match minik8s_metrics::serving::bind(addr).await {
+            Ok((bound, listener)) => {
+                tracing::info!(%bound, "serving /metrics");
+                tokio::spawn(minik8s_metrics::serving::serve_plain(
+                    listener,
+                    minik8s_metrics::serving::metrics_router(&["proxy"]),
+                    shutdown.clone(),
+                ));
+            }
+            Err(e) => tracing::warn!(error = %e, "not serving /metrics"),
+        }
+    }
     let result = run_rules(client, &cfg, shutdown).await;
     if let Some(router) = router {
         match router.await {

@@ -129,6 +129,16 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
             .iter()
             .any(|s| req.uri().path().ends_with(s))
         || req.uri().query().is_some_and(|q| q.contains("follow=true"));
+    let metrics = crate::monitoring::get();
+    let described = metrics.describe(
+        &api,
+        &request::parse(req.method(), req.uri().path(), req.uri().query()),
+        req.headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(""),
+        long_running,
+    );
     let permit = if long_running {
         None
     } else {
@@ -137,10 +147,12 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
             Err(_) => {
                 let resp = ApiError::too_many_requests(1).into_response();
                 api.audit.record(record, &uri, 429, started);
+                metrics.begin(&described, false).finish(429);
                 return resp;
             }
         }
     };
+    let guard = metrics.begin(&described, long_running);
     let resp = if long_running {
         match handle(api.clone(), req, &mut record).await {
             Ok(r) => r,
@@ -156,9 +168,57 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
     };
     drop(permit);
     let code = resp.status().as_u16();
+    if long_running {
+        // A watch or stream counts once it ends; its gauges stay up while it is served.
+        let (parts, body) = resp.into_parts();
+        let body = axum::body::Body::new(GuardedBody {
+            inner: body,
+            guard: Some((guard, code)),
+        });
+        api.audit.record(record, &uri, code, started);
+        return Response::from_parts(parts, body);
+    }
+    guard.finish(code);
     tracing::debug!(%uri, status = code, elapsed_us = started.elapsed().as_micros() as u64, "request");
     api.audit.record(record, &uri, code, started);
     resp
+}
+
+/// A long-running response's body that keeps its request counted as in progress until the
+/// body ends (or is dropped), then records it.
+struct GuardedBody {
+    inner: axum::body::Body,
+    guard: Option<(crate::monitoring::Guard, u16)>,
+}
+
+impl http_body::Body for GuardedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(None) = polled
+            && let Some((g, code)) = self.guard.take()
+        {
+            g.finish(code);
+        }
+        polled
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for GuardedBody {
+    fn drop(&mut self) {
+        if let Some((g, code)) = self.guard.take() {
+            g.finish(code);
+        }
+    }
 }
 
 async fn handle(
@@ -184,6 +244,28 @@ async fn handle(
         RequestInfo::NonResource { path, .. } => {
             let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
             match segments.as_slice() {
+                ["metrics"] => {
+                    let attrs = crate::rbac::Attributes {
+                        verb: "get".into(),
+                        group: String::new(),
+                        resource: String::new(),
+                        subresource: String::new(),
+                        namespace: String::new(),
+                        name: String::new(),
+                        path: Some("/metrics".into()),
+                    };
+                    api.rbac.authorize(&user, &attrs)?;
+                    let m = crate::monitoring::get();
+                    m.count_objects(&api).await?;
+                    Ok((
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            minik8s_metrics::CONTENT_TYPE,
+                        )],
+                        minik8s_metrics::encode(crate::monitoring::SERVED, &[]),
+                    )
+                        .into_response())
+                }
                 [endpoint @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 1 => {
                     crate::health::serve(&api, endpoint, rest.first().copied(), parts.uri.query())
                         .await

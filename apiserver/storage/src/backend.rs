@@ -1,12 +1,14 @@
 //! Choosing a backend: a parsed storage endpoint and the [`Storage`] enum that dispatches the
 //! [`Store`] trait to the backend it names.
 
+use crate::metrics;
 use crate::{
     Deleted, Embedded, Error, Etcd, KeyValue, RangeRequest, RangeResult, Result, Store, WatchStream,
 };
 use bytes::Bytes;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Instant;
 
 /// Where the store lives: `embedded:///path/to/dir` (or a plain path) or
 /// `etcd://host:port[,host:port…]`.
@@ -98,19 +100,34 @@ impl Store for Storage {
         dispatch!(self, s => s.compacted_revision())
     }
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        dispatch!(self, s => s.get(key))
+        let t = Instant::now();
+        let r = dispatch!(self, s => s.get(key));
+        metrics::observe("get", key, t);
+        r
     }
     async fn range(&self, req: RangeRequest) -> Result<RangeResult> {
-        dispatch!(self, s => s.range(req))
+        let (t, key) = (Instant::now(), req.prefix.clone());
+        let r = dispatch!(self, s => s.range(req));
+        metrics::observe("list", &key, t);
+        r
     }
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
-        dispatch!(self, s => s.create(key, value))
+        let t = Instant::now();
+        let r = dispatch!(self, s => s.create(key, value));
+        metrics::observe("create", key, t);
+        r
     }
     async fn update(&self, key: &str, value: Bytes, expected: i64) -> Result<KeyValue> {
-        dispatch!(self, s => s.update(key, value, expected))
+        let t = Instant::now();
+        let r = dispatch!(self, s => s.update(key, value, expected));
+        metrics::observe("update", key, t);
+        r
     }
     async fn delete(&self, key: &str, expected: Option<i64>) -> Result<Deleted> {
-        dispatch!(self, s => s.delete(key, expected))
+        let t = Instant::now();
+        let r = dispatch!(self, s => s.delete(key, expected));
+        metrics::observe("delete", key, t);
+        r
     }
     async fn watch(&self, prefix: &str, start_revision: i64) -> Result<WatchStream> {
         dispatch!(self, s => s.watch(prefix, start_revision))

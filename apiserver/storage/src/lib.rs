@@ -19,6 +19,7 @@ pub mod bench;
 pub mod embedded;
 mod error;
 pub mod etcd;
+pub mod metrics;
 pub mod testing;
 mod types;
 

@@ -1048,7 +1048,11 @@ pub async fn run_with(
     .predicate_filter(predicates::generation, Default::default());
     Controller::for_stream(stream, reader)
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx)
+        .run(
+            crate::util::timed("horizontalpodautoscaling", reconcile),
+            error_policy,
+            ctx,
+        )
         .for_each(|_| async {})
         .await;
 }

@@ -260,6 +260,7 @@ impl Worker {
             let _ = self.cri.remove_container(&id).await;
             return Err(("RunContainerError".to_owned(), e.to_string()));
         }
+        crate::metrics::get().container_started();
         // Keep the newest exited container (for `lastState` and `logs --previous`) only.
         for old in observed
             .containers
@@ -379,6 +380,7 @@ impl Worker {
         std::fs::create_dir_all(&config.log_directory)
             .map_err(crate::error::io(&config.log_directory))?;
         self.cri.run_sandbox(config).await?;
+        crate::metrics::get().pod_started();
         Ok(())
     }
 
@@ -502,7 +504,16 @@ impl Worker {
 }
 
 /// One pass over one pod.
+/// Syncs one pod (see [`sync`]), timing it for `kubelet_pod_worker_duration_seconds`.
 pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let r = sync(pod, w).await;
+    crate::metrics::get().pod_synced("sync", started.elapsed().as_secs_f64());
+    r
+}
+
+/// Brings one pod's sandbox and containers to its spec, or tears it down.
+async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     let uid = pod.uid().unwrap_or_default();
     if crate::static_pods::is_mirror(&pod) {
         // Its static pod runs from the manifest; a deleted mirror goes (and is made again).

@@ -19,6 +19,9 @@ struct Args {
     /// 10.244.1.1) and publish it as this node's `kube-dns` endpoint.
     #[arg(long)]
     dns_listen: Option<std::net::IpAddr>,
+    /// Where `/metrics` is served over plain HTTP (empty: nowhere).
+    #[arg(long, default_value = "127.0.0.1:10249")]
+    metrics_bind_address: String,
     /// Remove the proxy's chains and rules, then exit.
     #[arg(long)]
     cleanup: bool,
@@ -39,6 +42,11 @@ async fn main() -> anyhow::Result<()> {
     let mut cfg = minik8s_proxy::Config::new(&a.node_name);
     cfg.pod_cidr = a.cluster_cidr;
     cfg.dns = a.dns_listen.map(minik8s_proxy::dns::Config::on);
+    cfg.metrics_bind = if a.metrics_bind_address.is_empty() {
+        None
+    } else {
+        Some(a.metrics_bind_address.parse()?)
+    };
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     minik8s_proxy::run(client, cfg, shutdown).await?;
     Ok(())
