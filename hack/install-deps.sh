@@ -3,13 +3,23 @@
 #   hack/install-deps.sh          control plane and tests (etcd, protoc)
 #   hack/install-deps.sh --node   also the node runtime (containerd, runc, CNI, iptables, image tools,
 #                                 and docker-registry unpacked in /opt/minik8s)
+#   hack/install-deps.sh --slurm  also Slurm, munge and OpenSSH (for hack/slurm.sh); options combine
 source "$(dirname "$0")/lib.sh"
 need_root
 
 packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates)
-if [ "${1:-}" = "--node" ]; then
-  packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev make bzip2 curl python3-venv dnsperf)
-fi
+node=0
+for arg in "$@"; do
+  case "$arg" in
+    --node)
+      node=1
+      packages+=(containerd runc iptables busybox-static containernetworking-plugins umoci skopeo gcc libc6-dev make bzip2 curl python3-venv dnsperf) ;;
+    # A private Slurm cluster and its SSH login node (hack/slurm.sh starts them; their
+    # services stay off, policy-rc.d below).
+    --slurm) packages+=(slurmctld slurmd slurm-client munge openssh-server openssh-client gcc libc6-dev) ;;
+    *) die "unknown option $arg (known: --node, --slurm)" ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -28,7 +38,7 @@ fi
 # Debian's docker-registry, unpacked rather than installed: its package starts a system registry
 # on :5000 (with htpasswd auth) from its postinst; minik8s runs its own on loopback.
 REGISTRY_DIR=/opt/minik8s/docker-registry
-if [ "${1:-}" = "--node" ] && [ ! -x "$REGISTRY_DIR/usr/bin/docker-registry" ]; then
+if [ "$node" = 1 ] && [ ! -x "$REGISTRY_DIR/usr/bin/docker-registry" ]; then
   log "unpacking Debian's docker-registry into $REGISTRY_DIR"
   tmp="$(mktemp -d)"
   chmod 755 "$tmp"

@@ -3,7 +3,7 @@
 # on the embedded store and on a private etcd, the crash test), then the conformance scenarios.
 source "$(dirname "$0")/lib.sh"
 need_root
-"$ROOT/hack/install-deps.sh" --node
+"$ROOT/hack/install-deps.sh" --node --slurm
 cd "$ROOT"
 # No incremental cache in a one-off test build: it would add gigabytes of disk for no gain.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"

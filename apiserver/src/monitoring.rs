@@ -72,7 +72,7 @@ fn verb_label(info: &RequestInfo, content_type: &str, long_running: bool) -> Str
             );
             match r.verb {
                 _ if connect => "CONNECT",
-                Verb::Get if long_running => "WATCH",
+                Verb::Get if long_running && r.subresource.is_none() => "WATCH",
                 Verb::Get => "GET",
                 Verb::List => "LIST",
                 Verb::Watch => "WATCH",
@@ -307,5 +307,15 @@ mod tests {
             "CONNECT"
         );
         assert_eq!(v(Method::GET, "/version", None, "", false), "GET");
+        assert_eq!(
+            v(
+                Method::GET,
+                "/api/v1/namespaces/d/pods/p/log",
+                Some("follow=true"),
+                "",
+                true
+            ),
+            "GET"
+        );
     }
 }

@@ -231,6 +231,10 @@ pub async fn up(
     minik8s_serverless::install(minik8s_kubeconfig::client(&admin).await?)
         .await
         .map_err(UpError::Crds)?;
+    // The GPUJob kind and its controller's roles.
+    minik8s_gpu::install(minik8s_kubeconfig::client(&admin).await?)
+        .await
+        .map_err(UpError::Crds)?;
     // The cluster DNS's Service (each node's proxy serves it).
     minik8s_proxy::dns::install(minik8s_kubeconfig::client(&admin).await?)
         .await
@@ -268,6 +272,14 @@ pub async fn up(
                 }
             });
         }
+    }
+    if cfg.static_control_plane.is_none() {
+        // GPUJobs: the controller, as its own user; SSH key files under the data folder.
+        let identity = Identity::new("gpujobs", minik8s_gpu::USER, &[]);
+        let client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
+        let dir = cfg.data_dir.join("gpu");
+        let shutdown = shutdown.clone();
+        tasks.spawn(minik8s_gpu::controller::run(client, dir, shutdown));
     }
     if let Some(listen) = cfg.gateway {
         // Functions: the gateway and the Function controller, as their own user.
