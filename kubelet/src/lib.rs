@@ -6,6 +6,7 @@
 pub mod containerd;
 pub mod cri;
 mod daemon;
+pub mod devices;
 pub mod down;
 pub mod error;
 pub mod logs;
@@ -217,6 +218,7 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
         cfg.layout(),
         facts.ip.clone(),
     ));
+    let device_plugins = worker.devices.clone().serve(shutdown.clone());
     let server = async move {
         if let Some(serve) = server {
             serve.await;
@@ -277,6 +279,7 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
                 let mut live: HashSet<String> =
                     store.state().iter().filter_map(|p| p.uid()).collect();
                 live.extend(running.uids());
+                worker.devices.release_except(&live);
                 if let Err(e) = remove_orphans(&worker, &live).await {
                     tracing::warn!(error = %e, "removing orphaned sandboxes");
                 }
@@ -313,7 +316,8 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
         server,
         statics,
         routes,
-        provisioner
+        provisioner,
+        device_plugins
     );
     Ok(())
 }

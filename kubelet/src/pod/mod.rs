@@ -46,6 +46,8 @@ pub struct Worker {
     pub probes: probe::Probes,
     /// Publishes the pod events the kubelet reports (`FailedCreatePodSandBox`, …).
     recorder: kube::runtime::events::Recorder,
+    /// Device plugins and the devices containers were given.
+    pub devices: std::sync::Arc<crate::devices::Devices>,
 }
 
 impl Worker {
@@ -58,8 +60,14 @@ impl Worker {
                 instance: Some(layout.node.clone()),
             },
         );
+        let devices = std::sync::Arc::new(crate::devices::Devices::new(
+            client.clone(),
+            &layout.node,
+            layout.root.join("device-plugins"),
+        ));
         Worker {
             recorder,
+            devices,
             client,
             cri,
             layout,
@@ -249,7 +257,17 @@ impl Worker {
                 ..Default::default()
             });
         }
-        let config = spec::container_config(pod, c, attempt, envs, mounts, &self.layout.node);
+        // Devices of extended resources, from their plugins' Allocate.
+        let given = self
+            .devices
+            .allocate(pod, c)
+            .await
+            .map_err(|e| ("UnexpectedAdmissionError".to_owned(), e))?;
+        let mut envs = envs;
+        envs.extend(given.envs);
+        mounts.extend(given.mounts);
+        let mut config = spec::container_config(pod, c, attempt, envs, mounts, &self.layout.node);
+        config.devices.extend(given.devices);
         let sandbox_config = spec::sandbox_config(pod, &self.layout, sandbox.attempt);
         let id = self
             .cri
