@@ -6,6 +6,7 @@ pub mod bench;
 pub mod dnsbench;
 pub mod drills;
 pub mod fnbench;
+pub mod gpubench;
 pub mod machines;
 pub mod node;
 pub mod nodebench;

@@ -13,7 +13,7 @@
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -194,7 +194,7 @@ async fn reconcile(
                 .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
                 .count();
             for p in on_node {
-                delete(&pod_api, &p).await?;
+                crate::util::delete_pod(&pod_api, &p).await?;
             }
             continue;
         }
@@ -204,7 +204,7 @@ async fn reconcile(
             .into_iter()
             .partition(|p| crate::util::phase(p) == "Failed");
         for p in failed {
-            delete(&pod_api, &p).await?;
+            crate::util::delete_pod(&pod_api, &p).await?;
         }
         live.sort_by_key(|p| {
             (
@@ -224,7 +224,7 @@ async fn reconcile(
             && ready(&live[1]);
         let keep = if surge_pair { 2 } else { 1 };
         for extra in live.iter().skip(keep) {
-            delete(&pod_api, extra).await?;
+            crate::util::delete_pod(&pod_api, extra).await?;
         }
         if surge_pair {
             surging += 1;
@@ -255,7 +255,7 @@ async fn reconcile(
                     unavailable += 1;
                     if !is_new && is_rolling(&spec) {
                         // An old pod that is not ready anyway goes first.
-                        delete(&pod_api, p).await?;
+                        crate::util::delete_pod(&pod_api, p).await?;
                     }
                 }
             }
@@ -263,7 +263,7 @@ async fn reconcile(
     }
     // Pods on nodes that are gone.
     for p in by_node.into_values().flatten() {
-        delete(&pod_api, &p).await?;
+        crate::util::delete_pod(&pod_api, &p).await?;
     }
     if is_rolling(&spec) && surge > 0 {
         // Surge: start new pods next to ready old ones, `maxSurge` nodes at a time.
@@ -275,7 +275,7 @@ async fn reconcile(
         let max = rolling_param(&spec, |r| r.max_unavailable.clone(), desired, 1).max(1);
         let budget = (max - unavailable).max(0) as usize;
         for (_, p) in old_ready.iter().take(budget) {
-            delete(&pod_api, p).await?;
+            crate::util::delete_pod(&pod_api, p).await?;
         }
     }
     let generation = ds.metadata.generation.unwrap_or(0);
@@ -334,21 +334,6 @@ fn is_rolling(spec: &k8s_openapi::api::apps::v1::DaemonSetSpec) -> bool {
         .as_ref()
         .and_then(|s| s.type_.as_deref())
         .is_none_or(|t| t == "RollingUpdate")
-}
-
-async fn delete(api: &Api<Pod>, pod: &Pod) -> crate::Result<()> {
-    let dp = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&pod.name_any(), &dp).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 async fn create(

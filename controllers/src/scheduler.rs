@@ -508,14 +508,7 @@ pub fn volume_needs(pod: &Pod, v: &VolumeStores) -> Result<VolumeNeeds, String> 
             continue;
         }
         let class_name = crate::volumebinding::claim_class(&claim);
-        let class = v
-            .classes
-            .state()
-            .into_iter()
-            .find(|k| k.name_any() == class_name);
-        let delayed = class
-            .as_ref()
-            .is_some_and(|k| k.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+        let (class, delayed) = crate::volumebinding::class_of(&claim, &v.classes);
         if !class_name.is_empty() && class.is_none() {
             return Err(format!(
                 "persistentvolumeclaim \"{name}\" cannot be provisioned: storageclass.storage.k8s.io \"{class_name}\" not found"

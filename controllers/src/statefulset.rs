@@ -20,7 +20,7 @@
 use crate::history::{self, HASH_LABEL};
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
@@ -226,7 +226,7 @@ async fn reconcile(
             if decided.condemned.contains(ord) && retention(&spec, "whenScaled") {
                 own_claims(client, set, *ord, p, claims).await?;
             }
-            delete(&pod_api, p).await?;
+            crate::util::delete_pod(&pod_api, p).await?;
         }
     }
     for (ord, to_update) in &decided.create {
@@ -379,21 +379,6 @@ async fn own_claims(
             .await?;
     }
     Ok(())
-}
-
-async fn delete(api: &Api<Pod>, pod: &Pod) -> crate::Result<()> {
-    let dp = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&pod.name_any(), &dp).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
 }
 
 /// The pod of ordinal `ord` from `template` at `revision`.

@@ -219,6 +219,24 @@ where
     }
 }
 
+/// Deletes this pod (by uid, so a new pod of the same name is left alone); a pod already
+/// gone or replaced is not an error.
+pub async fn delete_pod(api: &kube::Api<Pod>, pod: &Pod) -> crate::Result<()> {
+    use kube::ResourceExt;
+    let dp = kube::api::DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name_any(), &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

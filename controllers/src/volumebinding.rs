@@ -39,6 +39,20 @@ pub fn claim_class(c: &PersistentVolumeClaim) -> &str {
         .unwrap_or("")
 }
 
+/// A claim's StorageClass among `classes` (if it exists) and whether binding waits for the
+/// first consumer (`WaitForFirstConsumer`).
+pub fn class_of(
+    c: &PersistentVolumeClaim,
+    classes: &Store<StorageClass>,
+) -> (Option<Arc<StorageClass>>, bool) {
+    let name = claim_class(c);
+    let class = classes.state().into_iter().find(|k| k.name_any() == name);
+    let delayed = class
+        .as_ref()
+        .is_some_and(|k| k.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+    (class, delayed)
+}
+
 fn volume_class(v: &PersistentVolume) -> &str {
     v.spec
         .as_ref()
@@ -296,15 +310,7 @@ impl Binder {
         named: Option<String>,
         volumes: &[Arc<PersistentVolume>],
     ) -> crate::Result<()> {
-        let class_name = claim_class(c).to_owned();
-        let class = self
-            .classes
-            .state()
-            .into_iter()
-            .find(|k| k.name_any() == class_name);
-        let delayed = class
-            .as_ref()
-            .is_some_and(|k| k.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer"));
+        let (class, delayed) = class_of(c, &self.classes);
         let selected = c.annotations().get(SELECTED_NODE).cloned();
         let node = selected
             .as_ref()

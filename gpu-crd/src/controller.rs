@@ -3,14 +3,15 @@
 //! - A job gets a finalizer first, so deleting it cancels its Slurm job (`scancel`) and
 //!   removes its folder on the cluster before the object goes.
 //! - Submission is idempotent: the Slurm job is named by the object's uid, and before
-//!   anything is submitted the controller asks Slurm for a job of that name (`squeue
-//!   --states=all`). A controller that died between `sbatch` and recording the id finds it
+//!   anything is submitted the controller looks for a job of that name in a read of Slurm's
+//!   jobs started after it decided to submit. A controller that died between `sbatch` and recording the id finds it
 //!   there instead of submitting again; a recorded id is followed as it is.
 //! - Sources (inline or from a ConfigMap) and the batch script are written into
 //!   `<workDir>/<uid>` and submitted in one SSH session; `sbatch`'s refusal (a partition that
 //!   does not exist, more GPUs than any node has) fails the job with its message.
-//! - The job is followed with `scontrol -o show job` (there is no slurmdbd for `sacct` on the
-//!   project's Slurm; finished jobs stay visible for `MinJobAge`), polling every second at
+//! - Jobs are followed with `scontrol -o show job` (there is no slurmdbd for `sacct` on the
+//!   project's Slurm; finished jobs stay visible for `MinJobAge`): one read of all jobs per
+//!   cluster serves every GPUJob polled within half a second, each polled every second at
 //!   first and backing off to 8 s while nothing changes; each Slurm state maps to a phase and
 //!   reason (see [`crate::slurm::phase_of`]).
 //! - When it ends, the tails of stdout, stderr and the result go into the status, and the
@@ -34,7 +35,7 @@ use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// The finalizer that cancels a job's Slurm job and removes its folder.
@@ -66,8 +67,8 @@ pub enum Error {
 /// What reconciles share.
 pub struct Ctx {
     client: Client,
-    /// Login nodes by cluster, with the Secret's resourceVersion they were made from.
-    logins: Mutex<HashMap<String, (String, Arc<Login>)>>,
+    /// Clusters by name, with the Secret's resourceVersion they were made from.
+    logins: tokio::sync::Mutex<HashMap<String, (String, Arc<Cluster>)>>,
     /// Polls in a row without a change, by job uid (for the back-off).
     quiet: Mutex<HashMap<String, u32>>,
     /// Where key files go.
@@ -78,7 +79,7 @@ pub struct Ctx {
 pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
-        logins: Mutex::new(HashMap::new()),
+        logins: tokio::sync::Mutex::new(HashMap::new()),
         quiet: Mutex::new(HashMap::new()),
         dir,
     });
@@ -88,15 +89,15 @@ pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
         .run(reconcile, error_policy, ctx.clone())
         .for_each(|_| async {})
         .await;
-    let logins: Vec<Arc<Login>> = ctx
+    let clusters: Vec<Arc<Cluster>> = ctx
         .logins
         .lock()
-        .expect("logins")
+        .await
         .values()
-        .map(|(_, l)| l.clone())
+        .map(|(_, c)| c.clone())
         .collect();
-    for l in logins {
-        l.close().await;
+    for c in clusters {
+        c.login.close().await;
     }
 }
 
@@ -106,8 +107,8 @@ fn error_policy(job: Arc<GPUJob>, e: &Error, _: Arc<Ctx>) -> Action {
 }
 
 impl Ctx {
-    /// The login node of `cluster`, from its Secret.
-    async fn login(&self, cluster: &str) -> Result<Result<Arc<Login>, String>, Error> {
+    /// The cluster named `cluster`, from its Secret (`Err`: why there is none).
+    async fn login(&self, cluster: &str) -> Result<Result<Arc<Cluster>, String>, Error> {
         let name = format!("slurm-{cluster}");
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), SECRET_NAMESPACE);
         let Some(secret) = secrets.get_opt(&name).await? else {
@@ -116,10 +117,13 @@ impl Ctx {
             )));
         };
         let version = secret.resource_version().unwrap_or_default();
-        if let Some((v, l)) = self.logins.lock().expect("logins").get(cluster)
+        // Made once per Secret version, under the lock, so concurrent jobs share one
+        // connection instead of each opening its own.
+        let mut logins = self.logins.lock().await;
+        if let Some((v, c)) = logins.get(cluster)
             && *v == version
         {
-            return Ok(Ok(l.clone()));
+            return Ok(Ok(c.clone()));
         }
         let data: BTreeMap<String, Vec<u8>> = secret
             .data
@@ -131,12 +135,18 @@ impl Ctx {
             Ok(t) => t,
             Err(e) => return Ok(Err(e.to_string())),
         };
-        let login = Arc::new(Login::new(target, self.dir.join(cluster))?);
-        self.logins
-            .lock()
-            .expect("logins")
-            .insert(cluster.to_owned(), (version, login.clone()));
-        Ok(Ok(login))
+        if let Some((_, old)) = logins.get(cluster) {
+            old.login.close().await;
+        }
+        let login = Login::new(target, self.dir.join(cluster))?;
+        // Opens the shared connection (an unreachable node shows up when it is used).
+        let _ = login.run("true", None, SSH_TIMEOUT).await;
+        let c = Arc::new(Cluster {
+            login,
+            jobs: tokio::sync::Mutex::new(None),
+        });
+        logins.insert(cluster.to_owned(), (version, c.clone()));
+        Ok(Ok(c))
     }
 
     /// The next poll interval of `uid`: 1 s, doubling to 8 s while nothing changes.
@@ -149,6 +159,63 @@ impl Ctx {
 
     fn forget(&self, uid: &str) {
         self.quiet.lock().expect("quiet").remove(uid);
+    }
+}
+
+/// A Slurm cluster: its login node and its last look at the jobs.
+pub struct Cluster {
+    login: Login,
+    jobs: tokio::sync::Mutex<Option<Arc<Snapshot>>>,
+}
+
+/// Every job Slurm knows (`scontrol -o show job`), read in one SSH command for all GPUJobs.
+pub struct Snapshot {
+    /// When the read started (it shows every job submitted before).
+    at: Instant,
+    records: Vec<BTreeMap<String, String>>,
+}
+
+impl Snapshot {
+    /// The record of job `id`.
+    pub fn by_id(&self, id: &str) -> Option<&BTreeMap<String, String>> {
+        self.records
+            .iter()
+            .find(|r| r.get("JobId").map(String::as_str) == Some(id))
+    }
+
+    /// The id of the (first) job named `name`.
+    pub fn by_name(&self, name: &str) -> Option<String> {
+        self.records
+            .iter()
+            .filter(|r| r.get("JobName").map(String::as_str) == Some(name))
+            .filter_map(|r| r.get("JobId").cloned())
+            .min_by_key(|id| id.parse::<u64>().unwrap_or(u64::MAX))
+    }
+}
+
+impl Cluster {
+    /// Slurm's jobs as read after `fresh_after`: concurrent callers share one read.
+    async fn jobs(&self, fresh_after: Instant) -> Result<Arc<Snapshot>, Error> {
+        let mut cached = self.jobs.lock().await;
+        if let Some(s) = cached.as_ref()
+            && s.at >= fresh_after
+        {
+            return Ok(s.clone());
+        }
+        let at = Instant::now();
+        let out = self
+            .login
+            .run("scontrol -o show job", None, SSH_TIMEOUT)
+            .await?;
+        let records = out
+            .stdout
+            .lines()
+            .map(slurm::parse_record)
+            .filter(|r| r.contains_key("JobId"))
+            .collect();
+        let snap = Arc::new(Snapshot { at, records });
+        *cached = Some(snap.clone());
+        Ok(snap)
     }
 }
 
@@ -235,8 +302,8 @@ async fn reconcile(job: Arc<GPUJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let has_finalizer = job.finalizers().iter().any(|f| f == FINALIZER);
     if job.metadata.deletion_timestamp.is_some() {
         if has_finalizer {
-            if let Ok(login) = ctx.login(&cluster).await? {
-                cleanup(&login, &job).await?;
+            if let Ok(c) = ctx.login(&cluster).await? {
+                cleanup(&c, &job).await?;
             }
             let rest: Vec<&String> = job
                 .finalizers()
@@ -269,7 +336,7 @@ async fn reconcile(job: Arc<GPUJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         ctx.forget(&uid);
         return Ok(Action::await_change());
     }
-    let login = match ctx.login(&cluster).await? {
+    let slurm_cluster = match ctx.login(&cluster).await? {
         Ok(l) => l,
         Err(message) => {
             let before = status.clone();
@@ -282,8 +349,8 @@ async fn reconcile(job: Arc<GPUJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
     };
     let step = match &status.slurm_job_id {
-        None => submit(&ctx, &api, &job, &login, status.clone()).await,
-        Some(id) => follow(&ctx, &api, &job, &login, id, status.clone()).await,
+        None => submit(&ctx, &api, &job, &slurm_cluster, status.clone()).await,
+        Some(id) => follow(&ctx, &api, &job, &slurm_cluster, id, status.clone()).await,
     };
     match step {
         Err(Error::Ssh(e @ ssh::Error::Unreachable { .. })) => {
@@ -300,7 +367,8 @@ async fn reconcile(job: Arc<GPUJob>, ctx: Arc<Ctx>) -> Result<Action, Error> {
 }
 
 /// Cancels the job's Slurm job (if any) and removes its folder.
-async fn cleanup(login: &Login, job: &GPUJob) -> Result<(), Error> {
+async fn cleanup(cluster: &Cluster, job: &GPUJob) -> Result<(), Error> {
+    let login = &cluster.login;
     let uid = job.uid().unwrap_or_default();
     let dir = format!("{}/{uid}", login.target().work_dir);
     let id = job.status.as_ref().and_then(|s| s.slurm_job_id.clone());
@@ -357,24 +425,20 @@ async fn submit(
     ctx: &Ctx,
     api: &Api<GPUJob>,
     job: &GPUJob,
-    login: &Login,
+    cluster: &Cluster,
     mut status: GPUJobStatus,
 ) -> Result<Action, Error> {
+    let login = &cluster.login;
     let name = job.name_any();
     let uid = job.uid().unwrap_or_default();
     let dir = format!("{}/{uid}", login.target().work_dir);
-    // A job of this name already in Slurm was submitted by an earlier run of the controller.
-    let found = login
-        .run(
-            &format!("squeue -h --states=all --name={uid} -o %i"),
-            None,
-            SSH_TIMEOUT,
-        )
-        .await?;
+    // A job of this name already in Slurm was submitted by an earlier run of the controller
+    // (a read that started now shows every job submitted before).
+    let found = cluster.jobs(Instant::now()).await?.by_name(&uid);
     reachable(&mut status, true, "Connected", "the login node answers");
-    if let Some(id) = found.stdout.split_whitespace().next() {
+    if let Some(id) = found {
         tracing::info!(job = %name, slurm = %id, "re-attached to the job submitted before");
-        status.slurm_job_id = Some(id.to_owned());
+        status.slurm_job_id = Some(id);
         status.phase = Some("Submitted".into());
         write_status(api, &name, &status).await?;
         return Ok(Action::requeue(Duration::from_millis(200)));
@@ -425,25 +489,33 @@ async fn follow(
     ctx: &Ctx,
     api: &Api<GPUJob>,
     job: &GPUJob,
-    login: &Login,
+    cluster: &Cluster,
     id: &str,
     mut status: GPUJobStatus,
 ) -> Result<Action, Error> {
+    let login = &cluster.login;
     let name = job.name_any();
     let uid = job.uid().unwrap_or_default();
     let before = status.clone();
-    let out = login
-        .run(&format!("scontrol -o show job {id}"), None, SSH_TIMEOUT)
+    // One read of every job serves all the GPUJobs polled within half a second.
+    let snap = cluster
+        .jobs(Instant::now() - Duration::from_millis(500))
         .await?;
+    let record = match snap.by_id(id) {
+        Some(r) => Some(r.clone()),
+        // Not in that read (it may predate the submission): ask for this job.
+        None => {
+            let out = login
+                .run(&format!("scontrol -o show job {id}"), None, SSH_TIMEOUT)
+                .await?;
+            (out.code == 0).then(|| slurm::parse_record(out.stdout.lines().next().unwrap_or("")))
+        }
+    };
     reachable(&mut status, true, "Connected", "the login node answers");
-    let record = slurm::parse_record(out.stdout.lines().next().unwrap_or(""));
-    let Some(sj) = Job::from_record(&record).filter(|_| out.code == 0) else {
+    let Some(sj) = record.as_ref().and_then(Job::from_record) else {
         status.phase = Some("Failed".into());
         status.reason = Some("Lost".into());
-        status.message = Some(format!(
-            "Slurm no longer knows job {id}: {}",
-            out.stderr.trim()
-        ));
+        status.message = Some(format!("Slurm no longer knows job {id}"));
         write_status(api, &name, &status).await?;
         return Ok(Action::await_change());
     };
@@ -457,7 +529,7 @@ async fn follow(
     status.start_time = sj.start.as_deref().and_then(slurm_time);
     if slurm::ended(&sj) {
         status.end_time = sj.end.as_deref().and_then(slurm_time);
-        finish(ctx, job, login, &sj, phase, reason, &mut status).await?;
+        finish(ctx, job, cluster, &sj, phase, reason, &mut status).await?;
         status.duration =
             duration_between(status.start_time.as_deref(), status.end_time.as_deref());
         write_status(api, &name, &status).await?;
@@ -483,12 +555,13 @@ async fn follow(
 async fn finish(
     ctx: &Ctx,
     job: &GPUJob,
-    login: &Login,
+    cluster: &Cluster,
     sj: &Job,
     phase: &str,
     reason: Option<String>,
     status: &mut GPUJobStatus,
 ) -> Result<(), Error> {
+    let login = &cluster.login;
     let uid = job.uid().unwrap_or_default();
     let dir = format!("{}/{uid}", login.target().work_dir);
     let result_name = job
