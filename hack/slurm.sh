@@ -54,7 +54,7 @@ write_config() {
   # and mostly wait, and a test cluster should run many at once.
   cpus="${SLURM_CPUS:-$(( $(nproc) * 8 ))}"
   mem="$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))"
-  mkdir -p "$DIR"/{run,log,ctld,spool,munge,jobs}
+  mkdir -p "$DIR"/{run,log,ctld,spool,munge,jobs,home}
   chmod 700 "$DIR/munge"
   cat > "$DIR/slurm.conf" <<EOF
 # Written by hack/slurm.sh: a private single-machine cluster.
@@ -130,7 +130,9 @@ UsePAM no
 StrictModes no
 MaxStartups 100:30:200
 MaxSessions 100
-SetEnv SLURM_CONF=$DIR/slurm.conf
+# Its own HOME: bash sources ~/.bashrc for every command sshd runs, and root's on a machine
+# may be slow (pyenv's init costs ~100 ms a command here) or print things.
+SetEnv SLURM_CONF=$DIR/slurm.conf HOME=$DIR/home
 Subsystem sftp internal-sftp
 EOF
 }
