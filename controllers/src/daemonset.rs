@@ -71,13 +71,6 @@ pub fn may_stay(template: &Pod, node: &Node) -> bool {
     eligible(&t, node)
 }
 
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// The node a daemon pod is for: its binding, or its node affinity.
 fn node_of(pod: &Pod) -> Option<String> {
     let spec = pod.spec.as_ref()?;
@@ -114,19 +107,13 @@ pub async fn run(
     let revisions = informers.all::<ControllerRevision>().await;
     loop {
         for ds in sets.state() {
-            if ds.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let item = minik8s_metrics::workqueue().start("daemonset");
-            let r = reconcile(&client, &ds, &pods, &nodes, &revisions).await;
-            item.done(r.is_ok());
-            if let Err(e) = r {
-                tracing::warn!(ds = %ds.name_any(), error = %e, "daemonset pass failed");
+            if ds.metadata.deletion_timestamp.is_none() {
+                let sync = reconcile(&client, &ds, &pods, &nodes, &revisions);
+                crate::util::run_pass("daemonset", Some(&ds.name_any()), sync).await;
             }
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
+            return;
         }
     }
 }
@@ -167,16 +154,9 @@ async fn reconcile(
     let (mut desired, mut current, mut misscheduled) = (0, 0, 0);
     let (mut ready_n, mut updated, mut unavailable) = (0, 0, 0);
     let mut old_ready: Vec<(String, Arc<Pod>)> = Vec::new();
-    let eligible_nodes = nodes
-        .state()
-        .iter()
-        .filter(|n| eligible(&template_pod, n))
-        .count() as i32;
-    let surge = if is_rolling(&spec) {
-        rolling_param(&spec, |r| r.max_surge.clone(), eligible_nodes, 0)
-    } else {
-        0
-    };
+    // Surge is on when `maxSurge` is not zero (its size, a share of the nodes, is known once
+    // they are counted below).
+    let surge_on = is_rolling(&spec) && rolling_param(&spec, |r| r.max_surge.clone(), 1, 0) > 0;
     let mut surging = 0;
     for node in &all_nodes {
         let name = node.name_any();
@@ -217,11 +197,11 @@ async fn reconcile(
         let newest = live
             .first()
             .filter(|p| p.labels().get(HASH_LABEL) == Some(&hash));
-        let surge_pair = surge > 0
+        let surge_pair = surge_on
             && newest.is_some()
             && live.len() > 1
-            && !ready(newest.expect("checked"))
-            && ready(&live[1]);
+            && !crate::util::is_ready(newest.expect("checked"))
+            && crate::util::is_ready(&live[1]);
         let keep = if surge_pair { 2 } else { 1 };
         for extra in live.iter().skip(keep) {
             crate::util::delete_pod(&pod_api, extra).await?;
@@ -246,7 +226,7 @@ async fn reconcile(
                 if is_new {
                     updated += 1;
                 }
-                if ready(p) {
+                if crate::util::is_ready(p) {
                     ready_n += 1;
                     if !is_new {
                         old_ready.push((name.clone(), p.clone()));
@@ -265,8 +245,9 @@ async fn reconcile(
     for p in by_node.into_values().flatten() {
         crate::util::delete_pod(&pod_api, &p).await?;
     }
-    if is_rolling(&spec) && surge > 0 {
+    if surge_on {
         // Surge: start new pods next to ready old ones, `maxSurge` nodes at a time.
+        let surge = rolling_param(&spec, |r| r.max_surge.clone(), desired, 0);
         let budget = (surge - surging).max(0) as usize;
         for (node, _) in old_ready.iter().take(budget) {
             create(&pod_api, ds, &template, &hash, node).await?;

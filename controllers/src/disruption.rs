@@ -94,15 +94,10 @@ pub async fn run(
     let replicasets = informers.all::<ReplicaSet>().await;
     let statefulsets = informers.all::<StatefulSet>().await;
     loop {
-        let item = minik8s_metrics::workqueue().start("disruption");
-        let r = pass(&client, &pdbs, &pods, &replicasets, &statefulsets).await;
-        item.done(r.is_ok());
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "disruption pass failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        let sync = pass(&client, &pdbs, &pods, &replicasets, &statefulsets);
+        crate::util::run_pass("disruption", None, sync).await;
+        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
+            return;
         }
     }
 }

@@ -91,12 +91,7 @@ pub async fn run(
     let changes = informers.subscribe::<Node>();
     futures::pin_mut!(changes);
     loop {
-        let item = minik8s_metrics::workqueue().start("nodeipam");
-        let r = pass(&client, &cfg, &nodes).await;
-        item.done(r.is_ok());
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "node IPAM pass failed");
-        }
+        crate::util::run_pass("nodeipam", None, pass(&client, &cfg, &nodes)).await;
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = changes.next() => {}

@@ -223,15 +223,10 @@ pub async fn run(
     }
     let mut beats = Heartbeats::default();
     loop {
-        let item = minik8s_metrics::workqueue().start("nodelifecycle");
-        let r = pass(&client, &cfg, &nodes, &leases, &pods, &mut beats).await;
-        item.done(r.is_ok());
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "node lifecycle pass failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(cfg.period) => {}
+        let sync = pass(&client, &cfg, &nodes, &leases, &pods, &mut beats);
+        crate::util::run_pass("nodelifecycle", None, sync).await;
+        if !crate::util::next_pass(&shutdown, cfg.period).await {
+            return;
         }
     }
 }

@@ -192,6 +192,15 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
     }
 }
 
+/// Whether `node` matches a node selector (any of its terms), as required node affinity and
+/// a volume's node affinity use it.
+pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node))
+}
+
 fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     let labels = node.labels();
     let name = node.metadata.name.as_deref();
@@ -246,10 +255,7 @@ pub fn placement(pod: &Pod, tolerations: &[Toleration], node: &Node) -> Result<(
             n.required_during_scheduling_ignored_during_execution
                 .as_ref()
         })
-        && !required
-            .node_selector_terms
-            .iter()
-            .any(|t| term_matches(t, node))
+        && !selector_matches(required, node)
     {
         return Err("node(s) didn't match Pod's node affinity/selector".into());
     }
@@ -369,11 +375,7 @@ pub fn pick_for(
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut feasible: Vec<usize> = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        let volumes_ok = volumes.iter().all(|sel| {
-            sel.node_selector_terms
-                .iter()
-                .any(|t| term_matches(t, &n.node))
-        });
+        let volumes_ok = volumes.iter().all(|sel| selector_matches(sel, &n.node));
         let verdict = filter(pod, &requests, n).and_then(|()| {
             volumes_ok
                 .then_some(())

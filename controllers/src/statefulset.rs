@@ -168,19 +168,13 @@ pub async fn run(
     let revisions = informers.all::<ControllerRevision>().await;
     loop {
         for set in sets.state() {
-            if set.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let item = minik8s_metrics::workqueue().start("statefulset");
-            let r = reconcile(&client, &set, &pods, &claims, &revisions).await;
-            item.done(r.is_ok());
-            if let Err(e) = r {
-                tracing::warn!(statefulset = %set.name_any(), error = %e, "statefulset pass failed");
+            if set.metadata.deletion_timestamp.is_none() {
+                let sync = reconcile(&client, &set, &pods, &claims, &revisions);
+                crate::util::run_pass("statefulset", Some(&set.name_any()), sync).await;
             }
         }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
+            return;
         }
     }
 }

@@ -237,6 +237,33 @@ pub async fn delete_pod(api: &kube::Api<Pod>, pod: &Pod) -> crate::Result<()> {
     }
 }
 
+/// Runs one pass of a controller that passes over its stores (over all of them, or over
+/// `object` only), as one workqueue item of controller `name`; a failed pass is logged (and
+/// counted as a retry), and the next pass tries again.
+pub async fn run_pass(
+    name: &'static str,
+    object: Option<&str>,
+    pass: impl std::future::Future<Output = crate::Result<()>>,
+) {
+    let item = minik8s_metrics::workqueue().start(name);
+    let r = pass.await;
+    item.done(r.is_ok());
+    if let Err(e) = r {
+        tracing::warn!(controller = name, object = object.unwrap_or(""), error = %e, "pass failed");
+    }
+}
+
+/// Waits `period` between passes; `false` once `shutdown` comes first.
+pub async fn next_pass(
+    shutdown: &tokio_util::sync::CancellationToken,
+    period: std::time::Duration,
+) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(period) => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,27 +86,9 @@ fn capacity(v: &PersistentVolume) -> Quantity {
 
 /// Whether a volume's node affinity admits `node` (no affinity: any node).
 pub fn admits(affinity: Option<&VolumeNodeAffinity>, node: &Node) -> bool {
-    let Some(required) = affinity.and_then(|a| a.required.as_ref()) else {
-        return true;
-    };
-    let pod = k8s_openapi::api::core::v1::Pod {
-        spec: Some(k8s_openapi::api::core::v1::PodSpec {
-            affinity: Some(k8s_openapi::api::core::v1::Affinity {
-                node_affinity: Some(k8s_openapi::api::core::v1::NodeAffinity {
-                    required_during_scheduling_ignored_during_execution: Some(required.clone()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let everything = [k8s_openapi::api::core::v1::Toleration {
-        operator: Some("Exists".into()),
-        ..Default::default()
-    }];
-    crate::scheduler::placement(&pod, &everything, node).is_ok()
+    affinity
+        .and_then(|a| a.required.as_ref())
+        .is_none_or(|required| crate::scheduler::selector_matches(required, node))
 }
 
 /// Whether `v`'s claim reference names `c` (by uid when it has one).
@@ -235,15 +217,9 @@ pub async fn run(
         told: HashMap::new(),
     };
     loop {
-        let item = minik8s_metrics::workqueue().start("persistentvolume-binder");
-        let r = b.pass().await;
-        item.done(r.is_ok());
-        if let Err(e) = r {
-            tracing::warn!(error = %e, "volume binding pass failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        crate::util::run_pass("persistentvolume-binder", None, b.pass()).await;
+        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
+            return;
         }
     }
 }

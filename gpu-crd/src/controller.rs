@@ -29,7 +29,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
@@ -67,6 +68,8 @@ pub enum Error {
 /// What reconciles share.
 pub struct Ctx {
     client: Client,
+    /// The clusters' Secrets (`gpu-system`), watched.
+    secrets: Store<Secret>,
     /// Clusters by name, with the Secret's resourceVersion they were made from.
     logins: tokio::sync::Mutex<HashMap<String, (String, Arc<Cluster>)>>,
     /// Polls in a row without a change, by job uid (for the back-off).
@@ -77,18 +80,37 @@ pub struct Ctx {
 
 /// Runs the controller until `shutdown`; key files live under `dir`.
 pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
+    let (secrets, writer) = reflector::store();
+    let feed = watcher(
+        Api::<Secret>::namespaced(client.clone(), SECRET_NAMESPACE),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .for_each(|_| async {});
+    tokio::pin!(feed);
+    // The Secrets are known before the first job is looked at.
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = &mut feed => return,
+        _ = secrets.wait_until_ready() => {}
+    }
     let ctx = Arc::new(Ctx {
+        secrets,
         client: client.clone(),
         logins: tokio::sync::Mutex::new(HashMap::new()),
         quiet: Mutex::new(HashMap::new()),
         dir,
     });
     let jobs: Api<GPUJob> = Api::all(client);
-    Controller::new(jobs, watcher::Config::default())
+    let controller = Controller::new(jobs, watcher::Config::default())
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(reconcile, error_policy, ctx.clone())
-        .for_each(|_| async {})
-        .await;
+        .for_each(|_| async {});
+    tokio::select! {
+        _ = controller => {}
+        _ = feed => {}
+    }
     let clusters: Vec<Arc<Cluster>> = ctx
         .logins
         .lock()
@@ -110,8 +132,8 @@ impl Ctx {
     /// The cluster named `cluster`, from its Secret (`Err`: why there is none).
     async fn login(&self, cluster: &str) -> Result<Result<Arc<Cluster>, String>, Error> {
         let name = format!("slurm-{cluster}");
-        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), SECRET_NAMESPACE);
-        let Some(secret) = secrets.get_opt(&name).await? else {
+        let key = ObjectRef::new(&name).within(SECRET_NAMESPACE);
+        let Some(secret) = self.secrets.get(&key) else {
             return Ok(Err(format!(
                 "no Slurm cluster {cluster:?}: the Secret {SECRET_NAMESPACE}/{name} does not exist (hack/slurm.sh up registers one)"
             )));
@@ -127,9 +149,9 @@ impl Ctx {
         }
         let data: BTreeMap<String, Vec<u8>> = secret
             .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
             .collect();
         let target = match Target::from_data(&data) {
             Ok(t) => t,

@@ -35,22 +35,21 @@ pub enum Error {
 /// A server config with a fresh self-signed certificate for `names` (and 127.0.0.1) that
 /// asks clients for a certificate from `client_ca`.
 pub fn self_signed_tls(client_ca: &Path, names: &[String]) -> Result<rustls::ServerConfig, Error> {
-    let tls_err = |e: String| Error::Tls(e);
-    let key = rcgen::KeyPair::generate().map_err(|e| tls_err(e.to_string()))?;
+    let key = rcgen::KeyPair::generate().map_err(|e| Error::Tls(e.to_string()))?;
     let mut params =
-        rcgen::CertificateParams::new(names.to_vec()).map_err(|e| tls_err(e.to_string()))?;
+        rcgen::CertificateParams::new(names.to_vec()).map_err(|e| Error::Tls(e.to_string()))?;
     params.subject_alt_names.push(rcgen::SanType::IpAddress(
         std::net::Ipv4Addr::LOCALHOST.into(),
     ));
     let cert = params
         .self_signed(&key)
-        .map_err(|e| tls_err(e.to_string()))?;
+        .map_err(|e| Error::Tls(e.to_string()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_file_iter(client_ca).map_err(|e| tls_err(e.to_string()))? {
+    for ca in CertificateDer::pem_file_iter(client_ca).map_err(|e| Error::Tls(e.to_string()))? {
         roots
-            .add(ca.map_err(|e| tls_err(e.to_string()))?)
-            .map_err(|e| tls_err(e.to_string()))?;
+            .add(ca.map_err(|e| Error::Tls(e.to_string()))?)
+            .map_err(|e| Error::Tls(e.to_string()))?;
     }
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
         Arc::new(roots),
@@ -58,15 +57,15 @@ pub fn self_signed_tls(client_ca: &Path, names: &[String]) -> Result<rustls::Ser
     )
     .allow_unauthenticated()
     .build()
-    .map_err(|e| tls_err(e.to_string()))?;
+    .map_err(|e| Error::Tls(e.to_string()))?;
     let key_der = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())
-        .map_err(|e| tls_err(e.to_string()))?;
+        .map_err(|e| Error::Tls(e.to_string()))?;
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| tls_err(e.to_string()))?
+        .map_err(|e| Error::Tls(e.to_string()))?
         .with_client_cert_verifier(verifier)
         .with_single_cert(vec![cert.der().clone()], key_der)
-        .map_err(|e| tls_err(e.to_string()))?;
+        .map_err(|e| Error::Tls(e.to_string()))?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
 }

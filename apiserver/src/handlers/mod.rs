@@ -130,9 +130,10 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
             .any(|s| req.uri().path().ends_with(s))
         || req.uri().query().is_some_and(|q| q.contains("follow=true"));
     let metrics = crate::monitoring::get();
+    let info = request::parse(req.method(), req.uri().path(), req.uri().query());
     let described = metrics.describe(
         &api,
-        &request::parse(req.method(), req.uri().path(), req.uri().query()),
+        &info,
         req.headers()
             .get(axum::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -154,12 +155,16 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
     };
     let guard = metrics.begin(&described, long_running);
     let resp = if long_running {
-        match handle(api.clone(), req, &mut record).await {
+        match handle(api.clone(), req, info, &mut record).await {
             Ok(r) => r,
             Err(e) => e.into_response(),
         }
     } else {
-        match tokio::time::timeout(api.request_timeout, handle(api.clone(), req, &mut record)).await
+        match tokio::time::timeout(
+            api.request_timeout,
+            handle(api.clone(), req, info, &mut record),
+        )
+        .await
         {
             Ok(Ok(r)) => r,
             Ok(Err(e)) => e.into_response(),
@@ -224,6 +229,7 @@ impl Drop for GuardedBody {
 async fn handle(
     api: Arc<Api>,
     req: Request,
+    info: RequestInfo,
     record: &mut crate::audit::Record,
 ) -> ApiResult<Response> {
     let (mut parts, body) = req.into_parts();
@@ -239,7 +245,7 @@ async fn handle(
     let anonymous = user.name == "system:anonymous";
     let user = impersonate(&api, user, &parts.headers)?;
     record.user = Some((user.name.clone(), user.groups.clone()));
-    match request::parse(&parts.method, parts.uri.path(), parts.uri.query()) {
+    match info {
         RequestInfo::NonResource { .. } if anonymous => Err(ApiError::unauthorized()),
         RequestInfo::NonResource { path, .. } => {
             let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
