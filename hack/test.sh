@@ -9,6 +9,26 @@ cd "$ROOT"
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 command -v kubectl >/dev/null || die "the conformance suite drives the stock kubectl, which is not on the PATH"
 
+# A suite that was killed rather than finished (a cut-off session, a cancelled job) leaves its
+# nodes behind: processes of the project's binaries and of their private containerds, pod
+# processes in the suite's cgroups, and a node's mounts (overlays, network namespaces, volumes)
+# in its temporary folders. No test outlives the suite, so whatever of them is here now is stale: swept first,
+# or the stale pods' addresses and ports would meet this run's.
+sweep_killed_runs() {
+  # The suite's clusters and nodes always keep their state in a tempdir (/tmp/.tmpXXXXXX).
+  pkill -9 -f '/target/(debug|release)/[^ /]+ .*/tmp/\.tmp[^/ ]*/' 2>/dev/null && log "stopped processes of a killed test run" || true
+  pkill -9 -f '^containerd(-shim-runc-v2)? .*/tmp/\.tmp[^/ ]*/' 2>/dev/null || true
+  local tasks
+  for tasks in $(find /sys/fs/cgroup -path '*/minik8s-test/*' -name tasks 2>/dev/null); do
+    xargs -r kill -9 <"$tasks" 2>/dev/null || true
+  done
+  awk '$2 ~ /^\/tmp\/\.tmp[^\/]*\/.*\/(containerd|pods)\// {print $2}' /proc/self/mounts | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done
+  find /sys/fs/cgroup -depth -type d -path '*/minik8s-test*' -exec rmdir {} + 2>/dev/null || true
+}
+sweep_killed_runs
+
 log "cargo fmt --check"
 cargo fmt --all -- --check
 log "cargo clippy"

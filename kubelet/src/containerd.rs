@@ -74,6 +74,20 @@ state = "{d}/state"
         )
     }
 
+    /// Removes this node's bridge when it exists but the node has handed out no pod address
+    /// (no IPAM state): a node that was killed rather than torn down left it, with its pods'
+    /// interfaces still attached, and the addresses this node hands out again would collide
+    /// with theirs. A restarted node keeps its IPAM state, so its bridge and pods stay.
+    async fn clear_stale_bridge(&self) {
+        if self.dir.join("ipam").exists()
+            || !Path::new("/sys/class/net").join(&self.bridge).exists()
+        {
+            return;
+        }
+        tracing::warn!(bridge = %self.bridge, "removing a bridge left by a node that was not torn down");
+        crate::down::quiet("ip", &["link", "del", &self.bridge]).await;
+    }
+
     fn conflist(&self) -> String {
         serde_json::json!({
             "cniVersion": "1.0.0",
@@ -134,6 +148,7 @@ impl Containerd {
                 pid
             }
             None => {
+                cfg.clear_stale_bridge().await;
                 daemon::write(&dir.join("config.toml"), &cfg.config_toml())?;
                 daemon::write(&dir.join("net.d/10-pods.conflist"), &cfg.conflist())?;
                 let _ = std::fs::remove_file(socket_in(dir));

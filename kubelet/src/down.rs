@@ -9,7 +9,8 @@ use crate::error::Result;
 use std::collections::HashMap;
 use std::path::Path;
 
-async fn quiet(cmd: &str, args: &[&str]) {
+/// Runs a command for its effect only (a missing link or mount is no error here).
+pub(crate) async fn quiet(cmd: &str, args: &[&str]) {
     let _ = tokio::process::Command::new(cmd)
         .args(args)
         .stdout(std::process::Stdio::null())
