@@ -326,16 +326,25 @@ async fn pump(
         }
     });
     let (mut to_client, mut from_client) = socket.split();
+    // Input the runtime no longer takes (its process is done) is dropped, not fatal: what
+    // the process wrote is still on its way back and the session still closes cleanly.
+    let mut runtime_takes_input = true;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             msg = from_client.next() => match msg {
-                Some(Ok(Message::Binary(b))) if !b.is_empty() => match (b[0], stdin, resize) {
-                    (0, Some(id), _) => w.data(id, &b[1..], false).await?,
-                    (4, _, Some(id)) => w.data(id, &b[1..], false).await?,
-                    (255, Some(id), _) if b.get(1) == Some(&0) => w.data(id, &[], true).await?,
-                    _ => {}
-                },
+                Some(Ok(Message::Binary(b))) if !b.is_empty() && runtime_takes_input => {
+                    let sent = match (b[0], stdin, resize) {
+                        (0, Some(id), _) => w.data(id, &b[1..], false).await,
+                        (4, _, Some(id)) => w.data(id, &b[1..], false).await,
+                        (255, Some(id), _) if b.get(1) == Some(&0) => w.data(id, &[], true).await,
+                        _ => Ok(()),
+                    };
+                    if let Err(e) = sent {
+                        tracing::debug!(error = %e, "the runtime takes no more input");
+                        runtime_takes_input = false;
+                    }
+                }
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
                 Some(Ok(_)) => {}
             },
@@ -359,7 +368,11 @@ async fn pump(
                         }
                     }
                 }
-                Some(Ok(Err(ping))) => w.pong(ping).await?,
+                Some(Ok(Err(ping))) => {
+                    if w.pong(ping).await.is_err() {
+                        runtime_takes_input = false;
+                    }
+                }
                 Some(Ok(Ok(Frame::Other))) => {}
                 // The runtime ends the session once the process is done.
                 Some(Ok(Ok(Frame::Reset))) | Some(Err(_)) | None => break,
