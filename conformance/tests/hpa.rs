@@ -484,11 +484,24 @@ fn hpa_scales_on_real_metrics_keeps_its_decision_across_a_restart_and_reads_as_u
                 break t4;
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no low recommendation: {}",
-            h["metadata"]
-        );
+        if Instant::now() >= deadline {
+            // Everything the decision was made from, to tell a stale metric from a stuck loop.
+            let metrics = c.kubectl(&[
+                "get",
+                "--raw",
+                "/apis/metrics.k8s.io/v1beta1/namespaces/default/pods",
+            ]);
+            let stopped = c.kubectl(&["exec", "deploy/burn", "--", "ls", "/load"]);
+            panic!(
+                "no low recommendation at {}: metadata {}\nstatus {}\npod metrics {}\n/load: {} {}",
+                jiff::Timestamp::now(),
+                h["metadata"],
+                h["status"],
+                metrics.stdout,
+                stopped.stdout,
+                stopped.stderr
+            );
+        }
         std::thread::sleep(Duration::from_millis(500));
     };
     let now = || jiff::Timestamp::now().as_second();
