@@ -603,7 +603,7 @@ pub fn defaults() -> Vec<Value> {
                 rule(
                     &[""],
                     &["persistentvolumes"],
-                    &["get", "list", "watch", "create", "delete"],
+                    &["get", "list", "watch", "create", "delete", "patch"],
                 ),
                 rule(&[""], &["persistentvolumeclaims"], &watch_all),
                 rule(&["storage.k8s.io"], &["storageclasses"], &watch_all),

@@ -191,6 +191,16 @@ fn pod_status(pod: &Value) -> (String, i64, usize, usize) {
     (reason, restarts, ready, total)
 }
 
+/// A claim's or volume's STATUS column: its phase, or Terminating once deleted (as upstream's
+/// printers).
+fn phase_or_terminating(o: &Value) -> String {
+    if meta(o).get("deletionTimestamp").is_some() {
+        "Terminating".into()
+    } else {
+        s(o, "/status/phase")
+    }
+}
+
 fn node_status(node: &Value) -> String {
     let conds = node
         .pointer("/status/conditions")
@@ -882,7 +892,7 @@ fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
             ]
         }
         ("", "PersistentVolumeClaim") => vec![
-            json!(s(o, "/status/phase")),
+            json!(phase_or_terminating(o)),
             json!(s(o, "/spec/volumeName")),
             json!(s(o, "/status/capacity/storage")),
             json!(access_modes(o, "/status/accessModes")),
@@ -903,7 +913,7 @@ fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
                 json!(s(o, "/spec/capacity/storage")),
                 json!(access_modes(o, "/spec/accessModes")),
                 json!(s(o, "/spec/persistentVolumeReclaimPolicy")),
-                json!(s(o, "/status/phase")),
+                json!(phase_or_terminating(o)),
                 json!(claim),
                 json!(s(o, "/spec/storageClassName")),
                 age,

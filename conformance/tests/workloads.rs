@@ -364,11 +364,51 @@ fn statefulsets_volumes_daemonsets_and_budgets_on_a_real_cluster() {
     c.ok(&["delete", "pod", "second"]);
     let path = c.ok(&["get", "pv", &volume, "-o", "jsonpath={.spec.local.path}"]);
     assert!(std::path::Path::new(&path).is_dir(), "{path}");
-    c.ok(&["delete", "pvc", "notes"]);
-    c.eventually(Duration::from_secs(30), &["get", "pv", "-o", "name"], |s| {
-        !s.contains(&volume)
-    });
-    assert!(!std::path::Path::new(&path).exists(), "{path} removed");
+
+    // A claim in use is protected (upstream's kubernetes.io/pvc-protection): deleted while a
+    // pod runs on it, it stays Terminating with its volume and data until the pod is gone;
+    // then the claim goes, and its volume with it (reclaim policy Delete).
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "pvc",
+            "notes",
+            "-o",
+            "jsonpath={.metadata.finalizers}"
+        ]),
+        r#"["kubernetes.io/pvc-protection"]"#
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "pv",
+            &volume,
+            "-o",
+            "jsonpath={.metadata.finalizers}"
+        ]),
+        r#"["external-provisioner.volume.kubernetes.io/finalizer","kubernetes.io/pv-protection"]"#
+    );
+    apply(&c, &writer("holder", "sleep 3600"));
+    c.eventually(
+        Duration::from_secs(90),
+        &["get", "pod", "holder", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    c.ok(&["delete", "pvc", "notes", "--wait=false"]);
+    // The same volume refuses deletion while bound, too.
+    c.ok(&["delete", "pv", &volume, "--wait=false"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let row = c.ok(&["get", "pvc", "notes", "--no-headers"]);
+    assert_eq!(row.split_whitespace().nth(1), Some("Terminating"), "{row}");
+    let row = c.ok(&["get", "pv", &volume, "--no-headers"]);
+    assert_eq!(row.split_whitespace().nth(4), Some("Terminating"), "{row}");
+    assert_eq!(exec(&c, "holder", "cat /notes/n").trim(), "kept");
+    c.ok(&["delete", "pod", "holder"]);
+    c.eventually(
+        Duration::from_secs(30),
+        &["get", "pvc,pv", "-o", "name"],
+        |s| !s.contains("persistentvolumeclaim/notes") && !s.contains(&volume),
+    );
 
     // A claim that cannot be provisioned: the pod stays Pending, and says why.
     apply(&c, NOPE);

@@ -22,6 +22,7 @@ pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
+pub mod protection;
 pub mod replicaset;
 pub mod scheduler;
 pub mod simnodes;

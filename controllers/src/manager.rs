@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 22] = [
     "scheduler",
     "replicaset",
     "deployment",
@@ -27,6 +27,8 @@ pub const ALL: [&str; 20] = [
     "disruption",
     "daemonset",
     "persistentvolume-binder",
+    "pvc-protection",
+    "pv-protection",
     "statefulset",
 ];
 
@@ -99,6 +101,8 @@ pub async fn run_with(
             "disruption" => tasks.spawn(crate::disruption::run(c, t, s)),
             "daemonset" => tasks.spawn(crate::daemonset::run(c, t, s)),
             "persistentvolume-binder" => tasks.spawn(crate::volumebinding::run(c, t, s)),
+            "pvc-protection" => tasks.spawn(crate::protection::run_claims(c, t, s)),
+            "pv-protection" => tasks.spawn(crate::protection::run_volumes(c, t, s)),
             "statefulset" => tasks.spawn(crate::statefulset::run(c, t, s)),
             "bootstrapsigner" => tasks.spawn(crate::bootstrap::run_signer(c, t, s)),
             "tokencleaner" => tasks.spawn(crate::bootstrap::run_cleaner(c, t, s)),

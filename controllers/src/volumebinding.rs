@@ -105,12 +105,15 @@ pub fn claimed_by(v: &PersistentVolume, c: &PersistentVolumeClaim) -> bool {
         })
 }
 
-/// Whether an unclaimed volume satisfies a claim: class, volume mode, access modes, capacity,
-/// selector and (when `node` is given) node affinity.
+/// Whether an unclaimed volume satisfies a claim: not being deleted, class, volume mode,
+/// access modes, capacity, selector and (when `node` is given) node affinity.
 pub fn fits(v: &PersistentVolume, c: &PersistentVolumeClaim, node: Option<&Node>) -> bool {
     let (Some(vs), Some(cs)) = (v.spec.as_ref(), c.spec.as_ref()) else {
         return false;
     };
+    if v.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
     let mode = |m: Option<&String>| m.map_or("Filesystem", String::as_str).to_owned();
     let have = vs.access_modes.clone().unwrap_or_default();
     cs.access_modes.iter().flatten().all(|m| have.contains(m))

@@ -5,19 +5,22 @@
 //! `<root>/volumes/pvc-<uid>_<namespace>_<name>`, and a PersistentVolume `pvc-<uid>` for it:
 //! a `local` volume with node affinity to this node, pre-bound to the claim, with the class's
 //! reclaim policy. A released volume of this provisioner on this node whose policy is
-//! `Delete` loses its folder and then its PersistentVolume; `Retain` keeps both.
+//! `Delete` loses its folder and then its PersistentVolume; `Retain` keeps both. Such a volume
+//! carries upstream's provisioner finalizer, taken off once the folder is gone, so a volume
+//! deleted by hand does not leave its folder behind.
 
 use crate::error::{Error, Result, io};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_types::storage::{
-    LOCAL_PATH_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
+    LOCAL_PATH_PROVISIONER, PROVISIONED_BY, PROVISIONER_FINALIZER, SELECTED_NODE,
+    STORAGE_PROVISIONER,
 };
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt;
@@ -66,6 +69,7 @@ pub fn volume_for(
         "metadata": {
             "name": format!("pvc-{}", claim.uid().unwrap_or_default()),
             "annotations": {PROVISIONED_BY: LOCAL_PATH_PROVISIONER},
+            "finalizers": if reclaim == "Delete" { vec![PROVISIONER_FINALIZER] } else { vec![] },
         },
         "spec": {
             "capacity": {"storage": storage},
@@ -105,8 +109,8 @@ fn node_of(v: &PersistentVolume) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Whether `v` is this provisioner's released volume on `node` under `root`, due for
-/// deletion; its folder if so.
+/// Whether `v` is this provisioner's volume on `node` under `root` due for deletion (policy
+/// `Delete`, and released, or deleted by hand while no claim is bound); its folder if so.
 pub fn reclaimable(v: &PersistentVolume, node: &str, root: &Path) -> Option<PathBuf> {
     if node_of(v) != Some(node) {
         return None;
@@ -114,10 +118,12 @@ pub fn reclaimable(v: &PersistentVolume, node: &str, root: &Path) -> Option<Path
     let spec = v.spec.as_ref()?;
     let ours =
         v.annotations().get(PROVISIONED_BY).map(String::as_str) == Some(LOCAL_PATH_PROVISIONER);
-    let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    let phase = v.status.as_ref().and_then(|s| s.phase.as_deref());
+    let due = phase == Some("Released")
+        || (v.metadata.deletion_timestamp.is_some() && phase != Some("Bound"));
     let delete = spec.persistent_volume_reclaim_policy.as_deref() == Some("Delete");
     let path = PathBuf::from(&spec.local.as_ref()?.path);
-    (ours && released && delete && path.starts_with(root.join("volumes"))).then_some(path)
+    (ours && due && delete && path.starts_with(root.join("volumes"))).then_some(path)
 }
 
 fn reflect<K>(api: Api<K>) -> (Store<K>, impl futures::Future<Output = ()>)
@@ -229,10 +235,34 @@ async fn pass(
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(io(&path))?;
         }
-        match pv_api.delete(&v.name_any(), &DeleteParams::default()).await {
-            Ok(_) => tracing::info!(volume = %v.name_any(), "reclaimed (Delete)"),
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        if v.metadata.deletion_timestamp.is_none() {
+            match pv_api.delete(&v.name_any(), &DeleteParams::default()).await {
+                Ok(_) => tracing::info!(volume = %v.name_any(), "reclaimed (Delete)"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            continue; // the finalizer comes off on a later pass, from the deleted volume
+        }
+        if v.finalizers().iter().any(|f| f == PROVISIONER_FINALIZER) {
+            let keep: Vec<&String> = v
+                .finalizers()
+                .iter()
+                .filter(|f| *f != PROVISIONER_FINALIZER)
+                .collect();
+            let patch =
+                json!({"metadata": {"finalizers": keep, "resourceVersion": v.resource_version()}});
+            match pv_api
+                .patch(
+                    &v.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     Ok(())
@@ -279,13 +309,27 @@ mod tests {
         assert_eq!(reclaimable(&released, "n1", Path::new("/other")), None);
         assert_eq!(reclaimable(&released, "n2", Path::new("/data")), None);
         assert_eq!(reclaimable(&v, "n1", Path::new("/data")), None);
+        assert_eq!(v.finalizers(), [PROVISIONER_FINALIZER]);
+        // Deleted by hand: reclaimed unless still bound.
+        let mut deleted = v.clone();
+        deleted.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert_eq!(
+            reclaimable(&deleted, "n1", Path::new("/data")),
+            Some(dir.clone())
+        );
+        deleted.status = Some(k8s_openapi::api::core::v1::PersistentVolumeStatus {
+            phase: Some("Bound".into()),
+            ..Default::default()
+        });
+        assert_eq!(reclaimable(&deleted, "n1", Path::new("/data")), None);
         let retained = volume_for(&c, "n1", &dir, "Retain").map(|mut r| {
             r.status = released.status.clone();
             r
         });
-        assert_eq!(
-            reclaimable(&retained.unwrap(), "n1", Path::new("/data")),
-            None
-        );
+        let retained = retained.unwrap();
+        assert!(retained.finalizers().is_empty());
+        assert_eq!(reclaimable(&retained, "n1", Path::new("/data")), None);
     }
 }

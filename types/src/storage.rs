@@ -22,3 +22,13 @@ pub const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 
 /// On a volume: the provisioner that made it (and deletes it).
 pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+
+/// On a claim: held while a pod uses it (StorageObjectInUseProtection, upstream's name).
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+
+/// On a volume: held while a claim is bound to it (StorageObjectInUseProtection).
+pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
+
+/// On a provisioned volume with reclaim policy Delete: held by its provisioner until the
+/// storage behind it is gone (upstream's external-provisioner finalizer).
+pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";

@@ -1,9 +1,11 @@
 //! Admission: what happens to a write between decoding and storing, in upstream's order.
-//! Mutating: LimitRanger defaults, ServiceAccount, DefaultStorageClass, then mutating webhooks. Validating:
+//! Mutating: LimitRanger defaults, ServiceAccount, DefaultStorageClass,
+//! StorageObjectInUseProtection, then mutating webhooks. Validating:
 //! LimitRanger limits, validating webhooks, then ResourceQuota (which the create path runs
 //! under its lock, see [`quota`]). Namespace lifecycle is checked before all of them.
 
 pub mod limits;
+pub mod protection;
 pub mod quota;
 pub mod serviceaccount;
 pub mod storageclass;
@@ -53,12 +55,11 @@ pub async fn mutate(
         serviceaccount::admit(&ctx.api, &ns, obj).await?;
         default_tolerations(obj, ctx.api.default_toleration_seconds);
     }
-    if op == Operation::Create
-        && ctx.res.group.is_empty()
-        && ctx.res.kind == "PersistentVolumeClaim"
-        && ctx.req.subresource.is_none()
-    {
-        storageclass::admit(&ctx.api, obj).await?;
+    if op == Operation::Create && ctx.res.group.is_empty() && ctx.req.subresource.is_none() {
+        if ctx.res.kind == "PersistentVolumeClaim" {
+            storageclass::admit(&ctx.api, obj).await?;
+        }
+        protection::admit(&ctx.res.kind, obj);
     }
     if webhook::mutate(ctx, op, obj, old).await? {
         // Patched objects are defaulted again, as upstream's decode after a webhook does.
