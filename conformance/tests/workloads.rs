@@ -409,6 +409,7 @@ fn statefulsets_volumes_daemonsets_and_budgets_on_a_real_cluster() {
         &["get", "pvc,pv", "-o", "name"],
         |s| !s.contains("persistentvolumeclaim/notes") && !s.contains(&volume),
     );
+    assert!(!std::path::Path::new(&path).exists(), "{path} removed");
 
     // A claim that cannot be provisioned: the pod stays Pending, and says why.
     apply(&c, NOPE);
