@@ -17,7 +17,9 @@ command -v kubectl >/dev/null || die "the conformance suite drives the stock kub
 sweep_killed_runs() {
   # The suite's clusters and nodes always keep their state in a tempdir (/tmp/.tmpXXXXXX).
   pkill -9 -f '/target/(debug|release)/[^ /]+ .*/tmp/\.tmp[^/ ]*/' 2>/dev/null && log "stopped processes of a killed test run" || true
-  pkill -9 -f '^containerd(-shim-runc-v2)? .*/tmp/\.tmp[^/ ]*/' 2>/dev/null || true
+  # containerd is started by name; its shims by absolute path. The suite's image registry too.
+  pkill -9 -f '^(/[^ ]*/)?containerd(-shim-runc-v2)? .*/tmp/\.tmp[^/ ]*/' 2>/dev/null || true
+  pkill -9 -f '^(/[^ ]*/)?docker-registry serve /tmp/\.tmp[^/ ]*/' 2>/dev/null || true
   local tasks
   for tasks in $(find /sys/fs/cgroup -path '*/minik8s-test/*' -name tasks 2>/dev/null); do
     xargs -r kill -9 <"$tasks" 2>/dev/null || true
