@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_types::finalizers;
 use minik8s_types::storage::{PV_PROTECTION, PVC_PROTECTION};
-use serde_json::json;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -42,29 +42,22 @@ pub fn volume_in_use(v: &PersistentVolume) -> bool {
     v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
 
-/// The finalizers of a deleted object `o` without `finalizer`, when it holds `finalizer`
-/// and `in_use` says it may go.
-fn release<K: Resource>(o: &K, finalizer: &str, in_use: bool) -> Option<Vec<String>> {
+/// The patch taking `finalizer` off a deleted object `o` that holds it, when `in_use` says
+/// it may go (guarded by the resourceVersion read).
+fn release<K: Resource>(o: &K, finalizer: &str, in_use: bool) -> Option<serde_json::Value> {
     let m = o.meta();
-    let held = m.finalizers.iter().flatten().any(|f| f == finalizer);
-    (m.deletion_timestamp.is_some() && held && !in_use).then(|| {
-        m.finalizers
-            .iter()
-            .flatten()
-            .filter(|f| *f != finalizer)
-            .cloned()
-            .collect()
-    })
+    if m.deletion_timestamp.is_none() || in_use {
+        return None;
+    }
+    let held = m.finalizers.as_deref().unwrap_or_default();
+    finalizers::removal(held, finalizer, m.resource_version.as_deref())
 }
 
-/// Takes the finalizer off, if the object has not changed since it was read (a conflict or a
-/// vanished object waits for the next pass).
-async fn patch_finalizers<K>(api: Api<K>, o: &K, keep: Vec<String>) -> crate::Result<()>
+/// Applies a release; a conflict or a vanished object waits for the next pass.
+async fn patch_finalizers<K>(api: Api<K>, o: &K, patch: serde_json::Value) -> crate::Result<()>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let patch =
-        json!({"metadata": {"finalizers": keep, "resourceVersion": o.meta().resource_version}});
     match api
         .patch(
             &o.name_any(),
@@ -106,8 +99,8 @@ async fn claims_pass(
             .list(&Default::default())
             .await?;
         let used = live.items.iter().any(|p| pod_uses_claim(p, &name));
-        if let Some(keep) = release(c.as_ref(), PVC_PROTECTION, used) {
-            patch_finalizers(Api::namespaced(client.clone(), &ns), c.as_ref(), keep).await?;
+        if let Some(patch) = release(c.as_ref(), PVC_PROTECTION, used) {
+            patch_finalizers(Api::namespaced(client.clone(), &ns), c.as_ref(), patch).await?;
         }
     }
     Ok(())
@@ -115,8 +108,8 @@ async fn claims_pass(
 
 async fn volumes_pass(client: &Client, volumes: &Store<PersistentVolume>) -> crate::Result<()> {
     for v in volumes.state() {
-        if let Some(keep) = release(v.as_ref(), PV_PROTECTION, volume_in_use(&v)) {
-            patch_finalizers(Api::all(client.clone()), v.as_ref(), keep).await?;
+        if let Some(patch) = release(v.as_ref(), PV_PROTECTION, volume_in_use(&v)) {
+            patch_finalizers(Api::all(client.clone()), v.as_ref(), patch).await?;
         }
     }
     Ok(())
@@ -157,6 +150,7 @@ pub async fn run_volumes(
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::json;
 
     fn pod(node: Option<&str>, phase: &str, claims: &[&str]) -> Pod {
         serde_json::from_value(json!({
@@ -208,10 +202,11 @@ mod tests {
         c.metadata.finalizers = Some(vec!["x".into(), PVC_PROTECTION.into()]);
         assert_eq!(release(&c, PVC_PROTECTION, false), None, "not deleted");
         c.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+        c.metadata.resource_version = Some("7".into());
         assert_eq!(release(&c, PVC_PROTECTION, true), None, "in use");
         assert_eq!(
             release(&c, PVC_PROTECTION, false),
-            Some(vec!["x".to_owned()])
+            Some(json!({"metadata": {"finalizers": ["x"], "resourceVersion": "7"}}))
         );
         c.metadata.finalizers = Some(vec!["x".into()]);
         assert_eq!(release(&c, PVC_PROTECTION, false), None, "not held");

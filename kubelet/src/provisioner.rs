@@ -18,6 +18,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_types::finalizers;
 use minik8s_types::storage::{
     LOCAL_PATH_PROVISIONER, PROVISIONED_BY, PROVISIONER_FINALIZER, SELECTED_NODE,
     STORAGE_PROVISIONER,
@@ -243,14 +244,10 @@ async fn pass(
             }
             continue; // the finalizer comes off on a later pass, from the deleted volume
         }
-        if v.finalizers().iter().any(|f| f == PROVISIONER_FINALIZER) {
-            let keep: Vec<&String> = v
-                .finalizers()
-                .iter()
-                .filter(|f| *f != PROVISIONER_FINALIZER)
-                .collect();
-            let patch =
-                json!({"metadata": {"finalizers": keep, "resourceVersion": v.resource_version()}});
+        let rv = v.resource_version();
+        if let Some(patch) =
+            finalizers::removal(v.finalizers(), PROVISIONER_FINALIZER, rv.as_deref())
+        {
             match pv_api
                 .patch(
                     &v.name_any(),

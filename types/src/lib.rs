@@ -3,6 +3,7 @@
 //! helpers).
 
 pub mod bootstrap;
+pub mod finalizers;
 pub mod names;
 pub mod quantity;
 pub mod selector;
