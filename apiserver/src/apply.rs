@@ -119,9 +119,12 @@ impl Segment {
     /// Whether a list element is the one this segment names.
     fn selects(&self, e: &Value) -> bool {
         match self {
-            Segment::Keyed(id) => id
-                .iter()
-                .all(|(k, v)| e.get(k).unwrap_or(&Value::Null) == v),
+            // The element's identity as its key fields default (a port without a protocol
+            // is the TCP one), so an applied element matches the stored, defaulted one.
+            Segment::Keyed(id) => {
+                let keys: Vec<String> = id.keys().cloned().collect();
+                element_id(e, &keys) == *id
+            }
             Segment::Value(v) => e == v,
             Segment::Field(_) => false,
         }
@@ -592,6 +595,32 @@ mod tests {
         .unwrap();
         assert!(d3["spec"].get("paused").is_none());
         assert_eq!(d3["spec"]["replicas"], 3);
+    }
+
+    #[test]
+    fn applying_an_unchanged_manifest_shares_fields_whose_keys_were_defaulted() {
+        // Created by a plain create (ports defaulted to TCP), then applied unchanged by
+        // another manager, as the Python client's create_from_yaml(apply=True) does.
+        let manifest = json!({"spec": {"template": {"spec": {"containers": [
+            {"name": "nginx", "image": "nginx", "ports": [{"containerPort": 80}]}]}}}});
+        let mut created = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"containers": [
+                {"name": "nginx", "image": "nginx", "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}}}});
+        record_update(DEPLOYMENT, None, &mut created, "creator", "apps/v1", None);
+        let applied = apply(
+            DEPLOYMENT,
+            &created,
+            &manifest,
+            "python-client",
+            "apps/v1",
+            false,
+            merge,
+        )
+        .expect("no conflict on equal values");
+        assert_eq!(
+            applied.pointer("/spec/template/spec/containers/0/ports/0/protocol"),
+            Some(&json!("TCP"))
+        );
     }
 
     /// A CRD-like schema with a map list keyed by two fields, a set and an atomic list.

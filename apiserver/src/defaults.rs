@@ -56,7 +56,126 @@ pub fn pod_spec(spec: &mut Value) {
                         set_default(p, "protocol", json!("TCP"));
                     }
                 }
+                for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+                    if let Some(p) = c.get_mut(probe).filter(|p| p.is_object()) {
+                        set_default(p, "timeoutSeconds", json!(1));
+                        set_default(p, "periodSeconds", json!(10));
+                        set_default(p, "successThreshold", json!(1));
+                        set_default(p, "failureThreshold", json!(3));
+                        http_get(p);
+                    }
+                }
+                for hook in ["postStart", "preStop"] {
+                    if let Some(h) = c.pointer_mut(&format!("/lifecycle/{hook}")) {
+                        http_get(h);
+                    }
+                }
+                for e in c
+                    .get_mut("env")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(f) = e.pointer_mut("/valueFrom/fieldRef") {
+                        set_default(f, "apiVersion", json!("v1"));
+                    }
+                }
             }
+        }
+    }
+    for v in spec
+        .get_mut("volumes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        volume(v);
+    }
+}
+
+/// SetDefaults_HTTPGetAction: path `/`, scheme HTTP.
+fn http_get(handler: &mut Value) {
+    if let Some(h) = handler.get_mut("httpGet").filter(|h| h.is_object()) {
+        set_default(h, "path", json!("/"));
+        set_default(h, "scheme", json!("HTTP"));
+    }
+}
+
+/// The sources a volume may have (a volume with none is an emptyDir, as upstream defaults).
+const VOLUME_SOURCES: &[&str] = &[
+    "hostPath",
+    "emptyDir",
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "gitRepo",
+    "secret",
+    "nfs",
+    "iscsi",
+    "glusterfs",
+    "persistentVolumeClaim",
+    "rbd",
+    "flexVolume",
+    "cinder",
+    "cephfs",
+    "flocker",
+    "downwardAPI",
+    "fc",
+    "azureFile",
+    "configMap",
+    "vsphereVolume",
+    "quobyte",
+    "azureDisk",
+    "photonPersistentDisk",
+    "projected",
+    "portworxVolume",
+    "scaleIO",
+    "storageos",
+    "csi",
+    "ephemeral",
+    "image",
+];
+
+/// A volume's defaults: file modes 0644 for secret, configMap, downwardAPI and projected;
+/// fieldRef apiVersion v1; token expiry 3600 s; hostPath type ""; no source is an emptyDir.
+fn volume(v: &mut Value) {
+    if !v.is_object() {
+        return;
+    }
+    if !VOLUME_SOURCES
+        .iter()
+        .any(|s| v.get(*s).is_some_and(|x| !x.is_null()))
+    {
+        set_default(v, "emptyDir", json!({}));
+    }
+    for source in ["secret", "configMap", "downwardAPI", "projected"] {
+        if let Some(s) = v.get_mut(source).filter(|s| s.is_object()) {
+            set_default(s, "defaultMode", json!(420));
+        }
+    }
+    if let Some(h) = v.get_mut("hostPath").filter(|h| h.is_object()) {
+        set_default(h, "type", json!(""));
+    }
+    let field_refs = |items: &mut Value| {
+        for i in items.as_array_mut().into_iter().flatten() {
+            if let Some(f) = i.get_mut("fieldRef") {
+                set_default(f, "apiVersion", json!("v1"));
+            }
+        }
+    };
+    if let Some(items) = v.pointer_mut("/downwardAPI/items") {
+        field_refs(items);
+    }
+    for s in v
+        .pointer_mut("/projected/sources")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(t) = s.get_mut("serviceAccountToken").filter(|t| t.is_object()) {
+            set_default(t, "expirationSeconds", json!(3600));
+        }
+        if let Some(items) = s.pointer_mut("/downwardAPI/items") {
+            field_refs(items);
         }
     }
 }
@@ -104,6 +223,10 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             let spec = child(obj, "spec");
             set_default(spec, "type", json!("ClusterIP"));
             set_default(spec, "sessionAffinity", json!("None"));
+            if spec.get("sessionAffinity").and_then(Value::as_str) == Some("ClientIP") {
+                let config = child(child(spec, "sessionAffinityConfig"), "clientIP");
+                set_default(config, "timeoutSeconds", json!(10800));
+            }
             if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports {
                     set_default(p, "protocol", json!("TCP"));
@@ -339,6 +462,37 @@ mod tests {
             "team"
         );
         assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    }
+
+    #[test]
+    fn pod_probes_volumes_and_field_refs_get_upstream_defaults() {
+        let mut pod = json!({"spec": {"containers": [{"name": "c", "image": "busybox",
+            "readinessProbe": {"httpGet": {"port": 80}, "timeoutSeconds": 0},
+            "livenessProbe": {"exec": {"command": ["true"]}},
+            "lifecycle": {"preStop": {"httpGet": {"port": 80}}},
+            "env": [{"name": "N", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}],
+            "volumes": [{"name": "a"}, {"name": "b", "configMap": {"name": "x"}},
+                {"name": "c", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}]}});
+        apply("", "Pod", &mut pod);
+        let c = &pod["spec"]["containers"][0];
+        // An explicit 0 stays (validation refuses it); unset fields get upstream's values.
+        assert_eq!(c["readinessProbe"]["timeoutSeconds"], 0);
+        assert_eq!(c["readinessProbe"]["periodSeconds"], 10);
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/");
+        assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTP");
+        assert_eq!(c["livenessProbe"]["timeoutSeconds"], 1);
+        assert_eq!(c["livenessProbe"]["successThreshold"], 1);
+        assert_eq!(c["livenessProbe"]["failureThreshold"], 3);
+        assert_eq!(c["lifecycle"]["preStop"]["httpGet"]["scheme"], "HTTP");
+        assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+        let v = &pod["spec"]["volumes"];
+        assert_eq!(v[0]["emptyDir"], json!({}));
+        assert_eq!(v[1]["configMap"]["defaultMode"], 420);
+        assert_eq!(v[2]["projected"]["defaultMode"], 420);
+        assert_eq!(
+            v[2]["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"],
+            3600
+        );
     }
 
     #[test]

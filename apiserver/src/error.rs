@@ -135,6 +135,16 @@ impl ApiError {
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
+    /// 403 Forbidden for an object, as upstream's `NewForbidden`: `<resource> "<name>" is
+    /// forbidden: <why>` (no quotes without a name).
+    pub fn forbidden_object(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let what = qualified(group, resource);
+        let message = match name {
+            "" => format!("{what} is forbidden: {why}"),
+            _ => format!("{what} \"{name}\" is forbidden: {why}"),
+        };
+        Self::new(403, "Forbidden", message).with_details(group, resource, name)
+    }
     /// 404 NotFound for an object.
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
         Self::new(
@@ -164,6 +174,15 @@ impl ApiError {
                 qualified(group, resource)
             ),
         )
+    }
+    /// 405 for a method the path's route does not have, as upstream's go-restful answers.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+        .with_details("", "", "")
     }
     /// 406 NotAcceptable.
     pub fn not_acceptable(message: impl Into<String>) -> Self {
@@ -264,25 +283,126 @@ impl ApiError {
         Self::new(503, "ServiceUnavailable", message)
     }
 
-    /// The `metav1.Status` object.
+    /// The `metav1.Status` object (for embedding, e.g. in a watch's ERROR event).
     pub fn status(&self) -> serde_json::Value {
-        let mut s = json!({
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": self.message,
-            "reason": self.reason,
-            "code": self.code,
-        });
-        if let Some(d) = &self.details {
-            let mut d = d.clone();
-            if let Some(r) = self.retry_after {
-                d["retryAfterSeconds"] = json!(r);
-            }
-            s["details"] = d;
+        serde_json::to_value(self.body()).expect("a Status serializes")
+    }
+
+    /// The Status as upstream encodes it: fields in Go struct order, empty ones omitted.
+    fn body(&self) -> StatusBody<'_> {
+        let text = |k: &str| {
+            self.details
+                .as_ref()
+                .and_then(|d| d.get(k))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+        };
+        let causes = self
+            .details
+            .as_ref()
+            .and_then(|d| d.get("causes"))
+            .and_then(serde_json::Value::as_array)
+            .map(|c| c.iter().map(CauseBody::of).collect())
+            .unwrap_or_default();
+        let details = StatusDetails {
+            name: text("name"),
+            group: text("group"),
+            kind: text("kind"),
+            uid: text("uid"),
+            causes,
+            retry_after_seconds: self.retry_after.filter(|r| *r > 0),
+        };
+        let empty = details.name.is_empty()
+            && details.group.is_empty()
+            && details.kind.is_empty()
+            && details.uid.is_empty()
+            && details.causes.is_empty()
+            && details.retry_after_seconds.is_none();
+        StatusBody {
+            kind: "Status",
+            api_version: "v1",
+            metadata: Empty {},
+            status: "Failure",
+            message: &self.message,
+            reason: self.reason,
+            details: (self.details.is_some() || !empty).then_some(details),
+            code: self.code,
         }
-        s
+    }
+
+    /// The response body: the Status's JSON and a newline, byte for byte as upstream's
+    /// encoder writes it.
+    pub fn body_bytes(&self) -> Vec<u8> {
+        let mut body = serde_json::to_vec(&self.body()).expect("a Status serializes");
+        body.push(b'\n');
+        body
+    }
+}
+
+fn is_empty(s: &&str) -> bool {
+    s.is_empty()
+}
+
+/// `metav1.Status`, fields in upstream's struct order.
+#[derive(Serialize)]
+struct StatusBody<'a> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    metadata: Empty,
+    status: &'static str,
+    #[serde(skip_serializing_if = "is_empty")]
+    message: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<StatusDetails<'a>>,
+    code: u16,
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+/// `metav1.StatusDetails`, fields in upstream's struct order, empty ones omitted.
+#[derive(Serialize)]
+struct StatusDetails<'a> {
+    #[serde(skip_serializing_if = "is_empty")]
+    name: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    group: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    uid: &'a str,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    causes: Vec<CauseBody<'a>>,
+    #[serde(rename = "retryAfterSeconds", skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<u64>,
+}
+
+/// `metav1.StatusCause`: reason, message, field.
+#[derive(Serialize)]
+struct CauseBody<'a> {
+    #[serde(skip_serializing_if = "is_empty")]
+    reason: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    message: &'a str,
+    #[serde(skip_serializing_if = "is_empty")]
+    field: &'a str,
+}
+
+impl<'a> CauseBody<'a> {
+    fn of(v: &'a serde_json::Value) -> Self {
+        let text = |k: &str| {
+            v.get(k)
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default()
+        };
+        CauseBody {
+            reason: text("reason"),
+            message: text("message"),
+            field: text("field"),
+        }
     }
 }
 
@@ -296,7 +416,7 @@ impl std::error::Error for ApiError {}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::to_vec(&self.status()).unwrap_or_default();
+        let body = self.body_bytes();
         let mut resp = (
             StatusCode::from_u16(self.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body,
@@ -332,5 +452,47 @@ impl From<minik8s_storage::Error> for ApiError {
             S::Closed => ApiError::unavailable("the storage is shutting down"),
             other => ApiError::internal(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_bodies_are_byte_identical_to_upstreams() {
+        // The Python client's test_create_from_multi_resource_yaml_with_conflict compares this.
+        let e = ApiError::already_exists("", "services", "mock-2");
+        assert_eq!(
+            String::from_utf8(e.body_bytes()).unwrap(),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"services \\\"mock-2\\\" already exists\",\"reason\":\"AlreadyExists\",\"details\":{\"name\":\"mock-2\",\"kind\":\"services\"},\"code\":409}\n"
+        );
+        let e = ApiError::no_route("/nothing");
+        assert_eq!(
+            String::from_utf8(e.body_bytes()).unwrap(),
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the server could not find the requested resource\",\"reason\":\"NotFound\",\"details\":{},\"code\":404}\n"
+        );
+        let e = ApiError::not_found("apps", "deployments", "web");
+        assert!(
+            String::from_utf8(e.body_bytes())
+                .unwrap()
+                .contains("\"details\":{\"name\":\"web\",\"group\":\"apps\",\"kind\":\"deployments\"},\"code\":404}")
+        );
+        let e = ApiError::too_many_requests(1);
+        assert!(String::from_utf8(e.body_bytes()).unwrap().ends_with(
+            "\"reason\":\"TooManyRequests\",\"details\":{\"retryAfterSeconds\":1},\"code\":429}\n"
+        ));
+        let e = ApiError::invalid(
+            "",
+            "ConfigMap",
+            "x",
+            vec![Cause::required(
+                "metadata.name",
+                "name or generateName is required",
+            )],
+        );
+        assert!(String::from_utf8(e.body_bytes()).unwrap().contains(
+            "\"details\":{\"name\":\"x\",\"kind\":\"ConfigMap\",\"causes\":[{\"reason\":\"FieldValueRequired\",\"message\":\"Required value: name or generateName is required\",\"field\":\"metadata.name\"}]},\"code\":422}"
+        ));
     }
 }

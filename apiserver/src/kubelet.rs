@@ -10,62 +10,10 @@ use axum::http::{Request, StatusCode, header};
 use axum::response::Response;
 use http_body_util::{BodyExt, Empty};
 use minik8s_storage::Store;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime, pem::PemObject};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
-
-/// Accepts any kubelet serving certificate, as upstream's apiserver does when no
-/// `--kubelet-certificate-authority` is set (kubelets sign their own).
-#[derive(Debug)]
-struct AnyKubelet(Arc<rustls::crypto::CryptoProvider>);
-
-impl ServerCertVerifier for AnyKubelet {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// An HTTPS client for kubelets, presenting the apiserver's kubelet-client certificate.
 pub struct KubeletClient {
@@ -86,7 +34,11 @@ impl KubeletClient {
             .with_safe_default_protocol_versions()
             .map_err(|e| err(e.to_string()))?
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyKubelet(provider)))
+            // Any kubelet serving certificate, as upstream's apiserver accepts when no
+            // `--kubelet-certificate-authority` is set (kubelets sign their own).
+            .with_custom_certificate_verifier(Arc::new(
+                minik8s_kubeconfig::insecure::AnyServerCert::new(provider),
+            ))
             .with_client_auth_cert(certs, key)
             .map_err(|e| err(e.to_string()))?;
         Ok(KubeletClient { tls: Arc::new(tls) })

@@ -92,8 +92,30 @@ pub fn to_store(obj: &mut Value) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// The text of a field for field selectors (`spec.nodeName`); missing fields are "".
+/// The text of a field for field selectors (`spec.nodeName`), as upstream's per-kind field
+/// sets write it: booleans and counters are formatted from the Go value, so an unset
+/// `spec.unschedulable` reads `"false"` and an unset `status.replicas` `"0"`; an Event's
+/// `source` is its `source.component`; other missing fields are "".
 pub fn field_text(obj: &Value, path: &str) -> String {
+    let text = raw_field_text(
+        obj,
+        if path == "source" {
+            "source.component"
+        } else {
+            path
+        },
+    );
+    if !text.is_empty() {
+        return text;
+    }
+    match path {
+        "spec.unschedulable" | "spec.hostNetwork" => "false".into(),
+        "status.replicas" | "status.successful" => "0".into(),
+        _ => text,
+    }
+}
+
+fn raw_field_text(obj: &Value, path: &str) -> String {
     let mut cur = obj;
     for part in path.split('.') {
         match cur.get(part) {
@@ -292,6 +314,12 @@ mod tests {
         assert_eq!(field_text(&obj, "spec.nodeName"), "n1");
         assert_eq!(field_text(&obj, "spec.hostNetwork"), "true");
         assert_eq!(field_text(&obj, "status.phase"), "");
+        // Upstream's field sets format Go values: unset booleans and counters are not "".
+        assert_eq!(field_text(&json!({}), "spec.unschedulable"), "false");
+        assert_eq!(field_text(&json!({}), "spec.hostNetwork"), "false");
+        assert_eq!(field_text(&json!({}), "status.replicas"), "0");
+        let ev = json!({"source": {"component": "kubelet", "host": "n1"}});
+        assert_eq!(field_text(&ev, "source"), "kubelet");
     }
 
     #[test]

@@ -271,6 +271,10 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
                 })
             })?;
             rest = &r[end + 2..];
+        } else if let Some(r) = rest.strip_prefix("[*]") {
+            // Every element: the first with a result, as upstream's table convertor prints
+            // the first of a JSONPath's results.
+            return cur.as_array()?.iter().find_map(|item| json_path(item, r));
         } else if let Some(r) = rest.strip_prefix('[') {
             let end = r.find(']')?;
             cur = cur.get(r[..end].trim().parse::<usize>().ok()?)?;
@@ -1305,6 +1309,15 @@ mod tests {
             None
         );
         assert_eq!(json_path(&obj, ".spec.x"), None);
+        let dns = json!({"spec": {"subpaths": [{"path": "/a"}, {"path": "/b"}]}});
+        assert_eq!(
+            json_path(&dns, ".spec.subpaths[*].path"),
+            Some(&json!("/a"))
+        );
+        assert_eq!(
+            json_path(&json!({"spec": {"subpaths": []}}), ".spec.subpaths[*].path"),
+            None
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 pub mod csr;
 mod error;
+pub mod insecure;
 pub mod join;
 pub mod kubeconfig;
 mod pki;

@@ -295,6 +295,14 @@ async fn handle(
             {
                 return Err(ApiError::no_route(parts.uri.path()));
             }
+            // A namespaced kind is created (and deleted by collection) only under
+            // `/namespaces/{ns}/`: upstream registers no such route across namespaces.
+            if res.namespaced
+                && req.namespace.is_none()
+                && matches!(req.verb, Verb::Create | Verb::DeleteCollection)
+            {
+                return Err(ApiError::method_not_allowed());
+            }
             if let Some(sub) = &req.subresource
                 && !res.subresources().contains(sub)
             {

@@ -317,8 +317,9 @@ fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
     Err(ApiError::invalid(&res.group, &res.kind, name, causes))
 }
 
-/// Namespaced objects may only be created in an existing namespace that is not terminating.
-async fn check_namespace(ctx: &Ctx) -> ApiResult<()> {
+/// Namespaced objects may only be created in an existing namespace that is not terminating
+/// (upstream's NamespaceLifecycle admission).
+async fn check_namespace(ctx: &Ctx, obj: &Value) -> ApiResult<()> {
     let Some(ns) = ctx.namespace() else {
         return Ok(());
     };
@@ -332,9 +333,14 @@ async fn check_namespace(ctx: &Ctx) -> ApiResult<()> {
     if meta(&nsobj).get("deletionTimestamp").is_some()
         || nsobj.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating")
     {
-        return Err(ApiError::forbidden(format!(
-            "unable to create new content in namespace {ns} because it is being terminated"
-        )));
+        return Err(ApiError::forbidden_object(
+            &ctx.res.group,
+            &ctx.res.plural,
+            meta_str(obj, "name").unwrap_or_default(),
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        ));
     }
     Ok(())
 }
@@ -378,7 +384,7 @@ async fn create_object(
         };
         crate::apply::set_entries(&mut obj, &[entry]);
     }
-    check_namespace(&ctx).await?;
+    check_namespace(&ctx, &obj).await?;
     admission::mutate(&ctx, Operation::Create, &mut obj, None).await?;
     // Admission may have set requests and limits: the QoS class follows them.
     initial_status(&ctx.res, &mut obj);

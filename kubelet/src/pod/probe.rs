@@ -61,66 +61,292 @@ fn port_of(port: &IntOrString, c: &Container) -> Option<u16> {
     }
 }
 
-/// Runs one probe try: exec, HTTP GET (2xx/3xx is success) or TCP connect.
+/// Runs one probe try: exec, HTTP(S) GET, TCP connect or gRPC health check, as upstream's
+/// prober. `Err` carries the failure as upstream words it (for the `Unhealthy` event).
 pub async fn run_once(
     cri: &Cri,
     p: &Probe,
     c: &Container,
     container_id: &str,
     pod_ip: &str,
-) -> bool {
+) -> Result<(), String> {
     let timeout = Duration::from_secs(p.timeout_seconds.unwrap_or(1).max(1) as u64);
     if let Some(exec) = &p.exec {
         let cmd = exec.command.clone().unwrap_or_default();
-        return matches!(
-            tokio::time::timeout(timeout + Duration::from_secs(1), cri.exec_sync(container_id, cmd, timeout.as_secs() as i64)).await,
-            Ok(Ok(r)) if r.exit_code == 0
-        );
+        return match tokio::time::timeout(
+            timeout + Duration::from_secs(1),
+            cri.exec_sync(container_id, cmd, timeout.as_secs() as i64),
+        )
+        .await
+        {
+            Ok(Ok(r)) if r.exit_code == 0 => Ok(()),
+            Ok(Ok(r)) => Err(String::from_utf8_lossy(&r.stdout).into_owned()
+                + &String::from_utf8_lossy(&r.stderr)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("command timed out after {}s", timeout.as_secs())),
+        };
     }
     if let Some(tcp) = &p.tcp_socket {
         let host = tcp.host.clone().unwrap_or_else(|| pod_ip.to_owned());
-        let Some(port) = port_of(&tcp.port, c) else {
-            return false;
+        let port = port_of(&tcp.port, c).ok_or("unknown port")?;
+        return match tokio::time::timeout(
+            timeout,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("dial tcp {host}:{port}: {e}")),
+            Err(_) => Err(format!("dial tcp {host}:{port}: i/o timeout")),
         };
-        return matches!(
-            tokio::time::timeout(
-                timeout,
-                tokio::net::TcpStream::connect((host.as_str(), port))
-            )
-            .await,
-            Ok(Ok(_))
-        );
     }
     if let Some(http) = &p.http_get {
         let host = http.host.clone().unwrap_or_else(|| pod_ip.to_owned());
-        let Some(port) = port_of(&http.port, c) else {
-            return false;
-        };
-        let path = http.path.clone().unwrap_or_else(|| "/".into());
-        let headers: String = http
+        let port = port_of(&http.port, c).ok_or("unknown port")?;
+        let https = http.scheme.as_deref() == Some("HTTPS");
+        let path = http.path.clone().unwrap_or_default();
+        let headers: Vec<(String, String)> = http
             .http_headers
             .iter()
             .flatten()
-            .map(|h| format!("{}: {}\r\n", h.name, h.value))
+            .map(|h| (h.name.clone(), h.value.clone()))
             .collect();
-        let request = format!(
-            "GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: kube-probe/1.33\r\n{headers}Connection: close\r\n\r\n"
-        );
-        let attempt = async {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut s = tokio::net::TcpStream::connect((host.as_str(), port))
-                .await
-                .ok()?;
-            s.write_all(request.as_bytes()).await.ok()?;
-            let mut head = vec![0u8; 64];
-            let n = s.read(&mut head).await.ok()?;
-            let line = String::from_utf8_lossy(&head[..n]).into_owned();
-            line.split_whitespace().nth(1)?.parse::<u16>().ok()
+        let url = Url {
+            https,
+            host,
+            port,
+            path: if path.starts_with('/') {
+                path
+            } else {
+                format!("/{path}")
+            },
         };
-        return matches!(tokio::time::timeout(timeout, attempt).await, Ok(Some(code)) if (200..400).contains(&code));
+        let shown = url.to_string();
+        return match tokio::time::timeout(timeout, http_get(url, &headers)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "Get \"{shown}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+            )),
+        };
+    }
+    if let Some(grpc) = &p.grpc {
+        let port = u16::try_from(grpc.port).map_err(|_| "invalid port".to_owned())?;
+        let service = grpc.service.clone().unwrap_or_default();
+        return match tokio::time::timeout(timeout, grpc_check(pod_ip, port, service)).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "timeout: health rpc did not complete within {}s",
+                timeout.as_secs()
+            )),
+        };
     }
     // A probe with no handler: nothing to fail.
-    true
+    Ok(())
+}
+
+/// Where an HTTP probe goes.
+#[derive(Clone, Debug, PartialEq)]
+struct Url {
+    https: bool,
+    host: String,
+    port: u16,
+    path: String,
+}
+
+impl std::fmt::Display for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.https { "https" } else { "http" };
+        write!(f, "{scheme}://{}:{}{}", self.host, self.port, self.path)
+    }
+}
+
+impl Url {
+    /// Where a redirect's `Location` points, relative to this URL.
+    fn join(&self, location: &str) -> Option<Url> {
+        if let Some((scheme, rest)) = location.split_once("://") {
+            let https = match scheme.to_ascii_lowercase().as_str() {
+                "http" => false,
+                "https" => true,
+                _ => return None,
+            };
+            let (authority, path) = match rest.find('/') {
+                Some(i) => (&rest[..i], rest[i..].to_owned()),
+                None => (rest, "/".to_owned()),
+            };
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+                    (h.to_owned(), p.parse().ok()?)
+                }
+                _ => (authority.to_owned(), if https { 443 } else { 80 }),
+            };
+            return Some(Url {
+                https,
+                host,
+                port,
+                path,
+            });
+        }
+        let path = if location.starts_with('/') {
+            location.to_owned()
+        } else {
+            let dir = &self.path[..self.path.rfind('/').map_or(0, |i| i + 1)];
+            format!("{}{location}", if dir.is_empty() { "/" } else { dir })
+        };
+        Some(Url {
+            path,
+            ..self.clone()
+        })
+    }
+}
+
+/// upstream's `kube-probe/<major>.<minor>` User-Agent.
+const USER_AGENT: &str = "kube-probe/1.33";
+
+/// An HTTP(S) probe as upstream's `prober/http`: its headers (User-Agent and Accept unless
+/// the probe sets them, an empty Accept dropped, Host from a `Host` header), certificates not
+/// verified, redirects followed on the same host (at most 10; one to another host ends the
+/// probe with the redirect's answer), and success for 200–399.
+async fn http_get(mut url: Url, headers: &[(String, String)]) -> Result<(), String> {
+    let has = |n: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
+    let first_host = url.host.clone();
+    for redirects in 0.. {
+        let code_and_location = http_once(&url, headers, &has).await?;
+        let (code, location) = code_and_location;
+        if (300..400).contains(&code)
+            && let Some(next) = location.as_deref().and_then(|l| url.join(l))
+        {
+            if next.host != first_host {
+                // Not followed: the redirect's own answer counts (a success, with a warning upstream).
+                return Ok(());
+            }
+            if redirects >= 10 {
+                return Err(format!("Get \"{next}\": stopped after 10 redirects"));
+            }
+            url = next;
+            continue;
+        }
+        return if (200..400).contains(&code) {
+            Ok(())
+        } else {
+            Err(format!("HTTP probe failed with statuscode: {code}"))
+        };
+    }
+    unreachable!("the loop returns")
+}
+
+/// One GET: the status code and `Location`.
+async fn http_once(
+    url: &Url,
+    headers: &[(String, String)],
+    has: &impl Fn(&str) -> bool,
+) -> Result<(u16, Option<String>), String> {
+    use http_body_util::{BodyExt, Empty};
+    use hyper::header::{HeaderName, HeaderValue};
+    let err = |e: &dyn std::fmt::Display| format!("Get \"{url}\": {e}");
+    let tcp = tokio::net::TcpStream::connect((url.host.as_str(), url.port))
+        .await
+        .map_err(|e| err(&format!("dial tcp {}:{}: {e}", url.host, url.port)))?;
+    let mut req = hyper::Request::get(&url.path);
+    let mut host = format!("{}:{}", url.host, url.port);
+    for (k, v) in headers {
+        if k.eq_ignore_ascii_case("host") {
+            host = v.clone();
+            continue;
+        }
+        if k.eq_ignore_ascii_case("accept") && v.is_empty() {
+            continue;
+        }
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::try_from(k.as_str()),
+            HeaderValue::try_from(v.as_str()),
+        ) {
+            req = req.header(k, v);
+        }
+    }
+    if !has("user-agent") {
+        req = req.header(hyper::header::USER_AGENT, USER_AGENT);
+    }
+    if !has("accept") {
+        req = req.header(hyper::header::ACCEPT, "*/*");
+    }
+    let req = req
+        .header(hyper::header::HOST, host)
+        .header(hyper::header::CONNECTION, "close")
+        .body(Empty::<bytes::Bytes>::new())
+        .map_err(|e| err(&e))?;
+    let resp = if url.https {
+        let tls = std::sync::Arc::new(minik8s_kubeconfig::insecure::client_config());
+        let name =
+            rustls::pki_types::ServerName::try_from(url.host.clone()).map_err(|e| err(&e))?;
+        let stream = tokio_rustls::TlsConnector::from(tls)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| err(&e))?;
+        send(hyper_util::rt::TokioIo::new(stream), req).await
+    } else {
+        send(hyper_util::rt::TokioIo::new(tcp), req).await
+    }
+    .map_err(|e| err(&e))?;
+    let code = resp.status().as_u16();
+    let location = resp
+        .headers()
+        .get(hyper::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // Upstream reads at most 10 KiB of the body; the answer is decided by the code.
+    let mut body = resp.into_body();
+    let mut read = 0;
+    while read < 10 * 1024 {
+        match body.frame().await {
+            Some(Ok(f)) => read += f.data_ref().map_or(0, |d| d.len()),
+            _ => break,
+        }
+    }
+    Ok((code, location))
+}
+
+async fn send<S>(
+    io: hyper_util::rt::TokioIo<S>,
+    req: hyper::Request<http_body_util::Empty<bytes::Bytes>>,
+) -> Result<hyper::Response<hyper::body::Incoming>, hyper::Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    sender.send_request(req).await
+}
+
+/// The generated gRPC health client.
+mod health {
+    tonic::include_proto!("grpc.health.v1");
+}
+
+/// A gRPC probe: `grpc.health.v1.Health/Check` on the pod's port, without TLS, as upstream;
+/// only SERVING succeeds.
+async fn grpc_check(pod_ip: &str, port: u16, service: String) -> Result<(), String> {
+    use health::health_check_response::ServingStatus;
+    let addr = format!("http://{pod_ip}:{port}");
+    let channel = tonic::transport::Endpoint::from_shared(addr.clone())
+        .map_err(|e| e.to_string())?
+        .connect()
+        .await
+        .map_err(|e| format!("failed to connect service \"{pod_ip}:{port}\" within 1s: {e}"))?;
+    let mut client = health::health_client::HealthClient::new(channel);
+    let resp = client
+        .check(health::HealthCheckRequest { service })
+        .await
+        .map_err(|s| format!("rpc error: code = {:?} desc = {}", s.code(), s.message()))?;
+    match ServingStatus::try_from(resp.into_inner().status) {
+        Ok(ServingStatus::Serving) => Ok(()),
+        Ok(other) => Err(format!(
+            "service unhealthy (responded with \"{}\")",
+            other.as_str_name()
+        )),
+        Err(_) => Err("service unhealthy (responded with \"UNKNOWN\")".into()),
+    }
 }
 
 impl Probes {
@@ -170,7 +396,7 @@ impl Probes {
                 && since_start >= delay
                 && track.last.is_none_or(|l| l.elapsed() >= period);
             if due {
-                let ok = run_once(cri, p, c, container_id, pod_ip).await;
+                let ok = run_once(cri, p, c, container_id, pod_ip).await.is_ok();
                 track.last = Some(Instant::now());
                 if ok {
                     track.successes += 1;

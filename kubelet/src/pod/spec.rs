@@ -271,6 +271,20 @@ pub fn resources(c: &Container) -> cri::LinuxContainerResources {
     }
 }
 
+/// A command or its args with `$(VAR)` expanded from the container's environment and `$$`
+/// unescaped, as upstream's `ExpandContainerCommandAndArgs`.
+fn expand_all(words: Option<&[String]>, envs: &[cri::KeyValue]) -> Vec<String> {
+    let vars: std::collections::BTreeMap<String, String> = envs
+        .iter()
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    words
+        .unwrap_or_default()
+        .iter()
+        .map(|w| super::env::expand(w, &vars))
+        .collect()
+}
+
 /// The container config for attempt `attempt` of container `c`.
 pub fn container_config(
     pod: &Pod,
@@ -301,8 +315,8 @@ pub fn container_config(
             image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command: expand_all(c.command.as_deref(), &envs),
+        args: expand_all(c.args.as_deref(), &envs),
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
         mounts,
@@ -320,6 +334,9 @@ pub fn container_config(
                 privileged: security.and_then(|s| s.privileged).unwrap_or(false),
                 run_as_user,
                 run_as_group,
+                // allowPrivilegeEscalation: false is no_new_privs (upstream's
+                // AddNoNewPrivileges: only an explicit false sets it).
+                no_new_privs: security.and_then(|s| s.allow_privilege_escalation) == Some(false),
                 readonly_rootfs: security
                     .and_then(|s| s.read_only_root_filesystem)
                     .unwrap_or(false),
