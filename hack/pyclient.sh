@@ -4,7 +4,7 @@
 # conformance suite; prints its python's path.
 source "$(dirname "$0")/lib.sh"
 VENV="$ROOT/target/pyclient"
-PINS=(kubernetes==33.1.0 pytest==8.3.5 prometheus-client==0.21.1)
+PINS=(kubernetes==36.0.3 pytest==8.3.5 prometheus-client==0.21.1)
 stamp="$VENV/.pins"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${PINS[*]}" ]; then
   echo "$VENV/bin/python"

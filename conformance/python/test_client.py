@@ -303,3 +303,162 @@ def test_hpas_take_typed_models_in_both_versions_and_report_upstream_conditions(
     assert conditions["AbleToScale"].status == "False"
     assert conditions["AbleToScale"].reason == "FailedGetScale"
     assert 'deployments.apps "nothing" not found' in conditions["AbleToScale"].message
+
+
+# API correctness round 2 (issue 33): what the client's own e2e tests drive.
+
+def test_interactive_exec_delivers_output_the_status_channel_and_closes(api, ns):
+    from kubernetes.stream.ws_client import ERROR_CHANNEL
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(ns, busybox_pod("sh", ["sleep", "3600"]))
+    wait_running(v1, "sh", ns)
+    for binary in (False, True):
+        enc = (lambda s: s.encode()) if binary else (lambda s: s)
+        resp = stream(v1.connect_post_namespaced_pod_exec, "sh", ns, command=["/bin/sh"],
+                      stderr=True, stdin=True, stdout=True, tty=False, binary=binary,
+                      _preload_content=False)
+        resp.write_stdin(enc("echo test string 1\n"))
+        assert resp.readline_stdout(timeout=5) == enc("test string 1")
+        assert not resp.peek_stderr()
+        resp.write_stdin(enc("echo test string 2 >&2\n"))
+        assert resp.readline_stderr(timeout=5) == enc("test string 2")
+        assert not resp.peek_stdout()
+        resp.write_stdin(enc("exit\n"))
+        resp.update(timeout=5)
+        deadline = time.time() + 10
+        line = resp.read_channel(ERROR_CHANNEL)
+        while len(line) == 0 and time.time() < deadline:
+            time.sleep(0.2)
+            resp.update(timeout=1)
+            line = resp.read_channel(ERROR_CHANNEL)
+        import json
+        assert json.loads(line)["status"] == "Success", line
+        resp.update(timeout=5)
+        assert not resp.is_open()
+    # A non-zero exit reaches the client as its return code.
+    resp = stream(v1.connect_post_namespaced_pod_exec, "sh", ns, command=["/bin/sh"],
+                  stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+    resp.write_stdin("exit 3\n")
+    resp.run_forever(timeout=10)
+    assert resp.returncode == 3
+
+
+def test_port_forward_through_kubernetes_stream(api, ns):
+    from kubernetes.stream import portforward
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(ns, busybox_pod("web", ["httpd", "-f", "-p", "8080", "-h", "/www"]))
+    wait_running(v1, "web", ns)
+    deadline = time.time() + 30
+    while True:
+        pf = portforward(v1.connect_get_namespaced_pod_portforward, "web", ns, ports="8080")
+        sock = pf.socket(8080)
+        sock.settimeout(10)
+        sock.sendall(b"GET / HTTP/1.0\r\nHost: web\r\n\r\n")
+        data = b""
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        sock.close()
+        error = pf.error(8080)
+        pf.close()
+        if data.startswith(b"HTTP/1.1 200") or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert data.startswith(b"HTTP/1.1 200"), (data, error)
+    assert error is None
+
+
+def test_create_from_yaml_then_apply_twice_is_idempotent(api, ns):
+    apps = client.AppsV1Api(api)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("""apiVersion: apps/v1
+kind: Deployment
+metadata: {name: nginx-app, labels: {app: nginx}}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: nginx}}
+  template:
+    metadata: {labels: {app: nginx}}
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.15.4
+        ports:
+        - containerPort: 80
+""")
+    utils.create_from_yaml(api, f.name, namespace=ns)
+    for _ in range(2):
+        utils.create_from_yaml(api, f.name, namespace=ns, apply=True)
+    dep = apps.read_namespaced_deployment("nginx-app", ns)
+    assert dep.spec.template.spec.containers[0].ports[0].container_port == 80
+    assert dep.spec.template.spec.containers[0].ports[0].protocol == "TCP"
+    managers = {m.manager for m in dep.metadata.managed_fields}
+    assert "python-client" in managers, managers
+    os.unlink(f.name)
+
+
+def test_already_exists_body_is_byte_identical_to_upstreams(api, ns):
+    v1 = client.CoreV1Api(api)
+    svc = client.V1Service(metadata=client.V1ObjectMeta(name="mock-2"),
+                           spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]))
+    v1.create_namespaced_service(ns, svc)
+    with pytest.raises(ApiException) as e:
+        v1.create_namespaced_service(ns, svc)
+    assert e.value.status == 409
+    assert e.value.body == (
+        '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        '"message":"services \\"mock-2\\" already exists","reason":"AlreadyExists",'
+        '"details":{"name":"mock-2","kind":"services"},"code":409}\n'
+    )
+
+
+def test_controllers_scheduler_and_kubelet_report_events(api, ns):
+    apps = client.AppsV1Api(api)
+    v1 = client.CoreV1Api(api)
+    dep = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="bb"),
+        spec=client.V1DeploymentSpec(
+            replicas=2,
+            selector=client.V1LabelSelector(match_labels={"app": "bb"}),
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels={"app": "bb"}),
+                spec=client.V1PodSpec(
+                    containers=[client.V1Container(name="main", image="busybox", command=["sleep", "3600"])],
+                    termination_grace_period_seconds=1,
+                ),
+            ),
+        ),
+    )
+    apps.create_namespaced_deployment(ns, dep)
+    v1.create_namespaced_pod(ns, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="missing"),
+        spec=client.V1PodSpec(containers=[client.V1Container(name="main", image="nosuch/image:v1")]),
+    ))
+
+    def reasons(kind, name=None):
+        sel = f"involvedObject.kind={kind}" + (f",involvedObject.name={name}" if name else "")
+        return {(e.reason, e.message) for e in v1.list_namespaced_event(ns, field_selector=sel).items}
+
+    deadline = time.time() + 60
+    want = {"Scheduled", "Pulled", "Created", "Started"}
+    while time.time() < deadline:
+        pods = [p for p in v1.list_namespaced_pod(ns, label_selector="app=bb").items]
+        got = {p.metadata.name: {r for r, _ in reasons("Pod", p.metadata.name)} for p in pods}
+        bad = {r for r, _ in reasons("Pod", "missing")}
+        if len(got) == 2 and all(want <= r for r in got.values()) and {"Failed", "BackOff"} <= bad:
+            break
+        time.sleep(1)
+    assert len(got) == 2 and all(want <= r for r in got.values()), got
+    assert {"Scheduled", "Pulling", "Failed", "BackOff"} <= bad, bad
+    rs = reasons("ReplicaSet")
+    assert [r for r, m in rs if r == "SuccessfulCreate" and m.startswith("Created pod: bb-")], rs
+    assert len([r for r, _ in rs if r == "SuccessfulCreate"]) == 2, rs
+    scaled = reasons("Deployment", "bb")
+    assert [m for r, m in scaled if r == "ScalingReplicaSet" and m.startswith("Scaled up replica set bb-") and m.endswith("from 0 to 2")], scaled
+    # Container events name the container; the source is the kubelet on the node.
+    ev = [e for e in v1.list_namespaced_event(ns, field_selector="involvedObject.name=missing,reason=Failed").items]
+    assert ev and ev[0].involved_object.field_path == "spec.containers{main}", ev
+    assert ev[0].source.component == "kubelet" and ev[0].source.host, ev[0].source
+    assert any(e.message.startswith('Failed to pull image "nosuch/image:v1": rpc error: code = NotFound') for e in ev), [e.message for e in ev]

@@ -332,3 +332,108 @@ fn paths_health_checks_and_discovery_order_match_upstream() {
         "{err}"
     );
 }
+
+/// API correctness round 2 (issue 33), as kubectl and raw requests meet it.
+#[test]
+fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream() {
+    let c = Cluster::start();
+    // Upstream's field sets format unset booleans as "false": the e2e suite's first request.
+    c.with_manifest(
+        &["create"],
+        "apiVersion: v1\nkind: Node\nmetadata: {name: plain}\n",
+    );
+    c.with_manifest(
+        &["create"],
+        "apiVersion: v1\nkind: Node\nmetadata: {name: cordoned}\nspec: {unschedulable: true}\n",
+    );
+    let schedulable = c.ok(&[
+        "get",
+        "nodes",
+        "--field-selector",
+        "spec.unschedulable=false",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(schedulable.trim(), "node/plain", "{schedulable}");
+    let cordoned = c.ok(&[
+        "get",
+        "nodes",
+        "--field-selector",
+        "spec.unschedulable=true",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(cordoned.trim(), "node/cordoned", "{cordoned}");
+    let unassigned = c.ok(&["get", "pods", "-A", "--field-selector", "spec.nodeName="]);
+    assert!(!unassigned.contains("Error"), "{unassigned}");
+
+    // Status bodies byte for byte as upstream encodes them.
+    c.ok(&["create", "configmap", "dup"]);
+    let client = c.client();
+    let body = c.block_on(async {
+        let req = http::Request::post("/api/v1/namespaces/default/configmaps")
+            .header("Content-Type", "application/json")
+            .body(br#"{"metadata":{"name":"dup"}}"#.to_vec())
+            .unwrap();
+        client.request_text(req).await.unwrap_err()
+    });
+    match body {
+        kube::Error::Api(s) => {
+            assert_eq!(
+                (s.code, s.reason.as_str(), s.message.as_str()),
+                (409, "AlreadyExists", r#"configmaps "dup" already exists"#)
+            );
+        }
+        other => panic!("{other}"),
+    }
+    let raw = c.block_on(async {
+        let req = http::Request::post("/api/v1/namespaces/default/configmaps")
+            .header("Content-Type", "application/json")
+            .body(br#"{"metadata":{"name":"dup"}}"#.to_vec())
+            .unwrap();
+        let resp = client
+            .send(req.map(kube::client::Body::from))
+            .await
+            .unwrap();
+        let bytes = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    });
+    assert_eq!(
+        raw,
+        "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"configmaps \\\"dup\\\" already exists\",\"reason\":\"AlreadyExists\",\"details\":{\"name\":\"dup\",\"kind\":\"configmaps\"},\"code\":409}\n"
+    );
+
+    // A namespaced kind is created only under /namespaces/{ns}/.
+    let r = c.kubectl_stdin(
+        &["create", "--raw", "/api/v1/configmaps", "-f", "-"],
+        Some(r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"nowhere","namespace":"default"}}"#),
+    );
+    assert!(!r.ok, "{}", r.stdout);
+    assert!(r.stderr.contains("MethodNotAllowed"), "{}", r.stderr);
+    assert!(
+        c.kubectl(&["get", "configmap", "nowhere"])
+            .stderr
+            .contains("NotFound"),
+        "the refused create wrote nothing"
+    );
+
+    // Creating in a terminating namespace: upstream's Forbidden, naming the object.
+    c.ok(&["create", "namespace", "leaving"]);
+    c.ok(&["create", "configmap", "keep", "-n", "leaving"]);
+    c.ok(&["delete", "namespace", "leaving", "--wait=false"]);
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: leaving}\n"),
+    );
+    assert!(!r.ok, "{}", r.stdout);
+    let refused = r.stderr;
+    assert!(
+        refused.contains(
+            r#"Error from server (Forbidden): error when creating "STDIN": configmaps "x" is forbidden: unable to create new content in namespace leaving because it is being terminated"#
+        ),
+        "{refused}"
+    );
+}

@@ -394,6 +394,17 @@ fn router(c: &Cluster) {
     assert!(r.ok, "{}", r.stderr);
     let listed = c.ok(&["get", "dns", "seed", "--no-headers"]);
     assert!(listed.contains("minik8s.io"), "{listed}");
+    // The PATHS column (`.spec.subpaths[*].path`) shows the first path, as upstream's table
+    // convertor prints a JSONPath's first result, in both the plain and the wide table.
+    for wide in [&[][..], &["-o", "wide"][..]] {
+        let mut args = vec!["get", "dns", "seed"];
+        args.extend(wide);
+        let table = c.ok(&args);
+        let header = table.lines().next().unwrap_or_default();
+        assert!(header.contains("PATHS"), "{table}");
+        assert!(table.contains("/test1"), "{table}");
+        assert!(!table.contains("<none>"), "{table}");
+    }
     // status.backends and Ready.
     c.eventually(
         &[

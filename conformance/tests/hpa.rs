@@ -572,6 +572,18 @@ fn hpa_scales_on_real_metrics_keeps_its_decision_across_a_restart_and_reads_as_u
         events.contains("New size: 1; reason: All metrics below target"),
         "{events}"
     );
+    // Rescales with different messages stay separate events, as upstream's recorder keeps
+    // them: describe shows the way up and the way down.
+    let described = c.ok(&["describe", "hpa", "burn"]);
+    for want in [
+        "New size: 4; reason: cpu resource utilization (percentage of request) above target",
+        "New size: 1; reason: All metrics below target",
+    ] {
+        assert!(
+            described.contains(want),
+            "describe lacks {want:?}:\n{described}"
+        );
+    }
     // With nothing pending any more, the history annotation goes away.
     c.eventually(
         &[

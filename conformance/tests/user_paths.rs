@@ -62,6 +62,24 @@ fn the_python_client_busybox_tools_and_sandbox_failures_behave_as_upstream() {
             "--timeout=90s",
         ]);
     }
+    // `kubectl describe` shows what the scheduler and the kubelet did, as upstream's.
+    let described = c.ok(&["describe", "pod", "web"]);
+    let events = described
+        .split("Events:")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    for line in [
+        "Successfully assigned default/web to u1",
+        "Created container: web",
+        "Started container web",
+    ] {
+        assert!(events.contains(line), "{line:?} not in:\n{described}");
+    }
+    assert!(
+        events.contains("already present on machine") || events.contains("Successfully pulled"),
+        "{described}"
+    );
     let ip = c.ok(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
     for url in [
         "http://127.0.0.1:8080/",

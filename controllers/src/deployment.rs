@@ -15,7 +15,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,6 +166,7 @@ fn available(rs: &ReplicaSet) -> i32 {
 struct Ctx {
     client: Client,
     sets: Store<ReplicaSet>,
+    recorder: minik8s_events::Recorder,
 }
 
 fn now() -> String {
@@ -174,6 +175,7 @@ fn now() -> String {
 
 /// Sets a ReplicaSet's replicas (and the Deployment's annotations on it).
 async fn scale(
+    ctx: &Ctx,
     api: &Api<ReplicaSet>,
     rs: &ReplicaSet,
     replicas: i32,
@@ -198,6 +200,18 @@ async fn scale(
         &Patch::Merge(patch),
     )
     .await?;
+    let was = spec_replicas(rs);
+    if was != replicas {
+        let way = if was < replicas { "up" } else { "down" };
+        ctx.recorder.normal(
+            &d.object_ref(&()),
+            "ScalingReplicaSet",
+            format!(
+                "Scaled {way} replica set {} from {was} to {replicas}",
+                rs.name_any()
+            ),
+        );
+    }
     Ok(())
 }
 
@@ -323,6 +337,16 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
                 Err(e) => return Err(e.into()),
             };
             progressed = true;
+            if initial > 0 {
+                ctx.recorder.normal(
+                    &d.object_ref(&()),
+                    "ScalingReplicaSet",
+                    format!(
+                        "Scaled up replica set {} from 0 to {initial}",
+                        created.name_any()
+                    ),
+                );
+            }
             Some(Arc::new(created))
         }
     };
@@ -344,18 +368,18 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
         let sizes: Vec<i32> = active.iter().map(|rs| spec_replicas(rs)).collect();
         let allowed = if paused { replicas } else { replicas + surge };
         for (rs, target) in active.iter().zip(proportional(allowed, &sizes)) {
-            scale(&api, rs, target, &d, surge).await?;
+            scale(&ctx, &api, rs, target, &d, surge).await?;
         }
         progressed = true;
     } else if paused {
         if let Some(n) = &new
             && old.iter().all(|rs| spec_replicas(rs) == 0)
         {
-            scale(&api, n, replicas, &d, surge).await?;
+            scale(&ctx, &api, n, replicas, &d, surge).await?;
         }
     } else if recreate {
         for rs in old.iter().filter(|rs| spec_replicas(rs) > 0) {
-            scale(&api, rs, 0, &d, surge).await?;
+            scale(&ctx, &api, rs, 0, &d, surge).await?;
             progressed = true;
         }
         let old_running: i32 = old
@@ -369,7 +393,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
             if spec_replicas(n) != replicas {
                 progressed = true;
             }
-            scale(&api, n, replicas, &d, surge).await?;
+            scale(&ctx, &api, n, replicas, &d, surge).await?;
         }
     } else if let Some(n) = &new {
         let counts = |rs: &ReplicaSet| SetCounts {
@@ -382,11 +406,11 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
         if new_target != spec_replicas(n) {
             progressed = true;
         }
-        scale(&api, n, new_target, &d, surge).await?;
+        scale(&ctx, &api, n, new_target, &d, surge).await?;
         for (rs, t) in old.iter().zip(old_targets) {
             if t != spec_replicas(rs) {
                 progressed = true;
-                scale(&api, rs, t, &d, surge).await?;
+                scale(&ctx, &api, rs, t, &d, surge).await?;
             }
         }
     }
@@ -637,6 +661,7 @@ pub async fn run(
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         sets,
+        recorder: minik8s_events::Recorder::new(client.clone(), "deployment-controller", None),
     });
     Controller::new(
         Api::<Deployment>::all(client.clone()),
@@ -744,6 +769,11 @@ mod tests {
         let ctx = Arc::new(Ctx {
             client: m.client.clone(),
             sets: crate::testing::store(Vec::<ReplicaSet>::new()),
+            recorder: minik8s_events::Recorder::new(
+                m.client.clone(),
+                "deployment-controller",
+                None,
+            ),
         });
         m.run(reconcile(Arc::new(d), ctx)).unwrap();
         let created = crate::testing::matching(&calls, "POST", "/namespaces/default/replicasets");

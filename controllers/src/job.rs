@@ -18,7 +18,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -177,6 +177,8 @@ pub struct Ctx {
     pub pods: Store<Pod>,
     /// Creations and deletions not yet seen by the informer.
     pub expectations: Expectations,
+    /// Records the Job's events.
+    pub recorder: minik8s_events::Recorder,
 }
 
 /// Reconciles one Job.
@@ -237,7 +239,11 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
             .expect(&uid, extra.iter().map(|n| format!("-{n}")));
         for n in extra {
             match pods_api.delete(&n, &DeleteParams::background()).await {
-                Ok(_) => {}
+                Ok(_) => ctx.recorder.normal(
+                    &job.object_ref(&()),
+                    "SuccessfulDelete",
+                    format!("Deleted pod: {n}"),
+                ),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => {
                     ctx.expectations.forget(&uid, &format!("-{n}"));
@@ -252,14 +258,43 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
             ctx.expectations.expect(&uid, [name.clone()]);
             if let Err(e) = pods_api.create(&PostParams::default(), &pod).await {
                 ctx.expectations.forget(&uid, &name);
+                ctx.recorder.warning(
+                    &job.object_ref(&()),
+                    "FailedCreate",
+                    format!("Error creating: {}", util::api_message(&e)),
+                );
                 return Err(e.into());
             }
+            ctx.recorder.normal(
+                &job.object_ref(&()),
+                "SuccessfulCreate",
+                format!("Created pod: {name}"),
+            );
             active.push(name);
         }
     }
     let status = status_of(&job, &counts, active.len(), start, finish.as_ref(), now);
     let changed = serde_json::to_value(job.status.clone().unwrap_or_default())? != status;
     if changed {
+        // The Job's end, said once as upstream: Completed, or the failure's reason.
+        let ended = |t: &str| {
+            status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|c| c["type"] == t && c["status"] == "True")
+                .filter(|_| !has_condition(&job, t))
+        };
+        if ended("Complete").is_some() {
+            ctx.recorder
+                .normal(&job.object_ref(&()), "Completed", "Job completed");
+        } else if let Some(c) = ended("Failed") {
+            ctx.recorder.warning(
+                &job.object_ref(&()),
+                c["reason"].as_str().unwrap_or("Failed"),
+                c["message"].as_str().unwrap_or_default(),
+            );
+        }
         jobs.patch_status(
             &job.name_any(),
             &PatchParams::default(),
@@ -404,6 +439,7 @@ pub async fn run(
         client: client.clone(),
         pods,
         expectations: Expectations::default(),
+        recorder: minik8s_events::Recorder::new(client.clone(), "job-controller", None),
     });
     Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default())
         .owns_shared_stream(informers.subscribe::<Pod>())
@@ -503,6 +539,7 @@ mod tests {
             client: m.client.clone(),
             pods: crate::testing::store(pods),
             expectations: Expectations::default(),
+            recorder: minik8s_events::Recorder::new(m.client.clone(), "job-controller", None),
         });
         m.run(reconcile(Arc::new(job), ctx)).unwrap();
         calls

@@ -11,6 +11,7 @@ use crate::{Error, Result};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
+use kube::Resource;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
@@ -147,6 +148,7 @@ struct Ctx {
     client: Client,
     pods: Store<Pod>,
     expectations: Expectations,
+    recorder: minik8s_events::Recorder,
 }
 
 /// A pod's name, borrowed.
@@ -237,7 +239,11 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
                     .expect(&uid, names.iter().map(|n| format!("-{n}")));
                 for n in names {
                     match api.delete(&n, &DeleteParams::background()).await {
-                        Ok(_) => {}
+                        Ok(_) => ctx.recorder.normal(
+                            &rs.object_ref(&()),
+                            "SuccessfulDelete",
+                            format!("Deleted pod: {n}"),
+                        ),
                         Err(kube::Error::Api(s)) if matches!(s.code, 404) => {}
                         Err(e) => {
                             ctx.expectations.forget(&uid, &format!("-{n}"));
@@ -288,13 +294,22 @@ async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize)
         let mut failed = None;
         for (name, r) in results {
             match r {
-                Ok(_) => {}
+                Ok(_) => ctx.recorder.normal(
+                    &rs.object_ref(&()),
+                    "SuccessfulCreate",
+                    format!("Created pod: {name}"),
+                ),
                 // A random name that is taken (rare): the next reconcile makes another.
                 Err(kube::Error::Api(s)) if s.code == 409 => {
                     ctx.expectations.forget(uid, &name);
                 }
                 Err(e) => {
                     ctx.expectations.forget(uid, &name);
+                    ctx.recorder.warning(
+                        &rs.object_ref(&()),
+                        "FailedCreate",
+                        format!("Error creating: {}", util::api_message(&e)),
+                    );
                     failed = Some(e);
                 }
             }
@@ -385,6 +400,7 @@ pub async fn run(
         client: client.clone(),
         pods,
         expectations: Expectations::default(),
+        recorder: minik8s_events::Recorder::new(client.clone(), "replicaset-controller", None),
     });
     Controller::new(
         Api::<ReplicaSet>::all(client.clone()),
@@ -488,6 +504,11 @@ mod tests {
             client: m.client.clone(),
             pods: crate::testing::store(Vec::<Pod>::new()),
             expectations: Expectations::default(),
+            recorder: minik8s_events::Recorder::new(
+                m.client.clone(),
+                "replicaset-controller",
+                None,
+            ),
         });
         m.run(reconcile(Arc::new(rs), ctx.clone())).unwrap();
         let created = crate::testing::matching(&calls, "POST", "/namespaces/default/pods");

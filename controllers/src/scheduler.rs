@@ -30,10 +30,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_events::Recorder;
 use minik8s_types::Quantity;
 use minik8s_types::storage::SELECTED_NODE;
 use serde_json::json;
@@ -541,13 +541,7 @@ pub struct Scheduler {
 impl Scheduler {
     /// A scheduler deciding from these node and pod stores.
     pub fn new(client: Client, nodes: Store<Node>, pods: Store<Pod>) -> Scheduler {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "default-scheduler".into(),
-                instance: None,
-            },
-        );
+        let recorder = Recorder::new(client.clone(), "default-scheduler", None);
         Scheduler {
             client,
             nodes,
@@ -707,6 +701,11 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
             {
                 Ok(_) => {
                     tracing::debug!(pod = %util::key(pod.as_ref()), %node, "bound");
+                    s.recorder.normal(
+                        &pod.object_ref(&()),
+                        "Scheduled",
+                        format!("Successfully assigned {ns}/{name} to {node}"),
+                    );
                     Ok(Action::await_change())
                 }
                 Err(e) => {
@@ -732,23 +731,8 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
                 }]}});
                 api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
                     .await?;
-                let reference = pod.object_ref(&());
-                if let Err(e) = s
-                    .recorder
-                    .publish(
-                        &Event {
-                            type_: EventType::Warning,
-                            reason: "FailedScheduling".into(),
-                            note: Some(message.clone()),
-                            action: "Scheduling".into(),
-                            secondary: None,
-                        },
-                        &reference,
-                    )
-                    .await
-                {
-                    tracing::warn!(error = %e, "recording FailedScheduling");
-                }
+                s.recorder
+                    .warning(&pod.object_ref(&()), "FailedScheduling", message.clone());
             }
             Ok(Action::requeue(Duration::from_secs(5)))
         }
@@ -981,7 +965,23 @@ mod tests {
                 .contains("Insufficient cpu"),
             "{cond}"
         );
+        m.settle();
         let events = crate::testing::matching(&m.calls, "POST", "/events");
-        assert_eq!(events[0].body["reason"], "FailedScheduling");
+        let said: Vec<(&str, &str)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.body["reason"].as_str().unwrap_or_default(),
+                    e.body["involvedObject"]["name"]
+                        .as_str()
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(said, [("Scheduled", "small"), ("FailedScheduling", "huge")]);
+        assert_eq!(
+            events[0].body["message"],
+            format!("Successfully assigned default/small to {target}")
+        );
     }
 }

@@ -117,4 +117,11 @@ impl Mock {
     pub fn run<F: std::future::Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }
+
+    /// Lets tasks the controller spawned (the event sink) run for a moment.
+    pub fn settle(&self) {
+        self.rt.block_on(async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        });
+    }
 }

@@ -130,6 +130,14 @@ pub fn pod_requests(pod: &Pod) -> BTreeMap<String, Quantity> {
     total
 }
 
+/// An API error as upstream's controllers print it in events: the Status's message.
+pub fn api_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// `namespace/name` of an object, for logs and maps.
 pub fn key<K: Resource>(obj: &K) -> String {
     let m = obj.meta();

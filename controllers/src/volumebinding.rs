@@ -17,9 +17,9 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_events::{Recorder, Type};
 use minik8s_types::Quantity;
 use minik8s_types::storage::{
     BETA_STORAGE_PROVISIONER, BIND_COMPLETED, BOUND_BY_CONTROLLER, SELECTED_NODE,
@@ -205,13 +205,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let mut b = Binder {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "persistentvolume-controller".into(),
-                instance: None,
-            },
-        ),
+        recorder: Recorder::new(client.clone(), "persistentvolume-controller", None),
         client,
         claims: informers.all::<PersistentVolumeClaim>().await,
         volumes: informers.all::<PersistentVolume>().await,
@@ -268,7 +262,7 @@ impl Binder {
                     self.claim_status(c, json!({"phase": "Lost"})).await?;
                     self.tell(
                         c,
-                        EventType::Warning,
+                        Type::Warning,
                         "ClaimLost",
                         "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
                     )
@@ -298,8 +292,7 @@ impl Binder {
             Some(n) => match volumes.iter().find(|v| v.name_any() == *n) {
                 None => {
                     let msg = format!("volume \"{n}\" not found");
-                    self.tell(c, EventType::Warning, "FailedBinding", &msg)
-                        .await;
+                    self.tell(c, Type::Warning, "FailedBinding", &msg).await;
                     return Ok(());
                 }
                 Some(v)
@@ -307,8 +300,7 @@ impl Binder {
                         && !claimed_by(v, c) =>
                 {
                     let msg = format!("volume \"{n}\" already bound to a different claim.");
-                    self.tell(c, EventType::Warning, "FailedBinding", &msg)
-                        .await;
+                    self.tell(c, Type::Warning, "FailedBinding", &msg).await;
                     return Ok(());
                 }
                 Some(v) => Some(v.clone()),
@@ -340,23 +332,23 @@ impl Binder {
             if class_name.is_empty() {
                 let msg =
                     "no persistent volumes available for this claim and no storage class is set";
-                self.tell(c, EventType::Normal, "FailedBinding", msg).await;
+                self.tell(c, Type::Normal, "FailedBinding", msg).await;
             } else {
                 let msg = format!("storageclass.storage.k8s.io \"{class_name}\" not found");
-                self.tell(c, EventType::Warning, "ProvisioningFailed", &msg)
+                self.tell(c, Type::Warning, "ProvisioningFailed", &msg)
                     .await;
             }
             return Ok(());
         };
         if delayed && selected.is_none() {
             let msg = "waiting for first consumer to be created before binding";
-            self.tell(c, EventType::Normal, "WaitForFirstConsumer", msg)
+            self.tell(c, Type::Normal, "WaitForFirstConsumer", msg)
                 .await;
             return Ok(());
         }
         if class.provisioner == "kubernetes.io/no-provisioner" {
             let msg = "no volume plugin matched name: kubernetes.io/no-provisioner";
-            self.tell(c, EventType::Normal, "FailedBinding", msg).await;
+            self.tell(c, Type::Normal, "FailedBinding", msg).await;
             return Ok(());
         }
         if c.annotations().get(STORAGE_PROVISIONER) != Some(&class.provisioner) {
@@ -379,7 +371,7 @@ impl Binder {
             "Waiting for a volume to be created either by the external provisioner '{}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.",
             class.provisioner
         );
-        self.tell(c, EventType::Normal, "ExternalProvisioning", &msg)
+        self.tell(c, Type::Normal, "ExternalProvisioning", &msg)
             .await;
         Ok(())
     }
@@ -468,23 +460,15 @@ impl Binder {
     }
 
     /// Records an Event on the claim unless it was told the same already.
-    async fn tell(&mut self, c: &PersistentVolumeClaim, type_: EventType, reason: &str, msg: &str) {
+    async fn tell(&mut self, c: &PersistentVolumeClaim, type_: Type, reason: &str, msg: &str) {
         let uid = c.uid().unwrap_or_default();
         let said = format!("{reason}: {msg}");
         if self.told.get(&uid) == Some(&said) {
             return;
         }
         self.told.insert(uid, said);
-        let event = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(msg.into()),
-            action: "Binding".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &c.object_ref(&())).await {
-            tracing::warn!(error = %e, "recording a claim event");
-        }
+        self.recorder
+            .record(&c.object_ref(&()), type_, reason, msg.into());
     }
 }
 

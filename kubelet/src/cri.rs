@@ -349,6 +349,11 @@ impl Cri {
 
     /// The image's id if the runtime has it.
     pub async fn image_id(&self, image: &str) -> Result<Option<String>> {
+        Ok(self.image(image).await?.map(|(id, _)| id))
+    }
+
+    /// The id and size in bytes of an image, if present.
+    pub async fn image(&self, image: &str) -> Result<Option<(String, u64)>> {
         let req = ImageStatusRequest {
             image: Some(ImageSpec {
                 image: image.into(),
@@ -362,7 +367,7 @@ impl Cri {
             .image_status(req)
             .await
             .map_err(cri("ImageStatus"))?;
-        Ok(status.into_inner().image.map(|i| i.id))
+        Ok(status.into_inner().image.map(|i| (i.id, i.size)))
     }
 
     /// Pulls an image and returns its reference.

@@ -49,6 +49,21 @@ pub enum Error {
     Pod(String),
 }
 
+impl Error {
+    /// The error as upstream's kubelet words a runtime's answer in events and container
+    /// statuses: `rpc error: code = NotFound desc = …` for a CRI call, else the error.
+    pub fn runtime_message(&self) -> String {
+        match self {
+            Error::Cri { status, .. } => format!(
+                "rpc error: code = {:?} desc = {}",
+                status.code(),
+                status.message()
+            ),
+            other => other.to_string(),
+        }
+    }
+}
+
 /// The kubelet's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

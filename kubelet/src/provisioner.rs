@@ -14,10 +14,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_events::Recorder;
 use minik8s_types::finalizers;
 use minik8s_types::storage::{
     LOCAL_PATH_PROVISIONER, PROVISIONED_BY, PROVISIONER_FINALIZER, SELECTED_NODE,
@@ -151,10 +151,8 @@ pub async fn run(client: Client, node: String, root: PathBuf, shutdown: Cancella
     let (volumes, volumes_watch) = reflect(Api::<PersistentVolume>::all(client.clone()));
     let recorder = Recorder::new(
         client.clone(),
-        Reporter {
-            controller: format!("{LOCAL_PATH_PROVISIONER}_{node}"),
-            instance: None,
-        },
+        &format!("{LOCAL_PATH_PROVISIONER}_{node}"),
+        None,
     );
     let work = async {
         let _ = claims.wait_until_ready().await;
@@ -217,16 +215,11 @@ async fn pass(
         };
         if made {
             tracing::info!(claim = %claim.name_any(), volume = %name, path = %dir.display(), "provisioned");
-            let event = Event {
-                type_: EventType::Normal,
-                reason: "ProvisioningSucceeded".into(),
-                note: Some(format!("Successfully provisioned volume {name}")),
-                action: "Provisioning".into(),
-                secondary: None,
-            };
-            if let Err(e) = recorder.publish(&event, &claim.object_ref(&())).await {
-                tracing::warn!(error = %e, "recording a provisioning event");
-            }
+            recorder.normal(
+                &claim.object_ref(&()),
+                "ProvisioningSucceeded",
+                format!("Successfully provisioned volume {name}"),
+            );
         }
     }
     for v in existing {

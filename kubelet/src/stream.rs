@@ -3,7 +3,8 @@
 //! connection (SPDY, or WebSocket up to v4) to containerd's stream server as is. The runtime's
 //! WebSocket side stops at v4, which cannot close stdin alone, so kubectl's default, the v5
 //! channel protocol over WebSocket, is translated here to SPDY toward the runtime
-//! ([`translate_v5`], on [`crate::spdy`]).
+//! ([`translate`], on [`crate::spdy`]); so is v4, which clients such as the Python client
+//! send in text frames.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode, header};
@@ -151,18 +152,24 @@ pub async fn serve(
 ) -> Response {
     use axum::extract::FromRequestParts;
     use axum::extract::ws::WebSocketUpgrade;
-    let protocol = if streams.is_some() { V5 } else { TUNNEL };
-    if !offers(req.headers(), protocol) {
+    // Exec and attach over WebSocket v5 or v4 are translated (the client may send its
+    // channels in text frames, as the Python client does, and v4's status must reach it
+    // before the close); older versions and SPDY are relayed.
+    let protocol = match streams {
+        Some(_) => [V5, V4].into_iter().find(|p| offers(req.headers(), p)),
+        None => offers(req.headers(), TUNNEL).then_some(TUNNEL),
+    };
+    let Some(protocol) = protocol else {
         let upgrade = hyper::upgrade::on(&mut req);
         return relay(url, req.headers(), upgrade, tasks, shutdown).await;
-    }
+    };
     let (mut parts, _) = req.into_parts();
     let ws = match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
         Ok(ws) => ws,
         Err(e) => return e.into_response(),
     };
     match streams {
-        Some(streams) => translate_v5(url, ws, streams, tasks, shutdown).await,
+        Some(streams) => translate(url, ws, protocol, streams, tasks, shutdown).await,
         None => tunnel(url, ws, tasks, shutdown).await,
     }
 }
@@ -258,13 +265,15 @@ async fn dial_spdy(
         .map_err(|e| e.to_string())
 }
 
-/// Serves a v5 WebSocket exec/attach session by translating it to SPDY toward the runtime
-/// (whose WebSocket side stops at v4, which cannot close stdin alone): channel 0 (stdin) and
-/// 4 (resize) become data on those streams, v5's close of channel 0 closes stdin, and the
-/// runtime's stdout, stderr and error streams come back as channels 1, 2 and 3.
-async fn translate_v5(
+/// Serves a v5 or v4 WebSocket exec/attach session by translating it to SPDY toward the
+/// runtime (whose WebSocket side stops at v4, which cannot close stdin alone): channel 0
+/// (stdin) and 4 (resize) become data on those streams, v5's close of channel 0 closes
+/// stdin, and the runtime's stdout, stderr and error (v4's Status) streams come back as
+/// channels 1, 2 and 3, in binary or text frames as the client sends.
+async fn translate(
     url: &str,
     ws: axum::extract::ws::WebSocketUpgrade,
+    protocol: &'static str,
     streams: Streams,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
@@ -275,9 +284,9 @@ async fn translate_v5(
     };
     let tasks = tasks.clone();
     let shutdown = shutdown.clone();
-    ws.protocols([V5])
+    ws.protocols([protocol])
         .on_upgrade(move |socket| async move {
-            if let Err(e) = pump(socket, upgraded, streams, &tasks, &shutdown).await {
+            if let Err(e) = pump(socket, upgraded, protocol, streams, &tasks, &shutdown).await {
                 tracing::debug!(error = %e, "exec session");
             }
         })
@@ -287,6 +296,7 @@ async fn translate_v5(
 async fn pump(
     socket: axum::extract::ws::WebSocket,
     upgraded: hyper::upgrade::Upgraded,
+    protocol: &str,
     streams: Streams,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
@@ -332,12 +342,18 @@ async fn pump(
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            msg = from_client.next() => match msg {
+            msg = from_client.next() => match msg.map(|m| m.map(|m| match m {
+                // A text frame carries the channel as its first character, as a binary one.
+                Message::Text(t) => Message::Binary(bytes::Bytes::from(t.as_str().as_bytes().to_vec())),
+                other => other,
+            })) {
                 Some(Ok(Message::Binary(b))) if !b.is_empty() && runtime_takes_input => {
                     let sent = match (b[0], stdin, resize) {
                         (0, Some(id), _) => w.data(id, &b[1..], false).await,
                         (4, _, Some(id)) => w.data(id, &b[1..], false).await,
-                        (255, Some(id), _) if b.get(1) == Some(&0) => w.data(id, &[], true).await,
+                        (255, Some(id), _) if protocol == V5 && b.get(1) == Some(&0) => {
+                            w.data(id, &[], true).await
+                        }
                         _ => Ok(()),
                     };
                     if let Err(e) = sent {

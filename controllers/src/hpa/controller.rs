@@ -18,10 +18,10 @@ use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, predicates, watcher};
 use kube::{Client, Resource, ResourceExt};
+use minik8s_events::{Recorder, Type};
 use minik8s_types::quantity::Quantity;
 use minik8s_types::selector::LabelSelector;
 use serde_json::{Value, json};
@@ -459,20 +459,9 @@ impl Ctx {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &hpa.object_ref(&())).await {
-            tracing::warn!(hpa = %util::key(hpa), error = %e, reason, "recording an event");
-        }
+        let type_ = if warning { Type::Warning } else { Type::Normal };
+        self.recorder
+            .record(&hpa.object_ref(&()), type_, reason, note);
     }
 }
 
@@ -1023,13 +1012,7 @@ pub async fn run_with(
 ) {
     let pods = informers.all::<Pod>().await;
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "horizontal-pod-autoscaler".into(),
-                instance: None,
-            },
-        ),
+        recorder: Recorder::new(client.clone(), "horizontal-pod-autoscaler", None),
         client: client.clone(),
         pods,
         config,

@@ -45,7 +45,7 @@ pub struct Worker {
     /// Probe results per container.
     pub probes: probe::Probes,
     /// Publishes the pod events the kubelet reports (`FailedCreatePodSandBox`, …).
-    recorder: kube::runtime::events::Recorder,
+    recorder: minik8s_events::Recorder,
     /// Device plugins and the devices containers were given.
     pub devices: std::sync::Arc<crate::devices::Devices>,
 }
@@ -53,13 +53,7 @@ pub struct Worker {
 impl Worker {
     /// A worker set for one node.
     pub fn new(client: Client, cri: Cri, layout: Layout, host_ip: String) -> Self {
-        let recorder = kube::runtime::events::Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: "kubelet".into(),
-                instance: Some(layout.node.clone()),
-            },
-        );
+        let recorder = minik8s_events::Recorder::new(client.clone(), "kubelet", Some(&layout.node));
         let devices = std::sync::Arc::new(crate::devices::Devices::new(
             client.clone(),
             &layout.node,
@@ -183,37 +177,93 @@ pub fn shape(pod: &Pod) -> Shape {
     }
 }
 
-/// Makes sure the container's image is present, pulling it as its pull policy says.
-async fn ensure_image(cri: &Cri, c: &Container) -> Result<String, (String, String)> {
-    let image = c.image.clone().unwrap_or_default();
-    let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
-        if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
-            "Always".into()
-        } else {
-            "IfNotPresent".into()
-        }
-    });
-    let present = cri
-        .image_id(&image)
-        .await
-        .map_err(|e| ("ErrImagePull".to_owned(), e.to_string()))?;
-    match (policy.as_str(), present) {
-        ("Never", Some(id)) => Ok(id),
-        ("Never", None) => Err((
-            "ErrImageNeverPull".into(),
-            format!("Container image \"{image}\" is not present with pull policy of Never"),
-        )),
-        ("IfNotPresent", Some(id)) => Ok(id),
-        (_, present) => match cri.pull_image(&image).await {
-            Ok(r) => Ok(r),
-            // A local image stands in when the registry cannot be reached.
-            Err(_) if present.is_some() => Ok(present.unwrap_or_default()),
-            Err(e) => Err(("ErrImagePull".into(), e.to_string())),
-        },
-    }
+/// A reference to container `name` of the pod, as upstream's kubelet events name it
+/// (`fieldPath: spec.containers{name}` or `spec.initContainers{name}`).
+fn container_ref(pod: &Pod, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    let mut r = kube::Resource::object_ref(pod, &());
+    let init = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .any(|c| c.name == name);
+    let list = if init { "initContainers" } else { "containers" };
+    r.field_path = Some(format!("spec.{list}{{{name}}}"));
+    r
 }
 
 impl Worker {
+    /// Makes sure the container's image is present, pulling it as its pull policy says, with
+    /// upstream's events (`Pulling`, `Pulled`, `Failed`, `ErrImageNeverPull`).
+    async fn ensure_image(&self, pod: &Pod, c: &Container) -> Result<String, (String, String)> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = c.image_pull_policy.clone().unwrap_or_else(|| {
+            if image.ends_with(":latest") || !image.rsplit('/').next().unwrap_or("").contains(':') {
+                "Always".into()
+            } else {
+                "IfNotPresent".into()
+            }
+        });
+        let at = container_ref(pod, &c.name);
+        let present = self
+            .cri
+            .image_id(&image)
+            .await
+            .map_err(|e| ("ErrImagePull".to_owned(), e.to_string()))?;
+        let already = |id: String| {
+            self.recorder.normal(
+                &at,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            );
+            Ok(id)
+        };
+        match (policy.as_str(), present) {
+            ("Never", Some(id)) | ("IfNotPresent", Some(id)) => already(id),
+            ("Never", None) => {
+                let message =
+                    format!("Container image \"{image}\" is not present with pull policy of Never");
+                self.recorder
+                    .warning(&at, "ErrImageNeverPull", message.clone());
+                self.recorder
+                    .warning(&at, "Failed", "Error: ErrImageNeverPull");
+                Err(("ErrImageNeverPull".into(), message))
+            }
+            (_, present) => {
+                self.recorder
+                    .normal(&at, "Pulling", format!("Pulling image \"{image}\""));
+                let began = std::time::Instant::now();
+                match self.cri.pull_image(&image).await {
+                    Ok(r) => {
+                        let took = began.elapsed();
+                        let size = match self.cri.image(&image).await {
+                            Ok(Some((_, size))) => size,
+                            _ => 0,
+                        };
+                        self.recorder.normal(
+                            &at,
+                            "Pulled",
+                            format!(
+                                "Successfully pulled image \"{image}\" in {took:.3?} ({took:.3?} including waiting). Image size: {size} bytes."
+                            ),
+                        );
+                        Ok(r)
+                    }
+                    // A local image stands in when the registry cannot be reached.
+                    Err(_) if present.is_some() => already(present.unwrap_or_default()),
+                    Err(e) => {
+                        self.recorder.warning(
+                            &at,
+                            "Failed",
+                            format!("Failed to pull image \"{image}\": {}", e.runtime_message()),
+                        );
+                        self.recorder.warning(&at, "Failed", "Error: ErrImagePull");
+                        Err(("ErrImagePull".into(), e.runtime_message()))
+                    }
+                }
+            }
+        }
+    }
+
     /// Creates and starts attempt `attempt` of container `c` in the pod's sandbox.
     async fn start_container(
         &self,
@@ -227,7 +277,7 @@ impl Worker {
             .sandbox
             .as_ref()
             .ok_or_else(|| ("ContainerCreating".to_owned(), "no sandbox".to_owned()))?;
-        ensure_image(&self.cri, c).await?;
+        self.ensure_image(pod, c).await?;
         let pod_ip = sandbox.ip.as_deref();
         let envs = env::resolve(&self.client, pod, c, pod_ip, Some(&self.host_ip))
             .await
@@ -274,10 +324,15 @@ impl Worker {
             .create_container(&sandbox.id, config, sandbox_config)
             .await
             .map_err(|e| ("CreateContainerError".to_owned(), e.to_string()))?;
+        let at = container_ref(pod, &c.name);
+        self.recorder
+            .normal(&at, "Created", format!("Created container: {}", c.name));
         if let Err(e) = self.cri.start_container(&id).await {
             let _ = self.cri.remove_container(&id).await;
             return Err(("RunContainerError".to_owned(), e.to_string()));
         }
+        self.recorder
+            .normal(&at, "Started", format!("Started container {}", c.name));
         crate::metrics::get().container_started();
         // Keep the newest exited container (for `lastState` and `logs --previous`) only.
         for old in observed
@@ -324,6 +379,17 @@ impl Worker {
                     before.map(|(_, m)| format!(": {m}")).unwrap_or_default()
                 ),
             };
+            let at = container_ref(pod, name);
+            self.recorder.normal(
+                &at,
+                "BackOff",
+                format!(
+                    "Back-off pulling image \"{}\"",
+                    c.image.as_deref().unwrap_or_default()
+                ),
+            );
+            self.recorder
+                .warning(&at, "Failed", "Error: ImagePullBackOff");
             self.set_failure(&uid, name, Some(("ImagePullBackOff".into(), message)));
             return false;
         }
@@ -341,6 +407,14 @@ impl Worker {
             }
             Err((reason, message)) => {
                 tracing::warn!(pod = %pod.name_any(), container = name, %reason, %message, "container did not start");
+                // Pull failures have had their events in ensure_image.
+                if !matches!(reason.as_str(), "ErrImagePull" | "ErrImageNeverPull") {
+                    self.recorder.warning(
+                        &container_ref(pod, name),
+                        "Failed",
+                        format!("Error: {message}"),
+                    );
+                }
                 self.set_failure(&uid, name, Some((reason, message)));
                 false
             }
@@ -371,22 +445,10 @@ impl Worker {
         Ok(any)
     }
 
-    /// Publishes a Warning event about the pod (failures to record one are only logged).
-    async fn warn(&self, pod: &Pod, reason: &str, action: &str, note: String) {
-        let event = kube::runtime::events::Event {
-            type_: kube::runtime::events::EventType::Warning,
-            reason: reason.into(),
-            note: Some(note),
-            action: action.into(),
-            secondary: None,
-        };
-        if let Err(e) = self
-            .recorder
-            .publish(&event, &kube::Resource::object_ref(pod, &()))
-            .await
-        {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "recording event {reason}");
-        }
+    /// Records a Warning event about the pod.
+    fn warn(&self, pod: &Pod, reason: &str, note: String) {
+        self.recorder
+            .warning(&kube::Resource::object_ref(pod, &()), reason, note);
     }
 
     /// Starts a new sandbox (after stopping a dead one).
@@ -452,10 +514,19 @@ impl Worker {
         let left = (grace - started.elapsed().as_secs() as i64).max(0);
         let running: Vec<_> = observed
             .containers
-            .values()
-            .flatten()
-            .filter(|c| matches!(c.run, observed::Run::Running { .. }))
-            .map(|c| self.cri.stop_container(&c.id, left))
+            .iter()
+            .flat_map(|(name, runs)| runs.iter().map(move |r| (name, r)))
+            .filter(|(_, c)| matches!(c.run, observed::Run::Running { .. }))
+            .map(|(name, c)| {
+                if let Some(pod) = pod {
+                    self.recorder.normal(
+                        &container_ref(pod, name),
+                        "Killing",
+                        format!("Stopping container {name}"),
+                    );
+                }
+                self.cri.stop_container(&c.id, left)
+            })
             .collect();
         for r in futures::future::join_all(running).await {
             if let Err(e) = r {
@@ -565,10 +636,8 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
                         w.warn(
                             &pod,
                             "FailedCreatePodSandBox",
-                            "CreatePodSandbox",
                             format!("Failed to create pod sandbox: {e}"),
-                        )
-                        .await;
+                        );
                         requeue = Some(plan::BACKOFF_BASE);
                         false
                     }
@@ -647,9 +716,29 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
             let observed::Run::Running { started } = run.run else {
                 continue;
             };
-            let verdict = w.probes.check(&w.cri, c, &run.id, started, &ip).await;
+            let (verdict, failed) = w.probes.check(&w.cri, c, &run.id, started, &ip).await;
+            for (kind, message) in failed {
+                w.recorder.warning(
+                    &container_ref(&pod, &c.name),
+                    "Unhealthy",
+                    format!("{} probe failed: {message}", kind.name()),
+                );
+            }
             if verdict.kill {
                 tracing::info!(pod = %pod.name_any(), container = %c.name, "probe failed; restarting the container");
+                let which = if verdict.started {
+                    "liveness"
+                } else {
+                    "startup"
+                };
+                w.recorder.normal(
+                    &container_ref(&pod, &c.name),
+                    "Killing",
+                    format!(
+                        "Container {} failed {which} probe, will be restarted",
+                        c.name
+                    ),
+                );
                 w.cri.stop_container(&run.id, grace).await?;
                 killed = true;
             }
@@ -674,6 +763,26 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         spec::host_network(&pod),
         now_ns(),
     );
+    for cs in new
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(new.init_container_statuses.iter().flatten())
+    {
+        let waiting = cs.state.as_ref().and_then(|s| s.waiting.as_ref());
+        if waiting.and_then(|w| w.reason.as_deref()) == Some("CrashLoopBackOff") {
+            w.recorder.warning(
+                &container_ref(&pod, &cs.name),
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {} in pod {}_{}({uid})",
+                    cs.name,
+                    pod.name_any(),
+                    pod.namespace().unwrap_or_default()
+                ),
+            );
+        }
+    }
     w.write_status(&pod, new).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }

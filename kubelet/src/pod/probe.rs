@@ -349,9 +349,20 @@ async fn grpc_check(pod_ip: &str, port: u16, service: String) -> Result<(), Stri
     }
 }
 
+impl Kind {
+    /// The probe's name as upstream's events give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Startup => "Startup",
+            Kind::Liveness => "Liveness",
+            Kind::Readiness => "Readiness",
+        }
+    }
+}
+
 impl Probes {
     /// Runs whatever probes of container `c` (running as `container_id` since `started_ns`)
-    /// are due, and says where it stands.
+    /// are due, and says where it stands, with the failures of the probes run now.
     pub async fn check(
         &self,
         cri: &Cri,
@@ -359,7 +370,8 @@ impl Probes {
         container_id: &str,
         started_ns: i64,
         pod_ip: &str,
-    ) -> Verdict {
+    ) -> (Verdict, Vec<(Kind, String)>) {
+        let mut failed = Vec::new();
         let since_start = Duration::from_nanos(
             (jiff::Timestamp::now().as_nanosecond() as i64 - started_ns).max(0) as u64,
         );
@@ -396,7 +408,11 @@ impl Probes {
                 && since_start >= delay
                 && track.last.is_none_or(|l| l.elapsed() >= period);
             if due {
-                let ok = run_once(cri, p, c, container_id, pod_ip).await.is_ok();
+                let result = run_once(cri, p, c, container_id, pod_ip).await;
+                let ok = result.is_ok();
+                if let Err(message) = result {
+                    failed.push((kind, message));
+                }
                 track.last = Some(Instant::now());
                 if ok {
                     track.successes += 1;
@@ -424,7 +440,7 @@ impl Probes {
             self.tracks.lock().expect("probe lock").insert(key, track);
         }
         verdict.ready &= verdict.started && !verdict.kill;
-        verdict
+        (verdict, failed)
     }
 
     /// Forgets the probes of containers not in `live` (container ids).
