@@ -462,3 +462,61 @@ def test_controllers_scheduler_and_kubelet_report_events(api, ns):
     assert ev and ev[0].involved_object.field_path == "spec.containers{main}", ev
     assert ev[0].source.component == "kubelet" and ev[0].source.host, ev[0].source
     assert any(e.message.startswith('Failed to pull image "nosuch/image:v1": rpc error: code = NotFound') for e in ev), [e.message for e in ev]
+
+
+def wait_terminated(v1, name, ns, limit=90):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        pod = v1.read_namespaced_pod(name, ns)
+        if pod.status.phase in ("Succeeded", "Failed"):
+            return pod
+        time.sleep(0.5)
+    raise AssertionError(f"pod {name} never ended: {pod.status}")
+
+
+def test_command_args_and_sub_path_exprs_expand_as_upstream(api, ns):
+    v1 = client.CoreV1Api(api)
+    env = [client.V1EnvVar(name="MSG", value="hello"),
+           client.V1EnvVar(name="POD", value_from=client.V1EnvVarSource(
+               field_ref=client.V1ObjectFieldSelector(field_path="metadata.name"))),
+           client.V1EnvVar(name="ABS", value="/abs"),
+           client.V1EnvVar(name="UP", value="../up")]
+
+    def pod(name, command, args=None, sub=None):
+        mounts = [client.V1VolumeMount(name="v", mount_path="/all")]
+        if sub:
+            mounts.append(client.V1VolumeMount(name="v", mount_path="/mine", sub_path_expr=sub))
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodSpec(
+                restart_policy="Never",
+                containers=[client.V1Container(name="main", image="busybox", command=command,
+                                               args=args, env=env, volume_mounts=mounts)],
+                volumes=[client.V1Volume(name="v", empty_dir=client.V1EmptyDirVolumeSource())],
+            ))
+
+    # $(VAR) expands defined variables only; $$ is a literal $.
+    v1.create_namespaced_pod(ns, pod("args", ["echo"], ["$(MSG)", "$$(MSG)", "$(UNSET)", "$$$(MSG)"]))
+    # A shell command in upstream's DNS test style: $$(…) reaches the shell as $(…).
+    v1.create_namespaced_pod(ns, pod("shell", ["sh", "-c", "check=\"$$(echo ok)\"; echo $check"]))
+    # subPathExpr: a folder per pod inside the volume.
+    v1.create_namespaced_pod(ns, pod("sub", ["sh", "-c", "touch /mine/f && ls /all"], sub="logs-$(POD)"))
+    for name, want in [("args", "hello $(MSG) $(UNSET) $hello\n"), ("shell", "ok\n"), ("sub", "logs-sub\n")]:
+        assert wait_terminated(v1, name, ns).status.phase == "Succeeded", name
+        # (raw: client 36 returns str() of the bytes for a "str" response)
+        assert v1.read_namespaced_pod_log(name, ns, _preload_content=False).data.decode() == want, name
+    # An absolute or escaping subPathExpr fails the container without starting it.
+    for name, sub in [("abs", "$(ABS)"), ("up", "$(UP)")]:
+        v1.create_namespaced_pod(ns, pod(name, ["true"], sub=sub))
+    for name in ("abs", "up"):
+        deadline = time.time() + 60
+        reason = None
+        while time.time() < deadline:
+            st = v1.read_namespaced_pod(name, ns).status
+            waiting = st.container_statuses and st.container_statuses[0].state.waiting
+            reason = waiting and waiting.reason
+            if reason == "CreateContainerConfigError":
+                break
+            time.sleep(0.5)
+        assert reason == "CreateContainerConfigError", (name, st)
+        assert st.phase == "Pending"

@@ -420,6 +420,27 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
         "the refused create wrote nothing"
     );
 
+    // Label selectors are validated wherever they appear (upstream's ValidateLabelSelector).
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: pdb}\nspec:\n  minAvailable: 1\n  selector:\n    matchExpressions: [{key: app, operator: In}]\n"),
+    );
+    assert!(!r.ok, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"),
+        "{}",
+        r.stderr
+    );
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\nspec:\n  podSelector:\n    matchExpressions: [{key: app, operator: Exists, values: [x]}]\n"),
+    );
+    assert!(
+        !r.ok && r.stderr.contains("Forbidden: may not be specified"),
+        "{}",
+        r.stderr
+    );
+
     // Creating in a terminating namespace: upstream's Forbidden, naming the object.
     c.ok(&["create", "namespace", "leaving"]);
     c.ok(&["create", "configmap", "keep", "-n", "leaving"]);

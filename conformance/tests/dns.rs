@@ -129,6 +129,18 @@ fn cluster_dns_answers_pods_and_the_node_and_outlives_the_apiserver() {
         ],
         |a| a == "10.244.9.1",
     );
+    // And the legacy Endpoints, step one of upstream's DNS debugging guide.
+    c.eventually(
+        &[
+            "get",
+            "endpoints",
+            "kube-dns",
+            "-n",
+            "kube-system",
+            "--no-headers",
+        ],
+        |row| row.contains("10.244.9.1:53"),
+    );
 
     let r = c.with_manifest(&["apply"], APPS);
     assert!(r.ok, "{}", r.stderr);

@@ -2,7 +2,7 @@
 //! the rules users meet (ranges, enums, required references, cross-field constraints), each
 //! reported with upstream's field path and message.
 
-use super::{LABEL_MSG, is_label, is_subdomain};
+use super::{LABEL_MSG, is_label, is_subdomain, label_selector, labels};
 use crate::error::Cause;
 use minik8s_types::{LabelSelector, Quantity};
 use serde_json::Value;
@@ -49,6 +49,27 @@ pub fn validate(group: &str, kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
         }
         ("", "Service") => service(spec, causes),
         ("networking.k8s.io", "Ingress") => ingress(spec, causes),
+        ("networking.k8s.io", "NetworkPolicy") => {
+            label_selector(
+                spec.and_then(|s| s.get("podSelector")),
+                "spec.podSelector",
+                causes,
+            );
+            for dir in ["ingress", "egress"] {
+                let peers = if dir == "ingress" { "from" } else { "to" };
+                for (i, rule) in spec.map(|s| items(s, dir)).into_iter().flatten() {
+                    for (j, peer) in items(rule, peers) {
+                        for sel in ["podSelector", "namespaceSelector"] {
+                            label_selector(
+                                peer.get(sel),
+                                &format!("spec.{dir}[{i}].{peers}[{j}].{sel}"),
+                                causes,
+                            );
+                        }
+                    }
+                }
+            }
+        }
         ("certificates.k8s.io", "CertificateSigningRequest") => csr(obj, causes),
         ("", "ConfigMap") | ("", "Secret") => {
             let fields: &[&str] = if kind == "ConfigMap" {
@@ -191,6 +212,11 @@ fn workload(kind: &str, spec: Option<&Value>, causes: &mut Vec<Cause>) {
     if selector.is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty())) {
         causes.push(Cause::required("spec.selector", ""));
     } else {
+        let before = causes.len();
+        label_selector(selector, "spec.selector", causes);
+        if causes.len() > before {
+            return;
+        }
         match LabelSelector::from_json(selector.expect("checked")) {
             Ok(sel) => {
                 let labels = spec.and_then(|s| s.pointer("/template/metadata/labels"));
@@ -384,6 +410,11 @@ fn rolling_update(ru: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
 }
 
 fn job_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+    label_selector(
+        spec.and_then(|s| s.get("selector")),
+        &format!("{path}.selector"),
+        causes,
+    );
     for key in ["parallelism", "completions", "backoffLimit"] {
         at_least(spec, key, path, 0, causes);
     }
@@ -932,17 +963,11 @@ fn pdb(spec: Option<&Value>, causes: &mut Vec<Cause>) {
             )),
         }
     }
-    if let Some(sel) = spec
-        .and_then(|s| s.get("selector"))
-        .filter(|v| !v.is_null())
-        && let Err(e) = LabelSelector::from_json(sel)
-    {
-        causes.push(Cause::invalid(
-            "spec.selector",
-            &sel.to_string(),
-            &e.to_string(),
-        ));
-    }
+    label_selector(
+        spec.and_then(|s| s.get("selector")),
+        "spec.selector",
+        causes,
+    );
     one_of(
         spec,
         "unhealthyPodEvictionPolicy",
@@ -953,6 +978,11 @@ fn pdb(spec: Option<&Value>, causes: &mut Vec<Cause>) {
 }
 
 fn service(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+    labels(
+        spec.and_then(|s| s.get("selector")),
+        "spec.selector",
+        causes,
+    );
     const TYPES: [&str; 4] = ["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"];
     one_of(spec, "type", "spec", &TYPES, causes);
     one_of(
@@ -1072,6 +1102,41 @@ fn pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
         causes.push(Cause::required(&format!("{path}.containers"), ""));
         return;
     };
+    // Label selectors of pod (anti-)affinity terms and spread constraints.
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        let Some(a) = spec.pointer(&format!("/affinity/{kind}")) else {
+            continue;
+        };
+        for (list, inner) in [
+            ("requiredDuringSchedulingIgnoredDuringExecution", ""),
+            (
+                "preferredDuringSchedulingIgnoredDuringExecution",
+                ".podAffinityTerm",
+            ),
+        ] {
+            for (i, term) in items(a, list) {
+                let term = if inner.is_empty() {
+                    Some(term)
+                } else {
+                    term.get("podAffinityTerm")
+                };
+                for sel in ["labelSelector", "namespaceSelector"] {
+                    label_selector(
+                        term.and_then(|t| t.get(sel)),
+                        &format!("{path}.affinity.{kind}.{list}[{i}]{inner}.{sel}"),
+                        causes,
+                    );
+                }
+            }
+        }
+    }
+    for (i, c) in items(spec, "topologySpreadConstraints") {
+        label_selector(
+            c.get("labelSelector"),
+            &format!("{path}.topologySpreadConstraints[{i}].labelSelector"),
+            causes,
+        );
+    }
     one_of(
         Some(spec),
         "restartPolicy",

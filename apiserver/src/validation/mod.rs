@@ -62,6 +62,73 @@ fn check_key(field: &str, key: &str, causes: &mut Vec<Cause>) {
     }
 }
 
+/// Validates a label value at `field`.
+fn check_label_value(field: &str, v: &str, causes: &mut Vec<Cause>) {
+    if !(v.is_empty() || is_qualified_name_part(v)) {
+        causes.push(Cause::invalid(field, v, LABEL_VALUE_MSG));
+    }
+}
+
+/// Validates a map of labels (keys and values) at `field`, as upstream's `ValidateLabels`.
+pub fn labels(v: Option<&Value>, field: &str, causes: &mut Vec<Cause>) {
+    for (k, val) in v.and_then(Value::as_object).into_iter().flatten() {
+        check_key(field, k, causes);
+        check_label_value(field, val.as_str().unwrap_or_default(), causes);
+    }
+}
+
+/// Validates a `metav1.LabelSelector` at `field`, as upstream's `ValidateLabelSelector`:
+/// matchLabels as labels; each expression's key, a known operator, values required for
+/// `In`/`NotIn` and forbidden for `Exists`/`DoesNotExist`, each a valid label value.
+pub fn label_selector(sel: Option<&Value>, field: &str, causes: &mut Vec<Cause>) {
+    let Some(sel) = sel.filter(|s| !s.is_null()) else {
+        return;
+    };
+    labels(
+        sel.get("matchLabels"),
+        &format!("{field}.matchLabels"),
+        causes,
+    );
+    let exprs = sel.get("matchExpressions").and_then(Value::as_array);
+    for (i, e) in exprs.into_iter().flatten().enumerate() {
+        let at = format!("{field}.matchExpressions[{i}]");
+        let values = e.get("values").and_then(Value::as_array);
+        let n = values.map_or(0, Vec::len);
+        match e
+            .get("operator")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+        {
+            "In" | "NotIn" if n == 0 => causes.push(Cause::required(
+                &format!("{at}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if n > 0 => causes.push(Cause::forbidden(
+                &format!("{at}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => causes.push(Cause::invalid(
+                &format!("{at}.operator"),
+                other,
+                "not a valid selector operator",
+            )),
+        }
+        check_key(
+            &format!("{at}.key"),
+            e.get("key").and_then(Value::as_str).unwrap_or_default(),
+            causes,
+        );
+        for (j, v) in values.into_iter().flatten().enumerate() {
+            check_label_value(
+                &format!("{at}.values[{j}]"),
+                v.as_str().unwrap_or_default(),
+                causes,
+            );
+        }
+    }
+}
+
 /// Validates `name` by the kind's rule; returns the causes.
 pub fn check_name(rule: NameRule, field: &str, name: &str, dns1035: bool) -> Vec<Cause> {
     let ok = match rule {
@@ -100,16 +167,7 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
             info.kind == "Service",
         )),
     }
-    if let Some(labels) = meta.get("labels").and_then(Value::as_object) {
-        for (k, v) in labels {
-            check_key("metadata.labels", k, &mut causes);
-            let v = v.as_str().unwrap_or_default();
-            let ok = v.is_empty() || is_qualified_name_part(v);
-            if !ok {
-                causes.push(Cause::invalid("metadata.labels", v, LABEL_VALUE_MSG));
-            }
-        }
-    }
+    labels(meta.get("labels"), "metadata.labels", &mut causes);
     if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
         let mut total = 0;
         for (k, v) in ann {
@@ -149,5 +207,34 @@ mod tests {
         let causes = check_name(NameRule::Subdomain, "metadata.name", "Bad_Name", false);
         assert_eq!(causes[0].field, "metadata.name");
         assert!(causes[0].message.contains("RFC 1123 subdomain"));
+    }
+
+    #[test]
+    fn label_selectors_are_validated_as_upstreams() {
+        let check = |v: serde_json::Value| {
+            let mut causes = Vec::new();
+            label_selector(Some(&v), "spec.selector", &mut causes);
+            causes.iter().map(Cause::line).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            check(serde_json::json!({"matchExpressions": [{"key": "app", "operator": "In"}]})),
+            [
+                "spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+            ]
+        );
+        assert_eq!(
+            check(
+                serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Exists", "values": ["x"]}]})
+            ),
+            [
+                "spec.selector.matchExpressions[0].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+            ]
+        );
+        assert_eq!(check(serde_json::json!({"matchExpressions": [{"key": "app", "operator": "Is", "values": ["x"]}]})).len(), 1);
+        assert_eq!(
+            check(serde_json::json!({"matchLabels": {"bad key!": "v"}})).len(),
+            1
+        );
+        assert!(check(serde_json::json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]})).is_empty());
     }
 }

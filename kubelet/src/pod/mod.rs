@@ -282,7 +282,7 @@ impl Worker {
         let envs = env::resolve(&self.client, pod, c, pod_ip, Some(&self.host_ip))
             .await
             .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
-        let mut mounts = volumes::mounts(c, prepared)
+        let mut mounts = volumes::mounts(c, prepared, &envs)
             .map_err(|e| ("CreateContainerConfigError".to_owned(), e.to_string()))?;
         // The kubelet's own /etc/hosts (not for host-network pods, nor over the container's
         // own mount there), as upstream.

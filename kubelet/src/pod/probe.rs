@@ -451,3 +451,186 @@ impl Probes {
             .retain(|_, t| live.contains(&t.container_id));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Answers each connection on `listener` with what `answer` makes of the request's head.
+    async fn serve_http<S, F>(
+        listener: tokio::net::TcpListener,
+        wrap: F,
+        answer: fn(&str) -> String,
+    ) where
+        F: Fn(tokio::net::TcpStream) -> S + Send + Sync + 'static,
+        S: std::future::Future<Output = Option<Box<dyn Io>>> + Send,
+    {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let Some(mut io) = wrap(tcp).await else {
+                continue;
+            };
+            let mut buf = vec![0u8; 4096];
+            let n = io.read(&mut buf).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let _ = io.write_all(answer(&head).as_bytes()).await;
+            let _ = io.shutdown().await;
+        }
+    }
+
+    trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+    impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+    fn answer(head: &str) -> String {
+        let path = head.split_whitespace().nth(1).unwrap_or("/");
+        let has = |h: &str| head.to_ascii_lowercase().contains(&h.to_ascii_lowercase());
+        let (code, location) = match path {
+            "/ok" if has("user-agent: kube-probe/1.33") && has("accept: */*") => (200, None),
+            "/custom" if has("x-check: yes") && has("user-agent: mine") => (200, None),
+            "/redirect" => (302, Some("/ok")),
+            "/elsewhere" => (302, Some("http://example.invalid/ok")),
+            "/loop" => (302, Some("/loop")),
+            _ => (500, None),
+        };
+        let loc = location
+            .map(|l| format!("Location: {l}\r\n"))
+            .unwrap_or_default();
+        format!("HTTP/1.1 {code} X\r\n{loc}Content-Length: 0\r\nConnection: close\r\n\r\n")
+    }
+
+    fn url(https: bool, port: u16, path: &str) -> Url {
+        Url {
+            https,
+            host: "127.0.0.1".into(),
+            port,
+            path: path.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn http_probes_send_upstreams_headers_follow_local_redirects_and_speak_tls() {
+        let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = plain.local_addr().unwrap().port();
+        tokio::spawn(serve_http(
+            plain,
+            |t| async move { Some(Box::new(t) as Box<dyn Io>) },
+            answer,
+        ));
+        assert_eq!(http_get(url(false, p, "/ok"), &[]).await, Ok(()));
+        let custom = [
+            ("X-Check".into(), "yes".into()),
+            ("User-Agent".into(), "mine".into()),
+        ];
+        assert_eq!(http_get(url(false, p, "/custom"), &custom).await, Ok(()));
+        assert_eq!(http_get(url(false, p, "/redirect"), &[]).await, Ok(()));
+        // A redirect to another host is not followed: its own 302 counts as success.
+        assert_eq!(http_get(url(false, p, "/elsewhere"), &[]).await, Ok(()));
+        assert!(
+            http_get(url(false, p, "/loop"), &[])
+                .await
+                .unwrap_err()
+                .contains("stopped after 10 redirects")
+        );
+        assert_eq!(
+            http_get(url(false, p, "/fail"), &[]).await,
+            Err("HTTP probe failed with statuscode: 500".into())
+        );
+
+        // HTTPS with a self-signed certificate: not verified, as upstream's probes.
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        let tls = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let t = tls.local_addr().unwrap().port();
+        tokio::spawn(serve_http(
+            tls,
+            move |tcp| {
+                let acceptor = acceptor.clone();
+                async move {
+                    acceptor
+                        .accept(tcp)
+                        .await
+                        .ok()
+                        .map(|s| Box::new(s) as Box<dyn Io>)
+                }
+            },
+            answer,
+        ));
+        assert_eq!(http_get(url(true, t, "/ok"), &[]).await, Ok(()));
+        // Plain HTTP to the TLS port fails, as it did before HTTPS probes were honoured.
+        assert!(http_get(url(false, t, "/ok"), &[]).await.is_err());
+    }
+
+    struct Health(health::health_check_response::ServingStatus);
+
+    #[tonic::async_trait]
+    impl health::health_server::Health for Health {
+        async fn check(
+            &self,
+            req: tonic::Request<health::HealthCheckRequest>,
+        ) -> Result<tonic::Response<health::HealthCheckResponse>, tonic::Status> {
+            if req.get_ref().service == "missing" {
+                return Err(tonic::Status::not_found("unknown service"));
+            }
+            Ok(tonic::Response::new(health::HealthCheckResponse {
+                status: self.0 as i32,
+            }))
+        }
+
+        type WatchStream =
+            futures::stream::Empty<Result<health::HealthCheckResponse, tonic::Status>>;
+
+        async fn watch(
+            &self,
+            _: tonic::Request<health::HealthCheckRequest>,
+        ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+            Err(tonic::Status::unimplemented("watch"))
+        }
+    }
+
+    async fn grpc_server(status: health::health_check_response::ServingStatus) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(health::health_server::HealthServer::new(Health(status)))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        port
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_call_the_health_service() {
+        use health::health_check_response::ServingStatus;
+        let serving = grpc_server(ServingStatus::Serving).await;
+        assert_eq!(
+            grpc_check("127.0.0.1", serving, String::new()).await,
+            Ok(())
+        );
+        let err = grpc_check("127.0.0.1", serving, "missing".into())
+            .await
+            .unwrap_err();
+        assert!(err.contains("NotFound"), "{err}");
+        let down = grpc_server(ServingStatus::NotServing).await;
+        assert_eq!(
+            grpc_check("127.0.0.1", down, String::new()).await,
+            Err("service unhealthy (responded with \"NOT_SERVING\")".into())
+        );
+        // Nothing listening: a failure, not a success.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let p = closed.local_addr().unwrap().port();
+        drop(closed);
+        assert!(grpc_check("127.0.0.1", p, String::new()).await.is_err());
+    }
+}

@@ -348,8 +348,62 @@ pub async fn prepare(
     Ok(out)
 }
 
-/// The container's mounts from its volumeMounts.
-pub fn mounts(c: &Container, prepared: &Prepared) -> Result<Vec<cri::Mount>> {
+/// A mount's sub-path: `subPath`, or `subPathExpr` expanded from the container's environment
+/// (every variable it names must be set and non-empty), as upstream's `makeMounts`: never
+/// absolute, never with a `..` step.
+fn sub_path(
+    m: &k8s_openapi::api::core::v1::VolumeMount,
+    envs: &[cri::KeyValue],
+) -> Result<Option<String>> {
+    let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+        Some(expr) => {
+            let vars: std::collections::BTreeMap<String, String> = envs
+                .iter()
+                .filter(|kv| !kv.value.is_empty())
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect();
+            let mut missing: Vec<String> = Vec::new();
+            let mut rest = expr;
+            while let Some(i) = rest.find("$(") {
+                let after = &rest[i + 2..];
+                let Some(end) = after.find(')') else { break };
+                let name = &after[..end];
+                if !vars.contains_key(name) && !missing.iter().any(|n| n == name) {
+                    missing.push(name.to_owned());
+                }
+                rest = &after[end + 1..];
+            }
+            if !missing.is_empty() {
+                missing.sort();
+                return Err(Error::Pod(format!(
+                    "missing value for {}",
+                    missing.join(", ")
+                )));
+            }
+            Some(super::env::expand(expr, &vars))
+        }
+        None => m.sub_path.clone().filter(|s| !s.is_empty()),
+    };
+    let Some(sub) = sub else { return Ok(None) };
+    if sub.starts_with('/') {
+        return Err(Error::Pod(format!(
+            "error SubPath `{sub}` must not be an absolute path"
+        )));
+    }
+    if sub.split('/').any(|p| p == "..") {
+        return Err(Error::Pod(format!(
+            "unable to provision SubPath `{sub}`: must not contain '..'"
+        )));
+    }
+    Ok(Some(sub))
+}
+
+/// The container's mounts from its volumeMounts (sub-paths expanded from `envs`).
+pub fn mounts(
+    c: &Container,
+    prepared: &Prepared,
+    envs: &[cri::KeyValue],
+) -> Result<Vec<cri::Mount>> {
     c.volume_mounts
         .iter()
         .flatten()
@@ -357,10 +411,7 @@ pub fn mounts(c: &Container, prepared: &Prepared) -> Result<Vec<cri::Mount>> {
             let base = prepared
                 .get(&m.name)
                 .ok_or_else(|| Error::Pod(format!("volume {:?} not found", m.name)))?;
-            let host = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                Some(sub) if sub.split('/').any(|p| p == "..") => {
-                    return Err(Error::Pod(format!("invalid subPath {sub:?}")));
-                }
+            let host = match sub_path(m, envs)? {
                 Some(sub) => {
                     let p = base.join(sub);
                     if !p.exists() {
@@ -397,4 +448,53 @@ pub async fn remove(layout: &Layout, uid: &str) -> Result<()> {
         std::fs::remove_dir_all(&dir).map_err(io(&dir))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::VolumeMount;
+
+    fn mount(sub: Option<&str>, expr: Option<&str>) -> VolumeMount {
+        VolumeMount {
+            name: "v".into(),
+            mount_path: "/m".into(),
+            sub_path: sub.map(str::to_owned),
+            sub_path_expr: expr.map(str::to_owned),
+            ..Default::default()
+        }
+    }
+
+    fn env(k: &str, v: &str) -> cri::KeyValue {
+        cri::KeyValue {
+            key: k.into(),
+            value: v.into(),
+        }
+    }
+
+    #[test]
+    fn sub_path_exprs_expand_from_the_environment_and_refuse_escapes() {
+        let envs = [
+            env("POD", "web-0"),
+            env("ABS", "/etc"),
+            env("UP", "../x"),
+            env("EMPTY", ""),
+        ];
+        let ok = sub_path(&mount(None, Some("logs/$(POD)")), &envs).unwrap();
+        assert_eq!(ok.as_deref(), Some("logs/web-0"));
+        assert_eq!(
+            sub_path(&mount(Some("a/b"), None), &envs)
+                .unwrap()
+                .as_deref(),
+            Some("a/b")
+        );
+        assert_eq!(sub_path(&mount(None, None), &envs).unwrap(), None);
+        let err = |m| sub_path(&m, &envs).unwrap_err().to_string();
+        assert!(err(mount(None, Some("$(ABS)"))).contains("must not be an absolute path"));
+        assert!(err(mount(None, Some("$(UP)"))).contains("must not contain '..'"));
+        assert!(err(mount(Some("/abs"), None)).contains("must not be an absolute path"));
+        assert!(
+            err(mount(None, Some("$(NOPE)/$(EMPTY)"))).contains("missing value for EMPTY, NOPE")
+        );
+    }
 }

@@ -78,7 +78,10 @@ pub async fn install(client: Client) -> Result<()> {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
         "metadata": {"name": "minik8s:dns-endpoints", "namespace": "kube-system"},
         "rules": [{"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
+                   "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                  {"apiGroups": [""], "resources": ["endpoints"], "resourceNames": ["kube-dns"],
+                   "verbs": ["get", "update", "patch"]},
+                  {"apiGroups": [""], "resources": ["endpoints"], "verbs": ["create"]}],
     });
     roles
         .patch("minik8s:dns-endpoints", &pp, &Patch::Apply(&role))
@@ -144,6 +147,50 @@ fn slice(node: &str, ip: IpAddr) -> serde_json::Value {
                        "conditions": {"ready": true, "serving": true, "terminating": false}}],
         "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
                   {"name": "dns-tcp", "port": 53, "protocol": "TCP"}],
+    })
+}
+
+/// The legacy `kube-dns` Endpoints from every node's slice (upstream's kube-dns has one, and
+/// `kubectl get endpoints kube-dns -n kube-system` is step one of its DNS debugging guide).
+/// Every node writes the same union of the slices it sees, so they agree.
+fn endpoints(slices: &Store<EndpointSlice>) -> serde_json::Value {
+    let mut ready: Vec<(String, String)> = slices
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some("kube-system"))
+        .filter(|s| {
+            s.labels()
+                .get("kubernetes.io/service-name")
+                .map(String::as_str)
+                == Some("kube-dns")
+        })
+        .flat_map(|s| s.endpoints.clone())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .filter_map(|e| {
+            Some((
+                e.addresses.first()?.clone(),
+                e.node_name.clone().unwrap_or_default(),
+            ))
+        })
+        .collect();
+    ready.sort();
+    ready.dedup();
+    let addresses: Vec<serde_json::Value> = ready
+        .iter()
+        .map(|(ip, node)| json!({"ip": ip, "nodeName": node}))
+        .collect();
+    let subsets = if addresses.is_empty() {
+        json!([])
+    } else {
+        json!([{"addresses": addresses,
+                "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                          {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}])
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+        "subsets": subsets,
     })
 }
 
@@ -291,10 +338,21 @@ pub async fn run(
         }
         // Without a router (its sender gone), only the cluster's objects change the zone.
         let mut routed = true;
+        let legacy: Api<k8s_openapi::api::core::v1::Endpoints> =
+            Api::namespaced(client.clone(), "kube-system");
+        let mut written = serde_json::Value::Null;
         loop {
             let (names, node_ip) = hosts.borrow_and_update().clone();
             let z = build(&cfg, &services, &slices, &pods, &names, node_ip);
             *shared.write().expect("zone lock") = Arc::new(z);
+            let wanted = endpoints(&slices);
+            if wanted != written {
+                let pp = PatchParams::apply(MANAGER).force();
+                match legacy.patch("kube-dns", &pp, &Patch::Apply(&wanted)).await {
+                    Ok(_) => written = wanted,
+                    Err(e) => tracing::warn!(error = %e, "writing the kube-dns Endpoints"),
+                }
+            }
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = changed.notified() => {}

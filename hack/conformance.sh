@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Upstream's own e2e conformance suite (v1.20.2's e2e.test) against a `minik8s up` cluster.
+#
+#   bash hack/conformance.sh build        fetch and build e2e.test, ginkgo, kubectl 1.20 and the images
+#   bash hack/conformance.sh run [FOCUS]  bring up a cluster, run the [Conformance] specs, tear it down
+#   bash hack/conformance.sh report DIR   per-SIG pass counts of a finished run's JUnit files
+#
+# Everything comes from Debian's packages (../shared/conformance-notes.md): the source is
+# bookworm's `kubernetes` source package (upstream's v1.20.2 `git archive`, vendor/ included,
+# Debian's patches not applied), Go 1.15 is bullseye's golang-1.15-go. Both are fetched with a
+# private apt state (sources, lists and cache under WORK) and unpacked there: nothing is
+# installed system-wide and the system's apt configuration is not touched.
+# WORK (default target/conformance) holds the tree, the Go caches and the results (~2.5 GB).
+# It takes long (build ~10 min, the parallel pass about an hour on 2 cores): not part of CI.
+source "$(dirname "$0")/lib.sh"
+need_root
+WORK="$(realpath -m "${WORK:-$ROOT/target/conformance}")"
+SRC="$WORK/src/kubernetes-1.20.2"
+GO="$WORK/go1.15/usr/lib/go-1.15/bin/go"
+OUT="$WORK/bin"
+mkdir -p "$WORK" "$OUT"
+
+# apt with a private state: its own sources, lists, cache and status.
+apt_private() {
+  local state="$WORK/apt"
+  mkdir -p "$state/lists/partial" "$state/cache/archives/partial" "$state/etc/preferences.d"
+  cat > "$state/sources.list" <<'EOF'
+deb http://deb.debian.org/debian bullseye main
+deb-src http://deb.debian.org/debian bookworm main
+EOF
+  : > "$state/status"
+  apt-get -q -o Dir::Etc::SourceList="$state/sources.list" -o Dir::Etc::SourceParts=- \
+    -o Dir::Etc::Preferences="$state/etc/preferences" -o Dir::Etc::PreferencesParts="$state/etc/preferences.d" \
+    -o Dir::State::Lists="$state/lists" -o Dir::Cache="$state/cache" -o Dir::State::Status="$state/status" \
+    -o APT::Sandbox::User=root -o Debug::NoLocking=1 "$@"
+}
+
+fetch() {
+  command -v rsync >/dev/null || { log "installing rsync (upstream's make copies with it)"; apt-get install -y -q rsync >/dev/null; }
+  if [ ! -x "$GO" ]; then
+    log "fetching Go 1.15 (bullseye's golang-1.15-go) into $WORK/go1.15"
+    apt_private update >/dev/null
+    (cd "$WORK" && apt_private download golang-1.15-go golang-1.15-src >/dev/null)
+    for deb in "$WORK"/golang-1.15-*.deb; do dpkg-deb -x "$deb" "$WORK/go1.15"; done
+    rm -f "$WORK"/golang-1.15-*.deb
+  fi
+  "$GO" version >&2
+  if [ ! -d "$SRC" ]; then
+    log "fetching bookworm's kubernetes source package (v1.20.2)"
+    apt_private update >/dev/null
+    mkdir -p "$WORK/src"
+    (cd "$WORK/src" && apt_private source --download-only kubernetes >/dev/null)
+    local orig
+    orig="$(ls "$WORK"/src/kubernetes_*.orig.tar.* | head -1)"
+    mkdir -p "$SRC"
+    tar -xf "$orig" -C "$SRC" --strip-components=1
+  fi
+}
+
+go_env() {
+  export GOROOT="$WORK/go1.15/usr/lib/go-1.15" GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache"
+  export GOFLAGS=-mod=vendor GO111MODULE=on CGO_ENABLED=0 PATH="$GOROOT/bin:$PATH"
+}
+
+build() {
+  fetch
+  go_env
+  cd "$SRC"
+  local ldflags="-X k8s.io/component-base/version.gitVersion=v1.20.2 -X k8s.io/component-base/version.gitCommit=faecb196815e248d3ecfb03c680a4507229c2a56 -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=20"
+  # The specs' manifests and kubectl's translations, compiled in as upstream's make does.
+  # (hack/generate-bindata.sh's two go-bindata runs, without its GOPATH setup.)
+  if [ ! -f test/e2e/generated/bindata.go ]; then
+    log "generating bindata"
+    go build -o "$OUT/go-bindata" ./vendor/github.com/go-bindata/go-bindata/go-bindata
+    "$OUT/go-bindata" -nometadata -o test/e2e/generated/bindata.go -pkg generated \
+      -ignore .jpg -ignore .png -ignore .md -ignore 'BUILD(\.bazel)?' \
+      test/conformance/testdata/... test/e2e/testing-manifests/... \
+      test/e2e_node/testing-manifests/... test/images/... test/fixtures/...
+    "$OUT/go-bindata" -nometadata -nocompress -o staging/src/k8s.io/kubectl/pkg/generated/bindata.go \
+      -pkg generated -ignore .jpg -ignore .png -ignore .md -ignore 'BUILD(\.bazel)?' translations/...
+  fi
+  [ -x "$OUT/e2e.test" ] || { log "building e2e.test"; go test -c -o "$OUT/e2e.test" -ldflags "$ldflags" ./test/e2e; }
+  [ -x "$OUT/ginkgo" ] || { log "building ginkgo"; go build -o "$OUT/ginkgo" ./vendor/github.com/onsi/ginkgo/ginkgo; }
+  [ -x "$OUT/kubectl" ] || { log "building kubectl 1.20"; go build -o "$OUT/kubectl" -ldflags "$ldflags" ./cmd/kubectl; }
+  [ -x "$OUT/agnhost" ] || { log "building agnhost"; go build -o "$OUT/agnhost" ./test/images/agnhost; }
+  [ -x "$ROOT/hack/conformance-images.sh" ] && "$ROOT/hack/conformance-images.sh" "$WORK" "$OUT"
+  true
+}
+
+report() {
+  local dir="$1"
+  python3 - "$dir" <<'PY'
+import glob, re, sys, collections, xml.etree.ElementTree as ET
+per = collections.defaultdict(lambda: [0, 0, 0])
+failed = []
+for f in glob.glob(sys.argv[1] + "/junit_*.xml"):
+    for case in ET.parse(f).getroot().iter("testcase"):
+        name = case.get("name", "")
+        if "[Conformance]" not in name:
+            continue
+        sig = (re.search(r"\[sig-([a-z-]+)\]", name) or [None, "other"])[1]
+        if case.find("skipped") is not None:
+            per[sig][2] += 1
+        elif case.find("failure") is not None or case.find("error") is not None:
+            per[sig][1] += 1
+            failed.append(name)
+        else:
+            per[sig][0] += 1
+p = sum(v[0] for v in per.values()); t = sum(v[0] + v[1] for v in per.values())
+for sig, (ok, bad, skip) in sorted(per.items()):
+    print(f"sig-{sig:<20} {ok:4d} passed {bad:4d} failed {skip:4d} skipped")
+print(f"total {p}/{t} passed ({100 * p / max(t, 1):.1f} %)")
+for n in sorted(failed):
+    print("FAILED", n)
+PY
+}
+
+run() {
+  local focus="${1:-\[Conformance\]}"
+  [ -x "$OUT/e2e.test" ] || build
+  local data="$WORK/cluster" results
+  results="$WORK/results/$(date +%Y%m%d-%H%M%S)"
+  mkdir -p "$results"
+  DATA_DIR="$data" PORT=6448 "$ROOT/hack/images.sh" "$data/images" >/dev/null
+  cp "$WORK"/images/*.tar "$data/images/" 2>/dev/null || true
+  log "starting minik8s (data in $data, results in $results)"
+  cargo build --release -p minik8s --bin minik8s --quiet
+  "$ROOT/target/release/minik8s" up --data-dir "$data" --port 6448 --registry 127.0.0.1:5058 \
+    --no-functions --router 127.0.0.1:8089 >"$results/minik8s.log" 2>&1 &
+  local pid=$!
+  trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; DATA_DIR="$data" "$ROOT/hack/down.sh" >/dev/null 2>&1 || true' EXIT
+  export KUBECONFIG="$data/admin.kubeconfig"
+  for _ in $(seq 120); do kubectl get nodes 2>/dev/null | grep -q ' Ready' && break; sleep 1; done
+  export KUBE_TEST_REPO_LIST="$WORK/repo-list.yaml"
+  local skip='\[Serial\]|\[Disruptive\]|\[Flaky\]'
+  log "parallel pass ($focus, 6 nodes)"
+  "$OUT/ginkgo" -nodes=6 -focus="$focus" -skip="$skip" "$OUT/e2e.test" -- \
+    --provider=skeleton --kubeconfig="$KUBECONFIG" --kubectl-path="$OUT/kubectl" \
+    --disable-log-dump --repo-root="$SRC" --report-dir="$results" \
+    --e2e-verify-service-account=false >"$results/parallel.log" 2>&1 || true
+  log "serial pass"
+  "$OUT/ginkgo" -nodes=1 -focus="\[Serial\].*$focus|$focus.*\[Serial\]" -skip='\[Disruptive\]|\[Flaky\]' "$OUT/e2e.test" -- \
+    --provider=skeleton --kubeconfig="$KUBECONFIG" --kubectl-path="$OUT/kubectl" \
+    --disable-log-dump --repo-root="$SRC" --report-dir="$results" --report-prefix=serial \
+    --e2e-verify-service-account=false >"$results/serial.log" 2>&1 || true
+  report "$results" | tee "$results/summary.txt"
+}
+
+case "${1:-}" in
+  build) build ;;
+  run) shift; run "$@" ;;
+  report) report "$2" ;;
+  *) die "usage: hack/conformance.sh build | run [FOCUS] | report DIR" ;;
+esac
