@@ -122,7 +122,7 @@ run() {
   results="$WORK/results/$(date +%Y%m%d-%H%M%S)"
   mkdir -p "$results"
   DATA_DIR="$data" PORT=6448 "$ROOT/hack/images.sh" "$data/images" >/dev/null
-  cp "$WORK"/images/*.tar "$data/images/" 2>/dev/null || true
+  cp "$WORK"/images/e2e-*.tar "$data/images/"
   log "starting minik8s (data in $data, results in $results)"
   cargo build --release -p minik8s --bin minik8s --quiet
   "$ROOT/target/release/minik8s" up --data-dir "$data" --port 6448 --registry 127.0.0.1:5058 \
@@ -134,7 +134,7 @@ run() {
   export KUBE_TEST_REPO_LIST="$WORK/repo-list.yaml"
   local skip='\[Serial\]|\[Disruptive\]|\[Flaky\]'
   log "parallel pass ($focus, 6 nodes)"
-  "$OUT/ginkgo" -nodes=6 -focus="$focus" -skip="$skip" "$OUT/e2e.test" -- \
+  "$OUT/ginkgo" -nodes=6 -v -focus="$focus" -skip="$skip" "$OUT/e2e.test" -- \
     --provider=skeleton --kubeconfig="$KUBECONFIG" --kubectl-path="$OUT/kubectl" \
     --disable-log-dump --repo-root="$SRC" --report-dir="$results" \
     --e2e-verify-service-account=false >"$results/parallel.log" 2>&1 || true

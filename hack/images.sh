@@ -44,22 +44,8 @@ umoci repack --image layout:pause b-pause
 umoci config --image layout:pause --config.entrypoint /pause --config.user 65535:65535 --os linux --architecture amd64
 umoci new --image layout:busybox
 umoci unpack --rootless --image layout:busybox b-bb >/dev/null
-mkdir -p b-bb/rootfs/bin b-bb/rootfs/www b-bb/rootfs/tmp b-bb/rootfs/etc b-bb/rootfs/root
-bb="$("$ROOT/hack/busybox.sh")"
-cp "$bb" b-bb/rootfs/bin/busybox
-for a in $("$bb" --list); do [ "$a" = busybox ] || ln -sf busybox "b-bb/rootfs/bin/$a"; done
-# The binary's shared libraries (from ldd) and glibc's name-service modules.
-libs="$(ldd "$bb" | awk '/=>/ { print $3 } /^\t\// { print $1 }')"
-for lib in $libs /lib/x86_64-linux-gnu/libnss_files.so.2 /lib/x86_64-linux-gnu/libnss_dns.so.2; do
-  [ -e "$lib" ] || continue
-  mkdir -p "b-bb/rootfs$(dirname "$lib")"
-  cp -L "$lib" "b-bb/rootfs$lib"
-done
-printf 'passwd: files\ngroup: files\nhosts: files dns\nnetworks: files\n' > b-bb/rootfs/etc/nsswitch.conf
-echo 'root:x:0:0:root:/root:/bin/sh' > b-bb/rootfs/etc/passwd
-echo 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' >> b-bb/rootfs/etc/passwd
-echo 'root:x:0:' > b-bb/rootfs/etc/group
-echo 'nogroup:x:65534:' >> b-bb/rootfs/etc/group
+mkdir -p b-bb/rootfs/www
+busybox_rootfs b-bb/rootfs
 echo hello > b-bb/rootfs/www/index.html
 umoci repack --image layout:busybox b-bb
 umoci config --image layout:busybox --config.cmd /bin/sh --config.env PATH=/bin:/usr/bin:/sbin --os linux --architecture amd64

@@ -21,6 +21,11 @@ pub struct KubeletClient {
 }
 
 impl KubeletClient {
+    /// Its TLS configuration (with the kubelet-client certificate).
+    pub fn tls(&self) -> Arc<rustls::ClientConfig> {
+        self.tls.clone()
+    }
+
     /// Loads the client certificate and key (PEM files).
     pub fn load(cert: &Path, key: &Path) -> Result<Self, crate::server::TlsError> {
         let err = |e: String| crate::server::TlsError::new(format!("kubelet client: {e}"));

@@ -27,6 +27,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod proto;
+pub mod proxy;
 pub mod rbac;
 pub mod registry;
 pub mod request;

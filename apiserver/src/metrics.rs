@@ -90,6 +90,8 @@ struct Samples {
 pub struct Metrics {
     resolution: Duration,
     samples: RwLock<Arc<Samples>>,
+    /// When the last extra round was taken for pods not sampled yet (ms since the epoch).
+    extra: std::sync::atomic::AtomicI64,
 }
 
 impl Metrics {
@@ -98,6 +100,7 @@ impl Metrics {
         Metrics {
             resolution: resolution.max(Duration::from_secs(1)),
             samples: RwLock::default(),
+            extra: std::sync::atomic::AtomicI64::new(0),
         }
     }
 
@@ -295,7 +298,20 @@ async fn items(ctx: &Ctx) -> ApiResult<Vec<Value>> {
             "this apiserver has no kubelet client certificate",
         ));
     }
-    let samples = ctx.api.metrics.snapshot();
+    let mut samples = ctx.api.metrics.snapshot();
+    let stale = if ctx.res.plural == "pods" {
+        unsampled(ctx, &samples).await?
+    } else {
+        // A node sampled once has no rate yet (metrics-server waits for its second scrape).
+        samples.nodes.is_empty() || samples.nodes.values().any(|s| s.rate().is_none())
+    };
+    if stale && ctx.api.metrics.may_add_round() {
+        // A pod running for a while but started after the last round, or a node without a
+        // rate yet: sample now rather than wait up to a resolution (the Python client's
+        // get_pods_metrics waits 10 s after the pod runs).
+        ctx.api.metrics.record(&summaries(&ctx.api).await?);
+        samples = ctx.api.metrics.snapshot();
+    }
     let mut out: Vec<Value> = if ctx.res.plural == "nodes" {
         samples
             .nodes
@@ -355,6 +371,58 @@ async fn items(ctx: &Ctx) -> ApiResult<Vec<Value>> {
         )
     });
     Ok(out)
+}
+
+impl Metrics {
+    /// Whether an extra round may be taken now (at most one a second).
+    fn may_add_round(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        let now = jiff::Timestamp::now().as_millisecond();
+        let last = self.extra.load(Ordering::Relaxed);
+        now - last >= 1000
+            && self
+                .extra
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+}
+
+/// Whether a pod in the request's scope (the named one, or its namespace's) has run for
+/// over a second on a node without being sampled yet.
+async fn unsampled(ctx: &Ctx, samples: &Samples) -> ApiResult<bool> {
+    let prefix = match (ctx.namespace(), ctx.req.name.as_deref()) {
+        (Some(ns), Some(name)) => format!("/registry/core/pods/{ns}/{name}"),
+        (Some(ns), None) => format!("/registry/core/pods/{ns}/"),
+        (None, _) => "/registry/core/pods/".to_owned(),
+    };
+    let stored = ctx
+        .api
+        .store
+        .range(minik8s_storage::RangeRequest::prefix(prefix))
+        .await?;
+    let now = jiff::Timestamp::now();
+    for kv in &stored.kvs {
+        let pod = object::from_store(kv)?;
+        let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+        let started = pod
+            .pointer("/status/startTime")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .is_some_and(|t| (now - t).get_seconds() >= 2);
+        if !(running && started) {
+            continue;
+        }
+        let ns = object::meta_str(&pod, "namespace").unwrap_or_default();
+        let name = object::meta_str(&pod, "name").unwrap_or_default();
+        if !samples
+            .containers
+            .keys()
+            .any(|(n, p, _)| n == ns && p == name)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// `GET …/nodes/{name}` or `…/namespaces/{ns}/pods/{name}`.

@@ -57,6 +57,9 @@ pub struct ResourceRequest {
     pub name: Option<String>,
     /// Subresource (`status`, `scale`, `log`, …), if any.
     pub subresource: Option<String>,
+    /// For the `proxy` subresource, the path after it (`stats/summary`), without the
+    /// leading slash; a trailing slash is kept.
+    pub proxy_path: Option<String>,
 }
 
 /// What a request is about.
@@ -116,6 +119,14 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     let Some(resource) = rest.first() else {
         return non_resource();
     };
+    // Only `proxy` takes a path after the subresource (`nodes/n/proxy/stats/summary`).
+    let mut proxy_path = None;
+    if rest.get(2) == Some(&"proxy") {
+        let after = rest[3..].join("/");
+        let trailing = path.ends_with('/') && !after.is_empty();
+        proxy_path = Some(if trailing { format!("{after}/") } else { after });
+        rest = &rest[..3];
+    }
     if rest.len() > 3 {
         return non_resource();
     }
@@ -147,6 +158,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         resource: resource.to_string(),
         name,
         subresource,
+        proxy_path,
     })
 }
 
@@ -170,6 +182,7 @@ mod tests {
             resource: resource.into(),
             name: name.map(Into::into),
             subresource: sub.map(Into::into),
+            proxy_path: None,
         })
     }
 

@@ -520,3 +520,21 @@ def test_command_args_and_sub_path_exprs_expand_as_upstream(api, ns):
             time.sleep(0.5)
         assert reason == "CreateContainerConfigError", (name, st)
         assert st.phase == "Pending"
+
+
+def test_metrics_utilities_see_a_pod_running_for_ten_seconds(api, ns):
+    v1 = client.CoreV1Api(api)
+    pod = busybox_pod("myapp-pod", ["sh", "-c", "while true; do :; done"])
+    pod.metadata.labels = {"app": "myapp"}
+    v1.create_namespaced_pod(ns, pod)
+    wait_running(v1, "myapp-pod", ns)
+    # As the client's own e2e test: ten seconds after Running, the pod has metrics.
+    time.sleep(10)
+    nodes = utils.get_nodes_metrics(api)
+    assert nodes["items"] and "usage" in nodes["items"][0]
+    names = [i["metadata"]["name"] for i in utils.get_pods_metrics(api, ns)["items"]]
+    assert "myapp-pod" in names
+    labelled = utils.get_pods_metrics(api, ns, "app=myapp")
+    assert [i["metadata"]["name"] for i in labelled["items"]] == ["myapp-pod"]
+    both = utils.get_pods_metrics_in_all_namespaces(api, [ns, "default"])
+    assert ns in both and "error" not in both[ns]

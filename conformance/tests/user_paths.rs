@@ -80,6 +80,36 @@ fn the_python_client_busybox_tools_and_sandbox_failures_behave_as_upstream() {
         events.contains("already present on machine") || events.contains("Successfully pulled"),
         "{described}"
     );
+    // The proxy subresource of nodes, pods and services, as upstream's.
+    let pods = c.ok(&["get", "--raw", "/api/v1/nodes/u1/proxy/pods"]);
+    let pods: serde_json::Value = serde_json::from_str(&pods).expect("a PodList");
+    assert!(
+        pods["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["metadata"]["name"] == "web"),
+        "{pods}"
+    );
+    let summary = c.ok(&["get", "--raw", "/api/v1/nodes/u1/proxy/stats/summary"]);
+    assert!(summary.contains("\"nodeName\":\"u1\""), "{summary}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods/web:8080/proxy/"
+        ]),
+        "hello\n"
+    );
+    c.ok(&["expose", "pod", "web", "--port=80", "--target-port=8080"]);
+    c.eventually(
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/services/web:80/proxy/index.html",
+        ],
+        |o| o == "hello\n",
+    );
     let ip = c.ok(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
     for url in [
         "http://127.0.0.1:8080/",

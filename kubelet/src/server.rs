@@ -66,6 +66,7 @@ pub async fn bind(
             get(port_forward).post(port_forward),
         )
         .route("/stats/summary", get(summary))
+        .route("/pods", get(node_pods))
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource_metrics))
         .with_state(Shared {
@@ -127,6 +128,15 @@ async fn summary(State(s): State<Shared>) -> Response {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
+}
+
+/// `GET /pods`: the pods bound to this node as the kubelet sees them (upstream's PodList).
+async fn node_pods(State(s): State<Shared>) -> Response {
+    let items: Vec<Pod> = s.pods.state().iter().map(|p| (**p).clone()).collect();
+    axum::Json(serde_json::json!({
+        "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items,
+    }))
+    .into_response()
 }
 
 /// The pod `ns/name` if it is on this node.

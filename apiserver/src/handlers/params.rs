@@ -53,6 +53,8 @@ pub struct Params {
     /// The options of the streaming pod subresources (`log`, `exec`, …) passed on to the
     /// kubelet as given: `container`, `follow`, `tailLines`, `command`, …
     pub streaming: Vec<(String, String)>,
+    /// The query as given (the `proxy` subresource passes it on).
+    pub raw: String,
 }
 
 /// Query parameters of the streaming pod subresources.
@@ -120,6 +122,7 @@ impl Params {
             }
         };
         Ok(Params {
+            raw: query.unwrap_or_default().to_owned(),
             streaming,
             label_selector: map.get("labelSelector").cloned().filter(|s| !s.is_empty()),
             field_selector: map.get("fieldSelector").cloned().filter(|s| !s.is_empty()),

@@ -35,6 +35,7 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         ("log", Verb::Get) if ctx.res.group.is_empty() && ctx.res.kind == "Pod" => {
             crate::kubelet::log(ctx).await
         }
+        ("proxy", _) => crate::proxy::serve(ctx, body).await,
         ("exec" | "attach" | "portforward", Verb::Get | Verb::Create)
             if ctx.res.group.is_empty() && ctx.res.kind == "Pod" =>
         {

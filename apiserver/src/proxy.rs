@@ -1,0 +1,331 @@
+//! The `proxy` subresource of nodes, pods and services (upstream's `ProxyREST`): the request
+//! goes on to the node's kubelet (HTTPS with the apiserver's kubelet-client certificate), to
+//! the pod's IP, or to one of the Service's ready endpoints, and the answer streams back.
+//! The name may carry a scheme and a port, as upstream's: `[https:]name[:port]`.
+
+use crate::error::{ApiError, ApiResult};
+use crate::handlers::Ctx;
+use crate::object;
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, header};
+use axum::response::Response;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use minik8s_storage::Store;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// `[scheme:]name[:port]` split as upstream's `net.SplitSchemeNamePort`.
+fn split(id: &str) -> ApiResult<(Option<&str>, &str, Option<&str>)> {
+    let parts: Vec<&str> = id.split(':').collect();
+    let bad = || ApiError::bad_request(format!("invalid request {id:?}"));
+    let (scheme, name, port) = match parts.as_slice() {
+        [name] => (None, *name, None),
+        [name, port] => (None, *name, Some(*port)),
+        [scheme, name, port] => (Some(*scheme), *name, Some(*port)),
+        _ => return Err(bad()),
+    };
+    if name.is_empty() || scheme.is_some_and(|s| !matches!(s, "" | "http" | "https")) {
+        return Err(bad());
+    }
+    Ok((
+        scheme.filter(|s| !s.is_empty()),
+        name,
+        port.filter(|p| !p.is_empty()),
+    ))
+}
+
+/// Where a proxied request goes.
+struct Target {
+    https: bool,
+    host: String,
+    port: u16,
+    /// The kubelet: present the apiserver's kubelet-client certificate.
+    kubelet: bool,
+}
+
+/// Serves `…/{nodes|pods|services}/{name}/proxy/{path}`.
+pub async fn serve(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+    let id = ctx.name().to_owned();
+    let (scheme, name, port) = split(&id)?;
+    let ns = ctx.namespace().map(str::to_owned);
+    let read = |resource: &str| {
+        let key = ctx.res.key(ns.as_deref(), name);
+        let what = resource.to_owned();
+        let name = name.to_owned();
+        let api = ctx.api.clone();
+        async move {
+            let kv = api
+                .store
+                .get(&key)
+                .await?
+                .ok_or_else(|| ApiError::not_found("", &what, &name))?;
+            object::from_store(&kv)
+        }
+    };
+    let target = match (ctx.res.group.as_str(), ctx.res.plural.as_str()) {
+        ("", "nodes") => {
+            let node = read("nodes").await?;
+            let (host, kubelet_port) = crate::kubelet::endpoint(&node)?;
+            let port = match port {
+                Some(p) => p
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid port {p:?}")))?,
+                None => kubelet_port,
+            };
+            // The kubelet's own port speaks HTTPS; another port is plain unless asked.
+            let https = scheme.map_or(port == kubelet_port, |s| s == "https");
+            Target {
+                https,
+                host,
+                port,
+                kubelet: port == kubelet_port,
+            }
+        }
+        ("", "pods") => {
+            let pod = read("pods").await?;
+            let ip = pod
+                .pointer("/status/podIP")
+                .and_then(Value::as_str)
+                .filter(|ip| !ip.is_empty())
+                .ok_or_else(|| {
+                    ApiError::unavailable(format!("address not allowed: pod {name} has no IP"))
+                })?
+                .to_owned();
+            let port = match port {
+                Some(p) => pod_port(&pod, p)?,
+                // Upstream: the first port of the first container that has one, else 80.
+                None => pod
+                    .pointer("/spec/containers")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| c.pointer("/ports/0/containerPort").and_then(Value::as_u64))
+                    .map_or(80, |p| p as u16),
+            };
+            Target {
+                https: scheme == Some("https"),
+                host: ip,
+                port,
+                kubelet: false,
+            }
+        }
+        ("", "services") => {
+            let svc = read("services").await?;
+            let (host, port) = service_endpoint(&ctx, &svc, name, port).await?;
+            Target {
+                https: scheme == Some("https"),
+                host,
+                port,
+                kubelet: false,
+            }
+        }
+        _ => {
+            return Err(ApiError::method_not_supported(
+                &ctx.res.group,
+                &format!("{}/proxy", ctx.res.plural),
+                ctx.req.verb.as_str(),
+            ));
+        }
+    };
+    forward(&ctx, target, body).await
+}
+
+/// A pod port given by number or by a container port's name.
+fn pod_port(pod: &Value, port: &str) -> ApiResult<u16> {
+    if let Ok(p) = port.parse::<u16>() {
+        return Ok(p);
+    }
+    pod.pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|c| {
+            c.get("ports")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+        })
+        .find(|p| p.get("name").and_then(Value::as_str) == Some(port))
+        .and_then(|p| p.get("containerPort").and_then(Value::as_u64))
+        .map(|p| p as u16)
+        .ok_or_else(|| ApiError::bad_request(format!("invalid port {port:?}")))
+}
+
+/// A ready endpoint of the Service for the port named (by name or number; the only port if
+/// none), as upstream's service `ResourceLocation` picks one: (address, target port).
+async fn service_endpoint(
+    ctx: &Ctx,
+    svc: &Value,
+    name: &str,
+    port: Option<&str>,
+) -> ApiResult<(String, u16)> {
+    let ns = ctx.namespace().unwrap_or_default();
+    let ports = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let port_name = match port {
+        None if ports.len() <= 1 => ports
+            .first()
+            .and_then(|p| p.get("name").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned(),
+        None => {
+            return Err(ApiError::unavailable(format!(
+                "no endpoints available for service \"{name}\""
+            )));
+        }
+        Some(p) => ports
+            .iter()
+            .find(|sp| {
+                sp.get("name").and_then(Value::as_str) == Some(p)
+                    || sp
+                        .get("port")
+                        .and_then(Value::as_u64)
+                        .map(|n| n.to_string())
+                        .as_deref()
+                        == Some(p)
+            })
+            .and_then(|sp| sp.get("name").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    let prefix = format!("/registry/discovery.k8s.io/endpointslices/{ns}/");
+    let slices = ctx
+        .api
+        .store
+        .range(minik8s_storage::RangeRequest::prefix(&prefix))
+        .await?;
+    for kv in slices.kvs {
+        let slice: Value = serde_json::from_slice(&kv.value).map_err(ApiError::internal)?;
+        if slice
+            .pointer("/metadata/labels/kubernetes.io~1service-name")
+            .and_then(Value::as_str)
+            != Some(name)
+        {
+            continue;
+        }
+        let Some(target) = slice
+            .get("ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|p| p.get("name").and_then(Value::as_str).unwrap_or_default() == port_name)
+            .and_then(|p| p.get("port").and_then(Value::as_u64))
+        else {
+            continue;
+        };
+        let ready = slice
+            .get("endpoints")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|e| e.pointer("/conditions/ready") != Some(&Value::Bool(false)))
+            .and_then(|e| e.pointer("/addresses/0").and_then(Value::as_str));
+        if let Some(ip) = ready {
+            return Ok((ip.to_owned(), target as u16));
+        }
+    }
+    Err(ApiError::unavailable(format!(
+        "no endpoints available for service \"{name}\""
+    )))
+}
+
+/// Headers that belong to one hop and are not passed on.
+const HOP: [header::HeaderName; 6] = [
+    header::CONNECTION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    header::PROXY_AUTHORIZATION,
+];
+
+/// Sends the request on and streams the answer back.
+async fn forward(ctx: &Ctx, t: Target, body: Bytes) -> ApiResult<Response> {
+    let path = format!("/{}", ctx.req.proxy_path.as_deref().unwrap_or_default());
+    let uri = match ctx.params.raw.as_str() {
+        "" => path,
+        q => format!("{path}?{q}"),
+    };
+    let method = match ctx.req.verb {
+        crate::request::Verb::Create => axum::http::Method::POST,
+        crate::request::Verb::Update => axum::http::Method::PUT,
+        crate::request::Verb::Patch => axum::http::Method::PATCH,
+        crate::request::Verb::Delete | crate::request::Verb::DeleteCollection => {
+            axum::http::Method::DELETE
+        }
+        _ => axum::http::Method::GET,
+    };
+    let mut req = Request::builder().method(method).uri(&uri);
+    for (k, v) in &ctx.headers {
+        // The client's credentials are for this apiserver, not for what is behind it.
+        if HOP.contains(k) || *k == header::AUTHORIZATION || *k == header::HOST {
+            continue;
+        }
+        req = req.header(k, v);
+    }
+    let host = format!("{}:{}", t.host, t.port);
+    let req = req
+        .header(header::HOST, &host)
+        .body(Full::new(body))
+        .map_err(ApiError::internal)?;
+    let unreachable =
+        |e: String| ApiError::unavailable(format!("error trying to reach service: {e}"));
+    let resp = if t.https {
+        let tls = match (&ctx.api.kubelet, t.kubelet) {
+            (Some(k), true) => k.tls(),
+            _ => Arc::new(minik8s_kubeconfig::insecure::client_config()),
+        };
+        let mut sender = crate::server::dial_https(tls, &t.host, t.port, &t.host, &ctx.api.tasks)
+            .await
+            .map_err(unreachable)?;
+        sender.send_request(req).await
+    } else {
+        let tcp = tokio::net::TcpStream::connect((t.host.as_str(), t.port))
+            .await
+            .map_err(|e| unreachable(format!("dial tcp {host}: {e}")))?;
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+                .await
+                .map_err(|e| unreachable(e.to_string()))?;
+        ctx.api.tasks.spawn(async move {
+            let _ = conn.await;
+        });
+        sender.send_request(req).await
+    }
+    .map_err(|e| unreachable(e.to_string()))?;
+    let (mut parts, body) = resp.into_parts();
+    for h in HOP {
+        parts.headers.remove(h);
+    }
+    if !parts.headers.contains_key(header::CONTENT_TYPE) {
+        parts
+            .headers
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    }
+    Ok(Response::from_parts(
+        parts,
+        Body::new(body.map_err(axum::Error::new)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_into_scheme_name_and_port_as_upstream() {
+        assert_eq!(split("web").unwrap(), (None, "web", None));
+        assert_eq!(split("web:8080").unwrap(), (None, "web", Some("8080")));
+        assert_eq!(
+            split("https:web:443").unwrap(),
+            (Some("https"), "web", Some("443"))
+        );
+        assert_eq!(split("http:web:").unwrap(), (Some("http"), "web", None));
+        assert!(split("ftp:web:21").is_err());
+        assert!(split("a:b:c:d").is_err());
+    }
+}

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The images v1.20.2's [Conformance] specs run, built here without a registry (no registry is
+# reachable), as docker archives WORK/images/e2e-*.tar, named as WORK/repo-list.yaml remaps them
+# (KUBE_TEST_REPO_LIST): every registry but the deliberately invalid and private ones goes to
+# docker.io/<name>, which a minik8s node pulls from its local registry.
+#   bash hack/conformance-images.sh WORK BIN   (BIN holds the agnhost built from the source)
+#
+# What each is, and where it stands in for upstream's:
+# - agnhost:2.21     upstream's agnhost binary (built from the v1.20.2 source) on the node's
+#                    busybox, which gives the shell, nc, wget and ip its specs use; no dig,
+#                    curl, iperf or coredns (upstream's image has them from alpine).
+# - busybox:1.29     the node's busybox image.
+# - pause:3.2        the node's static pause.
+# - httpd, nginx     stand-ins: busybox httpd on port 80 serving the image's usual docroot.
+# - nonroot:1.0      busybox run as uid 1234, as upstream's.
+# - nonewprivs:1.0   upstream's nnp (Go), setuid root, on busybox.
+# - kitten, nautilus agnhost test-webserver serving the images' html folders, as upstream's.
+# - jessie-dnsutils  busybox with Debian's dig (bind9-dnsutils) and its libraries.
+source "$(dirname "$0")/lib.sh"
+WORK="$(realpath -m "${1:?WORK}")"
+BIN="$(realpath -m "${2:?BIN}")"
+SRC="$WORK/src/kubernetes-1.20.2"
+OUT="$WORK/images"
+mkdir -p "$OUT"
+cat > "$WORK/repo-list.yaml" <<'EOF'
+dockerLibraryRegistry: docker.io/library
+e2eRegistry: docker.io/e2e
+e2eVolumeRegistry: docker.io/e2e-volume
+promoterE2eRegistry: docker.io/e2e-promoter
+buildImageRegistry: docker.io/build-image
+gcEtcdRegistry: docker.io/gc
+gcRegistry: docker.io/gc
+sigStorageRegistry: docker.io/sig-storage
+gcrReleaseRegistry: docker.io/gcr-release
+dockerGluster: docker.io/gluster
+sampleRegistry: docker.io/e2e
+EOF
+[ -s "$OUT/.done" ] && exit 0
+for tool in umoci skopeo gcc; do
+  command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
+done
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+umoci init --layout layout
+
+# image NAME REF [umoci config options…]: packs rootfs b-NAME (made by the caller after
+# `new NAME`) into OUT/NAME.tar tagged REF.
+new() { umoci new --image "layout:$1"; umoci unpack --rootless --image "layout:$1" "b-$1" >/dev/null; }
+image() {
+  local name="$1" ref="$2"
+  shift 2
+  umoci repack --image "layout:$name" "b-$name"
+  umoci config --image "layout:$name" --os linux --architecture amd64 \
+    --config.env PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin "$@"
+  # (e2e- prefixed: the node's own archives sit beside them in its images folder)
+  rm -f "$OUT/e2e-$name.tar"
+  skopeo copy -q "oci:layout:$name" "docker-archive:$OUT/e2e-$name.tar:$ref"
+}
+
+log "agnhost, busybox, pause"
+new agnhost
+busybox_rootfs b-agnhost/rootfs
+cp "$BIN/agnhost" b-agnhost/rootfs/agnhost
+ln -s agnhost b-agnhost/rootfs/agnhost-2
+mkdir -p b-agnhost/rootfs/uploads
+cp "$SRC/test/images/agnhost/porter/localhost.crt" "$SRC/test/images/agnhost/porter/localhost.key" b-agnhost/rootfs/
+image agnhost docker.io/e2e-promoter/agnhost:2.21 --config.entrypoint /agnhost --config.cmd pause
+
+new busybox
+busybox_rootfs b-busybox/rootfs
+image busybox docker.io/library/busybox:1.29 --config.cmd sh
+
+cat > pause.c <<'C'
+#include <signal.h>
+#include <unistd.h>
+#include <sys/wait.h>
+static void onterm(int s){(void)s;_exit(0);}
+static void onchld(int s){(void)s;while(waitpid(-1,0,WNOHANG)>0);}
+int main(void){signal(SIGINT,onterm);signal(SIGTERM,onterm);signal(SIGCHLD,onchld);for(;;)pause();}
+C
+gcc -static -Os -o pause pause.c && strip pause
+new pause
+cp pause b-pause/rootfs/pause
+image pause docker.io/gc/pause:3.2 --config.entrypoint /pause
+
+log "httpd and nginx stand-ins"
+for web in httpd:2.4.38-alpine:/usr/local/apache2/htdocs httpd:2.4.39-alpine:/usr/local/apache2/htdocs \
+           nginx:1.14-alpine:/usr/share/nginx/html nginx:1.15-alpine:/usr/share/nginx/html; do
+  IFS=: read -r name tag root <<<"$web"
+  n="$name-${tag//./-}"
+  new "$n"
+  busybox_rootfs "b-$n/rootfs"
+  mkdir -p "b-$n/rootfs$root"
+  if [ "$name" = httpd ]; then
+    echo '<html><body><h1>It works!</h1></body></html>' > "b-$n/rootfs$root/index.html"
+  else
+    echo '<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body><h1>Welcome to nginx!</h1></body></html>' > "b-$n/rootfs$root/index.html"
+  fi
+  image "$n" "docker.io/library/$name:$tag" --config.cmd httpd --config.cmd=-f --config.cmd=-p --config.cmd=80 --config.cmd=-h --config.cmd="$root" --config.exposedports 80/tcp
+done
+
+log "nonroot, nonewprivs, kitten, nautilus"
+new nonroot
+busybox_rootfs b-nonroot/rootfs
+image nonroot docker.io/e2e/nonroot:1.0 --config.user 1234 --config.cmd sh
+
+new nonewprivs
+busybox_rootfs b-nonewprivs/rootfs
+mkdir -p b-nonewprivs/rootfs/usr/local/bin
+(cd "$SRC" && GOROOT="$WORK/go1.15/usr/lib/go-1.15" GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" \
+  GOFLAGS=-mod=vendor CGO_ENABLED=0 "$WORK/go1.15/usr/lib/go-1.15/bin/go" build \
+  -o "$work/b-nonewprivs/rootfs/usr/local/bin/nnp" ./test/images/nonewprivs)
+chmod 4755 b-nonewprivs/rootfs/usr/local/bin/nnp
+image nonewprivs docker.io/e2e/nonewprivs:1.0 --config.cmd nnp
+
+for pic in kitten nautilus; do
+  new "$pic"
+  busybox_rootfs "b-$pic/rootfs"
+  cp "$BIN/agnhost" "b-$pic/rootfs/agnhost"
+  cp "$SRC/test/images/$pic/html/"* "b-$pic/rootfs/"
+  image "$pic" "docker.io/e2e/$pic:1.0" --config.entrypoint /agnhost --config.cmd test-webserver
+done
+
+log "jessie-dnsutils (Debian's dig)"
+new dnsutils
+busybox_rootfs b-dnsutils/rootfs
+mkdir -p debs
+(cd debs && apt-get download -qq bind9-dnsutils bind9-libs 2>/dev/null || { apt-get update -qq && apt-get download -qq bind9-dnsutils bind9-libs; })
+for deb in debs/*.deb; do dpkg -x "$deb" b-dnsutils/rootfs; done
+libdir=b-dnsutils/rootfs/usr/lib/x86_64-linux-gnu
+# The libraries dig loads that the host has (what it lacks is installed first).
+missing="$(LD_LIBRARY_PATH="$libdir" ldd b-dnsutils/rootfs/usr/bin/dig | awk '/not found/ { print $1 }')"
+for lib in $missing; do
+  pkg="$(apt-file search -l "$lib" 2>/dev/null | head -1 || true)"
+  [ -n "$pkg" ] || pkg="$(dpkg -S "*/$lib" 2>/dev/null | head -1 | cut -d: -f1 || true)"
+  [ -n "$pkg" ] && (cd debs && apt-get download -qq "$pkg" && dpkg -x "$pkg"_*.deb ../b-dnsutils/rootfs) || true
+done
+for lib in $(LD_LIBRARY_PATH="$libdir" ldd b-dnsutils/rootfs/usr/bin/dig | awk '/=>/ && $3 ~ /^\// { print $3 }'); do
+  case "$lib" in b-dnsutils/*|"$work"/*) continue ;; esac
+  [ -e "b-dnsutils/rootfs$lib" ] && continue
+  mkdir -p "b-dnsutils/rootfs$(dirname "$lib")"
+  cp -L "$lib" "b-dnsutils/rootfs$lib"
+done
+image dnsutils docker.io/e2e/jessie-dnsutils:1.0 --config.cmd sh
+
+date > "$OUT/.done"
+log "conformance images ready in $OUT"
