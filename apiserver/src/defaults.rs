@@ -230,6 +230,11 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
                 for p in ports {
                     set_default(p, "protocol", json!("TCP"));
+                    // Upstream: an unset, 0 or "" targetPort is the port (clients built on
+                    // Go structs send 0 for unset).
+                    if matches!(p.get("targetPort"), Some(t) if *t == json!(0) || *t == json!("")) {
+                        p.as_object_mut().map(|m| m.remove("targetPort"));
+                    }
                     let port = p.get("port").cloned().unwrap_or(Value::Null);
                     set_default(p, "targetPort", port);
                 }

@@ -458,3 +458,45 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
         "{refused}"
     );
 }
+
+/// kubectl up to 1.26 validates and explains from the OpenAPI v2 document in gnostic's
+/// protobuf; v2 writes references as `$ref` beside their description.
+#[test]
+fn openapi_v2_is_served_as_protobuf_with_direct_references() {
+    let c = Cluster::start();
+    let client = c.client();
+    let (ctype, body) = c.block_on(async {
+        let req = http::Request::get("/openapi/v2")
+            .header(
+                "Accept",
+                "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+            )
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let resp = client.send(req).await.unwrap();
+        let ctype = resp.headers()["content-type"].to_str().unwrap().to_owned();
+        let bytes = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        (ctype, bytes.to_vec())
+    });
+    assert_eq!(ctype, "application/octet-stream");
+    // Document.swagger (field 1) = "2.0".
+    assert_eq!(&body[..5], b"\x0a\x032.0");
+    let text = String::from_utf8_lossy(&body);
+    for want in [
+        "io.k8s.api.apps.v1.Deployment",
+        "x-kubernetes-group-version-kind",
+        "#/definitions/io.k8s.api.apps.v1.DeploymentSpec",
+    ] {
+        assert!(text.contains(want), "{want} missing");
+    }
+    let v2: serde_json::Value =
+        serde_json::from_str(&c.ok(&["get", "--raw", "/openapi/v2"])).unwrap();
+    let spec = &v2["definitions"]["io.k8s.api.apps.v1.Deployment"]["properties"]["spec"];
+    assert_eq!(
+        spec["$ref"], "#/definitions/io.k8s.api.apps.v1.DeploymentSpec",
+        "{spec}"
+    );
+}

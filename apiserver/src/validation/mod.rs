@@ -23,9 +23,18 @@ pub(crate) fn is_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// Whether `s` is a lowercase RFC 1123 subdomain.
+/// Whether `s` is a lowercase RFC 1123 subdomain: at most 253 characters, dot-separated
+/// parts of label characters (upstream's regex sets no length per part).
 pub fn is_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label)
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|p| {
+            !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !p.starts_with('-')
+                && !p.ends_with('-')
+        })
 }
 
 /// Whether `s` is a DNS-1035 label (starts with a letter).
@@ -201,6 +210,9 @@ mod tests {
         assert!(is_subdomain("my.app-1"));
         assert!(!is_subdomain("My_App"));
         assert!(!is_subdomain("-x"));
+        // No limit per part: pod names of 64+ characters are valid subdomains upstream.
+        assert!(is_subdomain(&"a".repeat(100)));
+        assert!(!is_subdomain(&"a".repeat(254)));
         assert!(is_dns1035("web"));
         assert!(!is_dns1035("1web"));
         assert!(check_name(NameRule::Path, "metadata.name", "system:admin", false).is_empty());

@@ -150,11 +150,28 @@ pub fn dns_config(pod: &Pod, layout: &Layout, host: &cri::DnsConfig) -> cri::Dns
     c
 }
 
+/// The pod's host name, as upstream's `GeneratePodHostNameAndDomain`: `spec.hostname`, else
+/// the pod's name cut to 63 characters without a trailing '-' or '.'.
+pub fn pod_hostname(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    match spec
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+    {
+        Some(h) => h,
+        None => {
+            let name = pod.name_any();
+            let cut: String = name.chars().take(63).collect();
+            cut.trim_end_matches(['-', '.']).to_owned()
+        }
+    }
+}
+
 /// The pod's `/etc/hosts`, as upstream's kubelet writes it: localhost, the pod's own name (as
 /// `<hostname>.<subdomain>.<ns>.svc.<domain>` too when it has a subdomain), and `hostAliases`.
 pub fn hosts_file(pod: &Pod, pod_ip: &str, domain: &str) -> String {
     let spec = pod.spec.clone().unwrap_or_default();
-    let hostname = spec.hostname.clone().unwrap_or_else(|| pod.name_any());
+    let hostname = pod_hostname(pod);
     let mut out = String::from(
         "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
     );
@@ -186,7 +203,7 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
     let spec = pod.spec.clone().unwrap_or_default();
     let host = host_resolv(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
     let uid = pod.uid().unwrap_or_default();
-    let hostname = spec.hostname.clone().unwrap_or_else(|| pod.name_any());
+    let hostname = pod_hostname(pod);
     let ports = spec
         .containers
         .iter()
@@ -217,7 +234,7 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
         hostname: if host_network(pod) {
             String::new()
         } else {
-            hostname.chars().take(63).collect()
+            hostname
         },
         dns_config: Some(dns_config(pod, layout, &host)),
         log_directory: layout.log_dir(pod).display().to_string(),

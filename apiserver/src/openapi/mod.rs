@@ -3,6 +3,8 @@
 //! on kinds and operations, `fieldValidation`/`dryRun`/`fieldManager` parameters (kubectl's
 //! server-side validation check), and strategic-merge patch keys on list fields.
 
+mod v2proto;
+
 use crate::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
@@ -21,6 +23,8 @@ pub struct Docs {
     index: Vec<u8>,
     /// Serialized v2 document.
     v2: Vec<u8>,
+    /// The v2 document as gnostic's protobuf.
+    v2_proto: Vec<u8>,
 }
 
 /// Upstream patch strategies of list fields, by schema and property.
@@ -356,7 +360,9 @@ pub fn build(api: &Api) -> Docs {
         v3.insert(gv, (hash, bytes));
     }
     let index = serde_json::to_vec(&json!({"paths": index})).expect("json");
-    let v2_defs = serde_json::to_string(&components["schemas"])
+    let mut v2_schemas = components["schemas"].clone();
+    v2_refs(&mut v2_schemas);
+    let v2_defs = serde_json::to_string(&v2_schemas)
         .expect("json")
         .replace("#/components/schemas/", "#/definitions/");
     let v2 = format!(
@@ -364,7 +370,37 @@ pub fn build(api: &Api) -> Docs {
         crate::discovery::KUBE_MINOR
     )
     .into_bytes();
-    Docs { v3, index, v2 }
+    let v2_proto = v2proto::encode(&serde_json::from_slice(&v2).expect("the v2 document is JSON"));
+    Docs {
+        v3,
+        index,
+        v2,
+        v2_proto,
+    }
+}
+
+/// v3's `allOf: [{$ref}]` (a reference with siblings such as a description) as v2 writes
+/// it, a `$ref` beside them: kubectl's v2 reader follows only a direct `$ref`.
+fn v2_refs(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            let single = m
+                .get("allOf")
+                .and_then(Value::as_array)
+                .filter(|a| a.len() == 1)
+                .and_then(|a| a[0].get("$ref"))
+                .cloned();
+            if let Some(r) = single
+                && !m.contains_key("$ref")
+            {
+                m.remove("allOf");
+                m.insert("$ref".into(), r);
+            }
+            m.values_mut().for_each(v2_refs);
+        }
+        Value::Array(a) => a.iter_mut().for_each(v2_refs),
+        _ => {}
+    }
 }
 
 fn bytes_response(body: Vec<u8>, etag: Option<&str>) -> Response {
@@ -409,6 +445,16 @@ pub fn serve(api: &Arc<Api>, parts: &[&str], headers: &HeaderMap) -> ApiResult<R
                 .get(header::ACCEPT)
                 .and_then(|a| a.to_str().ok())
                 .unwrap_or("");
+            // kubectl up to 1.26 asks for gnostic's protobuf and nothing else.
+            if accept.contains("com.github.proto-openapi.spec.v2") && !accept.contains("json") {
+                let mut resp = bytes_response(docs.v2_proto.clone(), None);
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    // As upstream's kube-openapi handler: the type's '@' is no MIME token.
+                    HeaderValue::from_static("application/octet-stream"),
+                );
+                return Ok(resp);
+            }
             if accept.contains("protobuf") && !accept.contains("json") && !accept.contains("*/*") {
                 return Err(ApiError::not_acceptable(
                     "only application/json is served for /openapi/v2",
