@@ -441,6 +441,32 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
         r.stderr
     );
 
+    // Go clients send an unset targetPort as 0: it defaults to the port, as upstream.
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"zero"},"spec":{"ports":[{"port":80,"targetPort":0}]}}"#),
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "service",
+            "zero",
+            "-o",
+            "jsonpath={.spec.ports[0].targetPort}"
+        ]),
+        "80"
+    );
+    // Names are subdomains of up to 253 characters, without a limit per part.
+    let long = format!("pod-{}", "a".repeat(70));
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {long}}}\nspec: {{containers: [{{name: c, image: busybox}}]}}\n"
+        )),
+    );
+    assert!(r.ok, "{}", r.stderr);
+
     // Creating in a terminating namespace: upstream's Forbidden, naming the object.
     c.ok(&["create", "namespace", "leaving"]);
     c.ok(&["create", "configmap", "keep", "-n", "leaving"]);
