@@ -538,3 +538,29 @@ def test_metrics_utilities_see_a_pod_running_for_ten_seconds(api, ns):
     assert [i["metadata"]["name"] for i in labelled["items"]] == ["myapp-pod"]
     both = utils.get_pods_metrics_in_all_namespaces(api, [ns, "default"])
     assert ns in both and "error" not in both[ns]
+
+
+def test_post_start_hooks_run_and_a_failing_one_kills_the_container(api, ns):
+    v1 = client.CoreV1Api(api)
+
+    def pod(name, hook):
+        p = busybox_pod(name, ["sh", "-c", "sleep 3600"])
+        p.spec.containers[0].lifecycle = client.V1Lifecycle(
+            post_start=client.V1LifecycleHandler(_exec=client.V1ExecAction(command=["sh", "-c", hook])))
+        return p
+
+    v1.create_namespaced_pod(ns, pod("hooked", "echo started > /tmp/poststart"))
+    v1.create_namespaced_pod(ns, pod("broken", "exit 3"))
+    wait_running(v1, "hooked", ns)
+    out = stream(v1.connect_get_namespaced_pod_exec, "hooked", ns, command=["cat", "/tmp/poststart"],
+                 stderr=True, stdin=False, stdout=True, tty=False)
+    assert out == "started\n"
+    deadline = time.time() + 60
+    reasons = set()
+    while time.time() < deadline and "FailedPostStartHook" not in reasons:
+        reasons = {e.reason for e in v1.list_namespaced_event(
+            ns, field_selector="involvedObject.name=broken").items}
+        time.sleep(0.5)
+    assert "FailedPostStartHook" in reasons, reasons
+    st = v1.read_namespaced_pod("broken", ns).status
+    assert not st.container_statuses[0].ready

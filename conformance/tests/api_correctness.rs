@@ -467,6 +467,26 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
     );
     assert!(r.ok, "{}", r.stderr);
 
+    // node.k8s.io/v1 RuntimeClass is served (upstream's RuntimeClass API spec).
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: runc}\nhandler: runc\n"),
+    );
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        c.ok(&["get", "runtimeclasses", "-o", "name"])
+            .contains("runtimeclass.node.k8s.io/runc")
+    );
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: node.k8s.io/v1\nkind: RuntimeClass\nmetadata: {name: bad}\nhandler: Not_A_Label\n"),
+    );
+    assert!(
+        !r.ok && r.stderr.contains("handler: Invalid value"),
+        "{}",
+        r.stderr
+    );
+
     // Creating in a terminating namespace: upstream's Forbidden, naming the object.
     c.ok(&["create", "namespace", "leaving"]);
     c.ok(&["create", "configmap", "keep", "-n", "leaving"]);

@@ -343,6 +343,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             short: &["pc"],
             ..Default::default()
         }),
+        // node.k8s.io/v1: RuntimeClasses name the node's runtime handler (runc only here).
+        row::<k8s_openapi::api::node::v1::RuntimeClass>(Extra::default()),
         // reviews
         review::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(false),
         review::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(false),

@@ -48,6 +48,11 @@ pub fn validate(group: &str, kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
             );
         }
         ("", "Service") => service(spec, causes),
+        ("node.k8s.io", "RuntimeClass") => match obj.get("handler").and_then(Value::as_str) {
+            None | Some("") => causes.push(Cause::required("handler", "")),
+            Some(h) if !is_label(h) => causes.push(Cause::invalid("handler", h, LABEL_MSG)),
+            Some(_) => {}
+        },
         ("networking.k8s.io", "Ingress") => ingress(spec, causes),
         ("networking.k8s.io", "NetworkPolicy") => {
             label_selector(

@@ -333,6 +333,23 @@ impl Worker {
         }
         self.recorder
             .normal(&at, "Started", format!("Started container {}", c.name));
+        // postStart runs once the container has started; the pod's other containers wait
+        // for it, and a failure kills the container, as upstream's kubelet.
+        if let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let ip = if spec::host_network(pod) {
+                self.host_ip.clone()
+            } else {
+                pod_ip.unwrap_or_default().to_owned()
+            };
+            if let Err(e) = self.run_hook(hook, c, &id, &ip, 120).await {
+                let message = format!("PostStartHook failed: {e}");
+                self.recorder
+                    .warning(&at, "FailedPostStartHook", message.clone());
+                self.recorder.normal(&at, "Killing", "FailedPostStartHook");
+                let _ = self.cri.stop_container(&id, 0).await;
+                return Err(("PostStartHookError".to_owned(), message));
+            }
+        }
         crate::metrics::get().container_started();
         // Keep the newest exited container (for `lastState` and `logs --previous`) only.
         for old in observed
@@ -469,24 +486,61 @@ impl Worker {
         let Some(hook) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) else {
             return;
         };
-        let limit = Duration::from_secs(grace.max(1) as u64);
+        if let Err(e) = self.run_hook(hook, c, id, pod_ip, grace).await {
+            tracing::info!(container = %c.name, error = %e, "preStop hook failed");
+        }
+    }
+
+    /// Runs a lifecycle handler (exec, HTTP GET or sleep) within `limit` seconds; `Err` says
+    /// how it failed, as upstream's handler runner words it.
+    async fn run_hook(
+        &self,
+        hook: &k8s_openapi::api::core::v1::LifecycleHandler,
+        c: &Container,
+        id: &str,
+        pod_ip: &str,
+        limit: i64,
+    ) -> std::result::Result<(), String> {
+        let limit_d = Duration::from_secs(limit.max(1) as u64);
         if let Some(exec) = &hook.exec {
             let cmd = exec.command.clone().unwrap_or_default();
-            let _ = tokio::time::timeout(limit, self.cri.exec_sync(id, cmd, grace.max(1))).await;
-        } else if let Some(http) = &hook.http_get {
+            let shown = format!("{cmd:?}");
+            return match tokio::time::timeout(limit_d, self.cri.exec_sync(id, cmd, limit.max(1)))
+                .await
+            {
+                Ok(Ok(r)) if r.exit_code == 0 => Ok(()),
+                Ok(Ok(r)) => Err(format!(
+                    "command '{shown}' exited with {}: {}",
+                    r.exit_code,
+                    String::from_utf8_lossy(&r.stderr)
+                )),
+                Ok(Err(e)) => Err(e.to_string()),
+                Err(_) => Err(format!("command '{shown}' timed out")),
+            };
+        }
+        if let Some(http) = &hook.http_get {
             let probe = k8s_openapi::api::core::v1::Probe {
                 http_get: Some(http.clone()),
-                timeout_seconds: Some(grace.max(1) as i32),
+                timeout_seconds: Some(limit.max(1) as i32),
                 ..Default::default()
             };
-            let _ = tokio::time::timeout(limit, probe::run_once(&self.cri, &probe, c, id, pod_ip))
-                .await;
-        } else if let Some(sleep) = &hook.sleep {
+            return match tokio::time::timeout(
+                limit_d,
+                probe::run_once(&self.cri, &probe, c, id, pod_ip),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err("the HTTP hook timed out".into()),
+            };
+        }
+        if let Some(sleep) = &hook.sleep {
             tokio::time::sleep(Duration::from_secs(
-                sleep.seconds.clamp(0, grace.max(0)) as u64
+                sleep.seconds.clamp(0, limit.max(0)) as u64
             ))
             .await;
         }
+        Ok(())
     }
 
     /// Stops the pod's containers within `grace` seconds (after their preStop hooks), removes
