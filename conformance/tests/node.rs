@@ -572,6 +572,15 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         ),
         "Completed Completed"
     );
+    // Init containers that exited successfully are ready, as upstream marks them.
+    assert_eq!(
+        jsonpath(
+            &c,
+            &["pod", "init"],
+            "{.status.initContainerStatuses[*].ready}"
+        ),
+        "true true"
+    );
 
     // Images come from the local registry through the CRI's PullImage: a tag pushed only
     // there is pulled by its docker.io name; a missing one waits in ErrImagePull and then

@@ -133,12 +133,14 @@ fn container_status(ctx: &Ctx, c: &Container, init: bool) -> ContainerStatus {
     };
     let running = state.running.is_some();
     let verdict = ctx.probes.get(&c.name);
+    // An init container is ready once it has exited successfully, as upstream marks it.
+    let init_done = init && state.terminated.as_ref().is_some_and(|t| t.exit_code == 0);
     ContainerStatus {
         name: c.name.clone(),
         image: c.image.clone().unwrap_or_default(),
         image_id: latest.map(|r| r.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|r| format!("containerd://{}", r.id)),
-        ready: running && !init && verdict.is_none_or(|v| v.ready),
+        ready: init_done || (running && !init && verdict.is_none_or(|v| v.ready)),
         started: Some(running && verdict.is_none_or(|v| v.started)),
         restart_count: latest.map_or(0, |r| r.attempt as i32),
         state: Some(state),
