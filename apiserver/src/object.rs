@@ -111,6 +111,9 @@ pub fn field_text(obj: &Value, path: &str) -> String {
     match path {
         "spec.unschedulable" | "spec.hostNetwork" => "false".into(),
         "status.replicas" | "status.successful" => "0".into(),
+        // An event written through events.k8s.io has no source: upstream selects its
+        // reporting controller instead.
+        "source" => raw_field_text(obj, "reportingComponent"),
         _ => text,
     }
 }
@@ -320,6 +323,8 @@ mod tests {
         assert_eq!(field_text(&json!({}), "status.replicas"), "0");
         let ev = json!({"source": {"component": "kubelet", "host": "n1"}});
         assert_eq!(field_text(&ev, "source"), "kubelet");
+        let new_style = json!({"reportingComponent": "test-controller"});
+        assert_eq!(field_text(&new_style, "source"), "test-controller");
     }
 
     #[test]

@@ -467,6 +467,29 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
     );
     assert!(r.ok, "{}", r.stderr);
 
+    // An events.k8s.io event is selected by its reporting controller, also as core's source
+    // (upstream's Events API spec).
+    let r = c.kubectl_stdin(
+        &["create", "-f", "-"],
+        Some("apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: event-test}\neventTime: \"2017-09-19T13:49:16.000000Z\"\nreportingController: test-controller\nreportingInstance: test-node\naction: Do\nreason: Test\ntype: Normal\nnote: This is event-test\nregarding: {namespace: default}\n"),
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let core = c.ok(&[
+        "get",
+        "events",
+        "--field-selector",
+        "source=test-controller",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(core.trim(), "event/event-test", "{core}");
+    let v1 = c.ok(&[
+        "get",
+        "--raw",
+        "/apis/events.k8s.io/v1/namespaces/default/events?fieldSelector=reportingController%3Dtest-controller",
+    ]);
+    assert!(v1.contains("\"name\":\"event-test\""), "{v1}");
+
     // node.k8s.io/v1 RuntimeClass is served (upstream's RuntimeClass API spec).
     let r = c.kubectl_stdin(
         &["create", "-f", "-"],

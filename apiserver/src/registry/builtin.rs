@@ -285,6 +285,19 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         row::<coordination::Lease>(Extra::default()),
         row::<events::Event>(Extra {
             short: &["ev"],
+            // Upstream's field label conversions of events.k8s.io/v1 (read on the served object).
+            fields: &[
+                "reason",
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "regarding.apiVersion",
+                "regarding.resourceVersion",
+                "regarding.fieldPath",
+                "reportingController",
+                "type",
+            ],
             ..Default::default()
         }),
         row::<certificates::CertificateSigningRequest>(Extra {
