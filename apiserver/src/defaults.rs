@@ -257,8 +257,26 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             }
         }
         ("", "ReplicationController") => {
+            // Upstream: an empty selector and the RC's labels default to the template's.
+            let labels = obj.pointer("/spec/template/metadata/labels").cloned();
             let spec = child(obj, "spec");
             set_default(spec, "replicas", json!(1));
+            if let Some(l) = &labels
+                && spec
+                    .get("selector")
+                    .is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty()))
+            {
+                spec["selector"] = l.clone();
+            }
+            if let Some(l) = labels {
+                let meta = child(obj, "metadata");
+                if meta
+                    .get("labels")
+                    .is_none_or(|m| m.as_object().is_none_or(|m| m.is_empty()))
+                {
+                    meta["labels"] = l;
+                }
+            }
             template(obj);
         }
         ("apps", "Deployment") => {

@@ -430,3 +430,86 @@ fn jobs_complete_fail_expire_and_cronjobs_run_on_schedule() {
     let jobs = c.ok(&["get", "jobs", "-o", "name"]);
     assert!(jobs.contains("job.batch/tick-"), "{jobs}");
 }
+
+/// `v1` ReplicationControllers (still GA upstream) are run by the replication controller:
+/// pods created and owned, scaled by `kubectl scale`, matching orphans adopted, pods that stop
+/// matching released, status counted, and their pods deleted with them.
+#[test]
+fn replication_controllers_create_scale_adopt_release_and_cascade() {
+    let c = Cluster::start();
+    c.run_controllers(2);
+    c.eventually(&["get", "nodes", "-o", "name"], |o| count(o) == 2);
+    // An orphan that matches is adopted instead of a new pod being made.
+    c.ok(&["run", "orphan", "--image=busybox", "--labels=name=rcweb"]);
+    let r = c.with_manifest(
+        &["apply"],
+        "apiVersion: v1
+kind: ReplicationController
+metadata: {name: rcweb}
+spec:
+  replicas: 3
+  template:
+    metadata: {labels: {name: rcweb}}
+    spec: {containers: [{name: c, image: busybox}]}
+",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    // The selector defaulted to the template's labels, as upstream.
+    assert_eq!(
+        c.ok(&["get", "rc", "rcweb", "-o", "jsonpath={.spec.selector.name}"]),
+        "rcweb"
+    );
+    let owned = [
+        "get",
+        "pods",
+        "-l",
+        "name=rcweb",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].kind} {.status.phase}{\"\\n\"}{end}",
+    ];
+    let out = c.eventually(&owned, |o| {
+        o.lines().count() == 3
+            && o.lines()
+                .all(|l| l.ends_with("ReplicationController Running"))
+    });
+    assert!(out.contains("orphan "), "the orphan was adopted: {out}");
+    c.eventually(
+        &[
+            "get",
+            "rc",
+            "rcweb",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        |r| r == "3",
+    );
+    c.ok(&["scale", "rc", "rcweb", "--replicas=1"]);
+    c.eventually(&owned, |o| o.lines().count() == 1);
+    // A pod relabelled out of the selector is released (no owner) and replaced.
+    let kept = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "name=rcweb",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    c.ok(&["label", "pod", &kept, "name=gone", "--overwrite"]);
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            &kept,
+            "-o",
+            "jsonpath={.metadata.ownerReferences}",
+        ],
+        |o| o.is_empty() || o == "[]",
+    );
+    c.eventually(&owned, |o| o.lines().count() == 1 && !o.contains(&kept));
+    // Deleting the RC deletes its pods (the garbage collector follows its ownerReferences).
+    c.ok(&["delete", "rc", "rcweb"]);
+    c.eventually(&["get", "pods", "-l", "name=rcweb", "-o", "name"], |o| {
+        o.trim().is_empty()
+    });
+    assert!(c.ok(&["get", "pod", &kept, "-o", "name"]).contains(&kept));
+}

@@ -7,9 +7,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 22] = [
+pub const ALL: [&str; 23] = [
     "scheduler",
     "replicaset",
+    "replicationcontroller",
     "deployment",
     "garbagecollector",
     "namespace",
@@ -78,6 +79,7 @@ pub async fn run_with(
         match name.as_str() {
             "scheduler" => tasks.spawn(crate::scheduler::run(c, t, s)),
             "replicaset" => tasks.spawn(crate::replicaset::run(c, t, s)),
+            "replicationcontroller" => tasks.spawn(crate::replicaset::run_replication(c, t, s)),
             "deployment" => tasks.spawn(crate::deployment::run(c, t, s)),
             "garbagecollector" => tasks.spawn(crate::gc::run(c, tasks.clone(), s)),
             "namespace" => tasks.spawn(crate::namespace::run(c, s)),

@@ -17,6 +17,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
 use serde_json::json;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -127,6 +128,10 @@ pub fn plan(replicas: usize, active: &[&Pod]) -> Scale {
 
 /// The pod a ReplicaSet creates from its template.
 pub fn pod_from_template(rs: &ReplicaSet) -> Result<Pod> {
+    pod_for(rs, SetKind::ReplicaSet)
+}
+
+fn pod_for(rs: &ReplicaSet, kind: SetKind) -> Result<Pod> {
     let template = rs
         .spec
         .as_ref()
@@ -136,7 +141,7 @@ pub fn pod_from_template(rs: &ReplicaSet) -> Result<Pod> {
     meta.name = None;
     meta.generate_name = Some(format!("{}-", rs.name_any()));
     meta.namespace = rs.namespace();
-    meta.owner_references = Some(vec![owner_ref(rs)]);
+    meta.owner_references = Some(vec![kind.owner_ref(rs)]);
     Ok(Pod {
         metadata: meta,
         spec: template.spec.clone(),
@@ -149,6 +154,69 @@ struct Ctx {
     pods: Store<Pod>,
     expectations: Expectations,
     recorder: minik8s_events::Recorder,
+    /// What the sets really are: ReplicaSets, or ReplicationControllers seen as ones.
+    kind: SetKind,
+}
+
+/// The kind a reconciled set is: the ReplicaSet controller's own, or a `v1`
+/// ReplicationController (upstream's replication manager is the ReplicaSet controller on
+/// ReplicationControllers converted to ReplicaSets, as here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SetKind {
+    ReplicaSet,
+    ReplicationController,
+}
+
+impl SetKind {
+    fn api_resource(self) -> kube::api::ApiResource {
+        match self {
+            SetKind::ReplicaSet => kube::api::ApiResource::erase::<ReplicaSet>(&()),
+            SetKind::ReplicationController => kube::api::ApiResource::erase::<
+                k8s_openapi::api::core::v1::ReplicationController,
+            >(&()),
+        }
+    }
+
+    /// The controller ownerReference naming set `rs` as its real kind.
+    fn owner_ref(
+        self,
+        rs: &ReplicaSet,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        let ar = self.api_resource();
+        let mut o = owner_ref(rs);
+        o.api_version = ar.api_version;
+        o.kind = ar.kind;
+        o
+    }
+
+    /// The reference events name set `rs` by.
+    fn object_ref(self, rs: &ReplicaSet) -> k8s_openapi::api::core::v1::ObjectReference {
+        let ar = self.api_resource();
+        let mut r = rs.object_ref(&());
+        r.api_version = Some(ar.api_version);
+        r.kind = Some(ar.kind);
+        r
+    }
+}
+
+/// A ReplicationController as the ReplicaSet it is equivalent to: its selector map becomes
+/// `matchLabels` (the template's labels when empty, as upstream defaults it).
+fn as_replica_set(rc: &k8s_openapi::api::core::v1::ReplicationController) -> Result<ReplicaSet> {
+    let mut v = serde_json::to_value(rc)?;
+    v["apiVersion"] = json!("apps/v1");
+    v["kind"] = json!("ReplicaSet");
+    let template_labels = v
+        .pointer("/spec/template/metadata/labels")
+        .cloned()
+        .unwrap_or(json!({}));
+    let selector = match v.pointer("/spec/selector") {
+        Some(Value::Object(m)) if !m.is_empty() => Value::Object(m.clone()),
+        _ => template_labels,
+    };
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.insert("selector".into(), json!({"matchLabels": selector}));
+    }
+    Ok(serde_json::from_value(v)?)
 }
 
 /// A pod's name, borrowed.
@@ -198,7 +266,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
                 && !util::is_terminal(&p) =>
             {
                 let mut refs = p.owner_references().to_vec();
-                refs.push(owner_ref(rs.as_ref()));
+                refs.push(ctx.kind.owner_ref(rs.as_ref()));
                 let patch = json!({"metadata": {"ownerReferences": refs, "uid": p.uid()}});
                 if api
                     .patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(patch))
@@ -240,7 +308,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
                 for n in names {
                     match api.delete(&n, &DeleteParams::background()).await {
                         Ok(_) => ctx.recorder.normal(
-                            &rs.object_ref(&()),
+                            &ctx.kind.object_ref(&rs),
                             "SuccessfulDelete",
                             format!("Deleted pod: {n}"),
                         ),
@@ -274,7 +342,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
 
 /// Creates `n` pods in slow-start batches, stopping at the first failure.
 async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize) -> Result<()> {
-    let template = pod_from_template(rs)?;
+    let template = pod_for(rs, ctx.kind)?;
     let mut left = n;
     let mut batch = 1;
     while left > 0 {
@@ -295,7 +363,7 @@ async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize)
         for (name, r) in results {
             match r {
                 Ok(_) => ctx.recorder.normal(
-                    &rs.object_ref(&()),
+                    &ctx.kind.object_ref(rs),
                     "SuccessfulCreate",
                     format!("Created pod: {name}"),
                 ),
@@ -306,7 +374,7 @@ async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize)
                 Err(e) => {
                     ctx.expectations.forget(uid, &name);
                     ctx.recorder.warning(
-                        &rs.object_ref(&()),
+                        &ctx.kind.object_ref(rs),
                         "FailedCreate",
                         format!("Error creating: {}", util::api_message(&e)),
                     );
@@ -368,8 +436,11 @@ async fn write_status(ctx: &Ctx, rs: &ReplicaSet, owned: &[Arc<Pod>]) -> Result<
     if unchanged {
         return Ok(());
     }
-    let api: Api<ReplicaSet> =
-        Api::namespaced(ctx.client.clone(), &rs.namespace().unwrap_or_default());
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &rs.namespace().unwrap_or_default(),
+        &ctx.kind.api_resource(),
+    );
     match api
         .patch_status(
             &rs.name_any(),
@@ -401,6 +472,7 @@ pub async fn run(
         pods,
         expectations: Expectations::default(),
         recorder: minik8s_events::Recorder::new(client.clone(), "replicaset-controller", None),
+        kind: SetKind::ReplicaSet,
     });
     Controller::new(
         Api::<ReplicaSet>::all(client.clone()),
@@ -411,6 +483,42 @@ pub async fn run(
     .run(
         crate::util::timed("replicaset", reconcile),
         error_policy,
+        ctx,
+    )
+    .for_each(|_| async {})
+    .await;
+}
+
+/// Runs the ReplicationController controller (upstream's replication manager) until
+/// `shutdown`: each RC is reconciled as the ReplicaSet it is equivalent to.
+pub async fn run_replication(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+) {
+    use k8s_openapi::api::core::v1::ReplicationController;
+    let pods = informers.all::<Pod>().await;
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        pods,
+        expectations: Expectations::default(),
+        recorder: minik8s_events::Recorder::new(client.clone(), "replication-controller", None),
+        kind: SetKind::ReplicationController,
+    });
+    Controller::new(
+        Api::<ReplicationController>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns_shared_stream(informers.subscribe::<Pod>())
+    .graceful_shutdown_on(async move { shutdown.cancelled().await })
+    .run(
+        crate::util::timed("replicationcontroller", |rc: Arc<ReplicationController>, ctx: Arc<Ctx>| async move {
+            reconcile(Arc::new(as_replica_set(&rc)?), ctx).await
+        }),
+        |rc: Arc<ReplicationController>, e: &Error, _: Arc<Ctx>| {
+            tracing::warn!(replicationcontroller = %util::key(rc.as_ref()), error = %e, "reconcile failed, retrying");
+            Action::requeue(Duration::from_secs(1))
+        },
         ctx,
     )
     .for_each(|_| async {})
@@ -474,6 +582,38 @@ mod tests {
     }
 
     #[test]
+    fn replication_controllers_are_reconciled_as_replica_sets() {
+        let rc: k8s_openapi::api::core::v1::ReplicationController = serde_json::from_value(json!({
+                "metadata": {"name": "rc", "namespace": "default", "uid": "u1"},
+                "spec": {"replicas": 2, "selector": {"app": "web"},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}))
+        .unwrap();
+        let rs = as_replica_set(&rc).unwrap();
+        let spec = rs.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(
+            spec.selector
+                .match_labels
+                .as_ref()
+                .unwrap()
+                .get("app")
+                .map(String::as_str),
+            Some("web")
+        );
+        let pod = pod_for(&rs, SetKind::ReplicationController).unwrap();
+        let owner = &pod.metadata.owner_references.unwrap()[0];
+        assert_eq!(
+            (
+                owner.api_version.as_str(),
+                owner.kind.as_str(),
+                owner.uid.as_str()
+            ),
+            ("v1", "ReplicationController", "u1")
+        );
+    }
+
+    #[test]
     fn template_pods_are_owned_and_named_after_the_set() {
         let rs: ReplicaSet = serde_json::from_value(json!({
             "metadata": {"name": "web-abc", "namespace": "ns", "uid": "u1"},
@@ -509,6 +649,7 @@ mod tests {
                 "replicaset-controller",
                 None,
             ),
+            kind: SetKind::ReplicaSet,
         });
         m.run(reconcile(Arc::new(rs), ctx.clone())).unwrap();
         let created = crate::testing::matching(&calls, "POST", "/namespaces/default/pods");
