@@ -43,8 +43,13 @@ fn read(path: &str) -> String {
         .to_owned()
 }
 
+/// The machine's CPUs.
+pub(crate) fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Total memory from `/proc/meminfo`, in bytes.
-fn memory() -> u64 {
+pub(crate) fn memory() -> u64 {
     read("/proc/meminfo")
         .lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -98,7 +103,7 @@ impl Facts {
                 None => default_ip().await,
             },
             pod_cidr: pod_cidr.to_owned(),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: cpus(),
             memory: memory(),
             ephemeral_storage: disk(dir).await,
             runtime: format!("{}://{}", v.runtime_name, v.runtime_version),

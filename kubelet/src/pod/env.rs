@@ -60,10 +60,19 @@ pub fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> R
     } else {
         r.and_then(|r| r.requests.as_ref())
     };
-    let q = map
+    let given = map
         .and_then(|m| m.get(name))
-        .and_then(|q| minik8s_types::Quantity::parse(&q.0).ok())
-        .unwrap_or_default();
+        .and_then(|q| minik8s_types::Quantity::parse(&q.0).ok());
+    // Without a limit, a CPU or memory limit reads as the node's allocatable, as upstream's
+    // MergeContainerResourceLimits (allocatable is the capacity here).
+    let q = match (given, which, name) {
+        (Some(q), _, _) => q,
+        (None, "limits", "cpu") => minik8s_types::Quantity::from_units(crate::node::cpus() as i64),
+        (None, "limits", "memory") => {
+            minik8s_types::Quantity::from_units(crate::node::memory() as i64)
+        }
+        (None, _, _) => minik8s_types::Quantity::default(),
+    };
     let divisor = divisor
         .and_then(|d| minik8s_types::Quantity::parse(d).ok())
         .filter(|d| d.millis() > 0)
@@ -260,6 +269,20 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_without_a_value_read_as_the_node_allocatable() {
+        let c = Container::default();
+        assert_eq!(
+            resource_field(&c, "limits.cpu", None).unwrap(),
+            crate::node::cpus().to_string()
+        );
+        assert_eq!(
+            resource_field(&c, "limits.memory", Some("1")).unwrap(),
+            crate::node::memory().to_string()
+        );
+        assert_eq!(resource_field(&c, "requests.memory", None).unwrap(), "0");
+    }
 
     #[test]
     fn dollar_references_expand_to_earlier_variables_and_double_dollars_escape() {
