@@ -178,6 +178,19 @@ pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
         let verb = if sub == "exec" { "exec" } else { "attach" };
         format!("/{verb}/{ns}/{}/{container}?{query}", ctx.name())
     };
+    relay_upgrade(&ctx, client, upgrade, &host, port, &path).await
+}
+
+/// Relays the client's upgraded connection to `path` on the kubelet at `host:port`, answering
+/// with the kubelet's answer.
+async fn relay_upgrade(
+    ctx: &Ctx,
+    client: &KubeletClient,
+    upgrade: hyper::upgrade::OnUpgrade,
+    host: &str,
+    port: u16,
+    path: &str,
+) -> ApiResult<Response> {
     let headers: Vec<(header::HeaderName, header::HeaderValue)> = UPGRADE_HEADERS
         .iter()
         .flat_map(|name| {
@@ -189,7 +202,7 @@ pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
         })
         .collect();
     let mut resp = client
-        .get(&host, port, &path, &headers, &ctx.api.tasks)
+        .get(host, port, path, &headers, &ctx.api.tasks)
         .await
         .map_err(|e| ApiError::unavailable(format!("reaching the kubelet: {e}")))?;
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
@@ -288,7 +301,7 @@ fn container_of(ctx: &Ctx, pod: &Value) -> ApiResult<String> {
 }
 
 /// `GET pods/{name}/log`: the container's log from its kubelet.
-pub async fn log(ctx: Ctx) -> ApiResult<Response> {
+pub async fn log(mut ctx: Ctx) -> ApiResult<Response> {
     let Some(client) = ctx.api.kubelet.as_ref() else {
         return Err(ApiError::unavailable(
             "this apiserver has no kubelet client certificate",
@@ -306,6 +319,16 @@ pub async fn log(ctx: Ctx) -> ApiResult<Response> {
     let query = serde_urlencoded::to_string(&query).unwrap_or_default();
     let ns = ctx.namespace().unwrap_or_default();
     let path = format!("/containerLogs/{ns}/{}/{container}?{query}", ctx.name());
+    // A WebSocket client (binary.k8s.io, base64.binary.k8s.io) is relayed to the kubelet,
+    // which streams the log in messages.
+    let websocket = ctx
+        .headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    if websocket && let Some(upgrade) = ctx.upgrade.take() {
+        return relay_upgrade(&ctx, client, upgrade, &host, port, &path).await;
+    }
     let resp = client
         .get(&host, port, &path, &[], &ctx.api.tasks)
         .await

@@ -564,3 +564,35 @@ def test_post_start_hooks_run_and_a_failing_one_kills_the_container(api, ns):
     assert "FailedPostStartHook" in reasons, reasons
     st = v1.read_namespaced_pod("broken", ns).status
     assert not st.container_statuses[0].ready
+
+
+def test_logs_over_websocket_in_binary_and_base64(api, ns):
+    import base64
+    import websocket
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(ns, busybox_pod("talker", ["sh", "-c", "echo one; echo two; sleep 3600"]))
+    wait_running(v1, "talker", ns)
+    deadline = time.time() + 30
+    while "two" not in v1.read_namespaced_pod_log("talker", ns, _preload_content=False).data.decode():
+        assert time.time() < deadline
+        time.sleep(0.5)
+    cfg = api.configuration
+    url = cfg.host.replace("https://", "wss://") + f"/api/v1/namespaces/{ns}/pods/talker/log"
+    sslopt = {"ca_certs": cfg.ssl_ca_cert}
+    if cfg.cert_file:
+        sslopt.update(certfile=cfg.cert_file, keyfile=cfg.key_file)
+    header = []
+    token = cfg.api_key.get("authorization")
+    if token:
+        header.append(f"Authorization: {token}")
+    for proto, decode in [("binary.k8s.io", lambda d: d), ("base64.binary.k8s.io", base64.b64decode)]:
+        ws = websocket.create_connection(url, sslopt=sslopt, subprotocols=[proto], header=header)
+        assert ws.subprotocol == proto
+        data = b""
+        while True:
+            op, frame = ws.recv_data(control_frame=True)
+            if op == websocket.ABNF.OPCODE_CLOSE:
+                break
+            data += decode(frame)
+        ws.close()
+        assert data == b"one\ntwo\n", (proto, data)

@@ -329,7 +329,24 @@ async fn container_logs(
     State(s): State<Shared>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
+    req: axum::extract::Request,
 ) -> Response {
+    // A WebSocket client (upstream's wsstream protocols) gets the log in messages.
+    let ws = if req
+        .headers()
+        .get(axum::http::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    {
+        use axum::extract::FromRequestParts;
+        let (mut parts, _) = req.into_parts();
+        match axum::extract::ws::WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+            Ok(ws) => Some(ws),
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        None
+    };
     let truthy = |k: &str| {
         q.get(k)
             .is_some_and(|v| minik8s_types::parse_bool(v) == Some(true))
@@ -380,6 +397,9 @@ async fn container_logs(
     let (lines, consumed) = logs::parse(&text);
     let first = logs::render(&lines, &opts);
     if !truthy("follow") {
+        if let Some(ws) = ws {
+            return websocket_log(ws, futures::stream::iter([Ok(bytes::Bytes::from(first))]));
+        }
         return (StatusCode::OK, [("content-type", "text/plain")], first).into_response();
     }
     // Follow: what is there now, then new lines as they come, until the container stops.
@@ -428,10 +448,56 @@ async fn container_logs(
             }
         },
     );
+    if let Some(ws) = ws {
+        return websocket_log(ws, stream);
+    }
     (
         StatusCode::OK,
         [("content-type", "text/plain")],
         Body::from_stream(stream),
     )
+        .into_response()
+}
+
+/// A log over WebSocket, as upstream serves `pods/log` to a WebSocket client: each chunk a
+/// binary message (`binary.k8s.io`, or no protocol) or base64 text (`base64.binary.k8s.io`),
+/// then a normal close.
+fn websocket_log<S>(ws: axum::extract::ws::WebSocketUpgrade, chunks: S) -> Response
+where
+    S: futures::Stream<Item = std::io::Result<bytes::Bytes>> + Send + 'static,
+{
+    use axum::extract::ws::{CloseFrame, Message};
+    use base64::Engine;
+    use futures::StreamExt;
+    ws.protocols(["binary.k8s.io", "base64.binary.k8s.io"])
+        .on_upgrade(move |mut socket| async move {
+            let base64 = socket
+                .protocol()
+                .is_some_and(|p| p.as_bytes() == b"base64.binary.k8s.io");
+            let mut chunks = std::pin::pin!(chunks);
+            while let Some(Ok(chunk)) = chunks.next().await {
+                if chunk.is_empty() {
+                    continue;
+                }
+                let msg = if base64 {
+                    Message::Text(
+                        base64::engine::general_purpose::STANDARD
+                            .encode(&chunk)
+                            .into(),
+                    )
+                } else {
+                    Message::Binary(chunk)
+                };
+                if socket.send(msg).await.is_err() {
+                    return;
+                }
+            }
+            let _ = socket
+                .send(Message::Close(Some(CloseFrame {
+                    code: 1000,
+                    reason: "".into(),
+                })))
+                .await;
+        })
         .into_response()
 }
