@@ -83,11 +83,29 @@ impl Allocator {
             .and_then(Value::as_str)
             .unwrap_or("ClusterIP")
             .to_owned();
+        // An ExternalName service had no address: one is allocated when it changes type.
         let old_ip = old
             .and_then(|o| o.pointer("/spec/clusterIP"))
             .and_then(Value::as_str)
+            .filter(|ip| !ip.is_empty())
             .map(str::to_owned);
-        if ty != "ExternalName" {
+        if ty == "ExternalName" {
+            // Upstream drops the type's address fields (and so releases the IP).
+            if let Some(m) = spec.as_object_mut() {
+                for f in [
+                    "clusterIP",
+                    "clusterIPs",
+                    "ipFamilies",
+                    "ipFamilyPolicy",
+                    "internalTrafficPolicy",
+                ] {
+                    m.remove(f);
+                }
+                if m.get("healthCheckNodePort") == Some(&json!(0)) {
+                    m.remove("healthCheckNodePort");
+                }
+            }
+        } else {
             let given = spec
                 .get("clusterIP")
                 .and_then(Value::as_str)

@@ -490,6 +490,41 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
     ]);
     assert!(v1.contains("\"name\":\"event-test\""), "{v1}");
 
+    // A Service changed to ExternalName releases its address and node ports; changed back
+    // to NodePort it gets new ones (upstream's type-change specs).
+    c.ok(&["create", "service", "nodeport", "flip", "--tcp=80:80"]);
+    let mut svc = json(&c, &["get", "service", "flip"]);
+    svc["spec"]["type"] = serde_json::json!("ExternalName");
+    svc["spec"]["externalName"] = serde_json::json!("flip.example.com");
+    svc["spec"]["clusterIP"] = serde_json::json!("");
+    svc["spec"]["clusterIPs"] = serde_json::Value::Null;
+    let r = c.kubectl_stdin(&["replace", "-f", "-"], Some(&svc.to_string()));
+    assert!(r.ok, "{}", r.stderr);
+    let spec = json(&c, &["get", "service", "flip"])["spec"].clone();
+    assert!(
+        spec.get("clusterIP").is_none() && spec.get("ipFamilies").is_none(),
+        "{spec}"
+    );
+    assert!(spec["ports"][0].get("nodePort").is_none(), "{spec}");
+    let mut svc = json(&c, &["get", "service", "flip"]);
+    svc["spec"]["type"] = serde_json::json!("NodePort");
+    svc["spec"].as_object_mut().unwrap().remove("externalName");
+    let r = c.kubectl_stdin(&["replace", "-f", "-"], Some(&svc.to_string()));
+    assert!(r.ok, "{}", r.stderr);
+    let spec = json(&c, &["get", "service", "flip"])["spec"].clone();
+    assert!(
+        spec["clusterIP"]
+            .as_str()
+            .is_some_and(|ip| ip.starts_with("10.96.")),
+        "{spec}"
+    );
+    assert!(
+        spec["ports"][0]["nodePort"]
+            .as_u64()
+            .is_some_and(|p| p >= 30000),
+        "{spec}"
+    );
+
     // node.k8s.io/v1 RuntimeClass is served (upstream's RuntimeClass API spec).
     let r = c.kubectl_stdin(
         &["create", "-f", "-"],
