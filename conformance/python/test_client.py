@@ -596,3 +596,46 @@ def test_logs_over_websocket_in_binary_and_base64(api, ns):
             data += decode(frame)
         ws.close()
         assert data == b"one\ntwo\n", (proto, data)
+
+
+def test_config_map_secret_and_downward_volumes_follow_updates(api, ns):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(ns, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name="settings"), data={"mode": "one"}))
+    p = busybox_pod("reader", ["sleep", "3600"])
+    p.metadata.labels = {"stage": "first"}
+    p.spec.containers[0].volume_mounts = [
+        client.V1VolumeMount(name="cm", mount_path="/etc/cm"),
+        client.V1VolumeMount(name="info", mount_path="/etc/info"),
+        client.V1VolumeMount(name="later", mount_path="/etc/later"),
+    ]
+    p.spec.volumes = [
+        client.V1Volume(name="cm", config_map=client.V1ConfigMapVolumeSource(name="settings")),
+        client.V1Volume(name="info", downward_api=client.V1DownwardAPIVolumeSource(items=[
+            client.V1DownwardAPIVolumeFile(path="labels", field_ref=client.V1ObjectFieldSelector(
+                field_path="metadata.labels"))])),
+        client.V1Volume(name="later", projected=client.V1ProjectedVolumeSource(sources=[
+            client.V1VolumeProjection(secret=client.V1SecretProjection(name="later", optional=True))])),
+    ]
+    v1.create_namespaced_pod(ns, p)
+    wait_running(v1, "reader", ns)
+
+    def cat(path):
+        return stream(v1.connect_get_namespaced_pod_exec, "reader", ns, command=["cat", path],
+                      stderr=True, stdin=False, stdout=True, tty=False)
+
+    assert cat("/etc/cm/mode") == "one"
+    assert cat("/etc/info/labels") == 'stage="first"'
+    v1.patch_namespaced_config_map("settings", ns, {"data": {"mode": "two"}})
+    v1.patch_namespaced_pod("reader", ns, {"metadata": {"labels": {"stage": "second"}}})
+    v1.create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="later"), string_data={"token": "s3cret"}))
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if (cat("/etc/cm/mode") == "two" and cat("/etc/info/labels") == 'stage="second"'
+                and cat("/etc/later/token") == "s3cret"):
+            break
+        time.sleep(1)
+    assert cat("/etc/cm/mode") == "two"
+    assert cat("/etc/info/labels") == 'stage="second"'
+    assert cat("/etc/later/token") == "s3cret"

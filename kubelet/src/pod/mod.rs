@@ -28,6 +28,10 @@ use std::time::Duration;
 /// How often a live pod is looked at again when nothing happens (the PLEG-like relist).
 pub const RELIST: Duration = Duration::from_secs(1);
 
+/// How often a running pod's configMap, secret, downwardAPI and projected volumes are
+/// rewritten from the API.
+const VOLUME_REFRESH: Duration = Duration::from_secs(10);
+
 /// What every pod worker shares.
 pub struct Worker {
     /// The kubelet's API client.
@@ -42,6 +46,8 @@ pub struct Worker {
     failures: Mutex<HashMap<String, Failures>>,
     /// Image pull back-off per (pod uid, container): no pull before the instant; the delay.
     pulls: Mutex<HashMap<(String, String), (std::time::Instant, Duration)>>,
+    /// When each running pod's API-fed volumes were last rewritten.
+    refreshed: Mutex<HashMap<String, std::time::Instant>>,
     /// Probe results per container.
     pub probes: probe::Probes,
     /// Publishes the pod events the kubelet reports (`FailedCreatePodSandBox`, …).
@@ -68,6 +74,7 @@ impl Worker {
             host_ip,
             failures: Mutex::new(HashMap::new()),
             pulls: Mutex::new(HashMap::new()),
+            refreshed: Mutex::new(HashMap::new()),
             probes: probe::Probes::default(),
         }
     }
@@ -96,6 +103,7 @@ impl Worker {
 
     fn forget(&self, uid: &str) {
         self.failures.lock().expect("failures lock").remove(uid);
+        self.refreshed.lock().expect("refresh lock").remove(uid);
         self.pulls
             .lock()
             .expect("pulls lock")
@@ -745,6 +753,26 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         observed = Observed::read(&w.cri, &uid).await?;
     }
     let mut state = plan::state(&shape, &observed, now_ns());
+    // configMap, secret, downwardAPI and projected volumes follow the API while the pod
+    // runs (upstream's periodic sync), at most every VOLUME_REFRESH.
+    if matches!(state, State::Running { .. } | State::InitRunning { .. })
+        && volumes::has_followed(&pod)
+    {
+        let due = {
+            let mut r = w.refreshed.lock().expect("refresh lock");
+            let due = r.get(&uid).is_none_or(|t| t.elapsed() >= VOLUME_REFRESH);
+            if due {
+                r.insert(uid.clone(), std::time::Instant::now());
+            }
+            due
+        };
+        if due {
+            let ip = observed.sandbox.as_ref().and_then(|s| s.ip.clone());
+            if let Err(e) = volumes::refresh(&w.client, &w.layout, &pod, ip.as_deref()).await {
+                tracing::info!(pod = %pod.name_any(), error = %e, "refreshing volumes");
+            }
+        }
+    }
     // Probes of the running app containers; a failed liveness probe restarts the container.
     let mut verdicts: HashMap<String, probe::Verdict> = HashMap::new();
     if matches!(state, State::Running { .. }) {

@@ -43,25 +43,110 @@ async fn run(cmd: &str, args: &[&str]) -> Result<()> {
     }
 }
 
-/// Writes `files` (relative path → bytes, mode) into `dir`, replacing what was there.
+/// Writes `files` (relative path → bytes, mode) into `dir` as upstream's atomic writer does,
+/// so that a running container sees an update at once and never half of one: the files go
+/// into a new `..<version>` folder, the `..data` link is swapped to it in one rename, and
+/// each top-level name is a link through `..data`. The mounted folder itself stays, so an
+/// update reaches containers that have it mounted. Unchanged content writes nothing.
 fn write_files(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> Result<()> {
-    if dir.exists() {
-        std::fs::remove_dir_all(dir).map_err(io(dir))?;
-    }
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    for (rel, (data, mode)) in files {
-        if rel.split('/').any(|p| p == ".." || p.is_empty()) {
+    use std::hash::{Hash, Hasher};
+    for rel in files.keys() {
+        if rel.split('/').any(|p| p == ".." || p.is_empty()) || rel.starts_with("..") {
             return Err(Error::Pod(format!("invalid volume path {rel:?}")));
         }
-        let path = dir.join(rel);
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    files.hash(&mut h);
+    let version = format!("..{:016x}", h.finish());
+    let data = dir.join("..data");
+    if std::fs::read_link(&data).is_ok_and(|t| t == Path::new(&version)) {
+        return Ok(());
+    }
+    let fresh = dir.join(&version);
+    if fresh.exists() {
+        std::fs::remove_dir_all(&fresh).map_err(io(&fresh))?;
+    }
+    for (rel, (bytes, mode)) in files {
+        let path = fresh.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
-        std::fs::write(&path, data).map_err(io(&path))?;
+        std::fs::write(&path, bytes).map_err(io(&path))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
             .map_err(io(&path))?;
     }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&version, &tmp).map_err(io(&tmp))?;
+    std::fs::rename(&tmp, &data).map_err(io(&data))?;
+    let tops: std::collections::BTreeSet<&str> =
+        files.keys().filter_map(|k| k.split('/').next()).collect();
+    for top in &tops {
+        let link = dir.join(top);
+        let is_link = std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            // A file or folder of the old layout (a kubelet before the atomic writer).
+            let _ = std::fs::remove_dir_all(&link);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(format!("..data/{top}"), &link).map_err(io(&link))?;
+        }
+    }
+    // What no longer belongs: names gone from the volume, and older versions.
+    for entry in std::fs::read_dir(dir).map_err(io(dir))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == "..data" || name == version || tops.contains(name.as_str()) {
+            continue;
+        }
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path).map_err(io(&path))?,
+            _ => std::fs::remove_file(&path).map_err(io(&path))?,
+        }
+    }
     Ok(())
+}
+
+/// The kinds of volume whose content comes from the API and follows its changes.
+fn follows_api(v: &Volume) -> bool {
+    v.config_map.is_some()
+        || v.secret.is_some()
+        || v.downward_api.is_some()
+        || v.projected.is_some()
+}
+
+/// Rewrites the pod's configMap, secret, downwardAPI and projected volumes from the API's
+/// current objects (upstream's kubelet does so on its periodic sync): containers see
+/// updates, and an optional source that appears later.
+pub async fn refresh(
+    client: &Client,
+    layout: &Layout,
+    pod: &Pod,
+    pod_ip: Option<&str>,
+) -> Result<()> {
+    let dir = layout
+        .pod_dir(&pod.uid().unwrap_or_default())
+        .join("volumes");
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        // Bound tokens are not re-requested on every sync (they live an hour).
+        let token = v
+            .projected
+            .iter()
+            .flat_map(|p| p.sources.iter().flatten())
+            .any(|s| s.service_account_token.is_some());
+        if follows_api(v) && !token {
+            prepare_one(client, pod, v, &dir, pod_ip).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the pod has volumes that follow the API.
+pub fn has_followed(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(follows_api)
 }
 
 /// Selects `items` (or every key) of `data` as files.
@@ -470,6 +555,33 @@ mod tests {
             key: k.into(),
             value: v.into(),
         }
+    }
+
+    #[test]
+    fn volumes_are_written_atomically_through_a_data_link() {
+        let dir = std::env::temp_dir().join(format!("mk8s-atomic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let files = |pairs: &[(&str, &str)]| -> BTreeMap<String, (Vec<u8>, u32)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), (v.as_bytes().to_vec(), 0o644)))
+                .collect()
+        };
+        write_files(&dir, &files(&[("a", "1"), ("sub/b", "2")])).unwrap();
+        let first = std::fs::read_link(dir.join("..data")).unwrap();
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "1");
+        assert_eq!(std::fs::read_to_string(dir.join("sub/b")).unwrap(), "2");
+        // Unchanged content writes nothing.
+        write_files(&dir, &files(&[("a", "1"), ("sub/b", "2")])).unwrap();
+        assert_eq!(std::fs::read_link(dir.join("..data")).unwrap(), first);
+        // An update swaps the link; names gone from the volume go, and so does the old version.
+        write_files(&dir, &files(&[("a", "3")])).unwrap();
+        assert_ne!(std::fs::read_link(dir.join("..data")).unwrap(), first);
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "3");
+        assert!(!dir.join("sub").exists());
+        assert!(!dir.join(&first).exists());
+        assert!(write_files(&dir, &files(&[("../x", "no")])).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
