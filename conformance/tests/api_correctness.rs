@@ -525,6 +525,23 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
         "{spec}"
     );
 
+    // A status update keeps the new object's labels and annotations (upstream's status
+    // strategies reset only the spec).
+    c.ok(&["create", "configmap", "unused"]);
+    c.ok(&["create", "deployment", "statused", "--image=busybox"]);
+    c.ok(&[
+        "patch",
+        "deployment",
+        "statused",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"annotations":{"patched-status":"yes"}},"spec":{"replicas":7},"status":{"observedGeneration":1}}"#,
+    ]);
+    let d = json(&c, &["get", "deployment", "statused"]);
+    assert_eq!(d["metadata"]["annotations"]["patched-status"], "yes", "{d}");
+    assert_eq!(d["spec"]["replicas"], 1, "the spec stays: {d}");
+
     // node.k8s.io/v1 RuntimeClass is served (upstream's RuntimeClass API spec).
     let r = c.kubectl_stdin(
         &["create", "-f", "-"],

@@ -504,8 +504,12 @@ pub fn prepare_update(
         }
     }
     if matches!(subresource, Some("status" | "approval")) {
-        // A status update changes only status (a CSR's approval only its conditions).
+        // A status update changes only status (a CSR's approval only its conditions) and,
+        // as upstream's status strategies keep the new object's metadata, its labels and
+        // annotations.
         let status = new.as_object_mut().and_then(|m| m.remove("status"));
+        let labels = meta(new).get("labels").cloned();
+        let annotations = meta(new).get("annotations").cloned();
         let rv = meta(new).get("resourceVersion").cloned();
         // The stored object without its old status (not cloned only to be replaced).
         let mut merged = match old.as_object() {
@@ -519,6 +523,13 @@ pub fn prepare_update(
         };
         if let Some(s) = status {
             merged["status"] = s;
+        }
+        let m = object::meta_mut(&mut merged);
+        for (key, value) in [("labels", labels), ("annotations", annotations)] {
+            match value {
+                Some(v) => m.insert(key.into(), v),
+                None => m.remove(key),
+            };
         }
         match rv {
             Some(rv) => {
