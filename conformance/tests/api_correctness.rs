@@ -542,6 +542,19 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
     assert_eq!(d["metadata"]["annotations"]["patched-status"], "yes", "{d}");
     assert_eq!(d["spec"]["replicas"], 1, "the spec stays: {d}");
 
+    // Table output of a backend without metadata (a review) is 406, as upstream.
+    let code = c.block_on(async {
+        let req = http::Request::post("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+            .body(kube::client::Body::from(
+                br#"{"spec":{"nonResourceAttributes":{"path":"/","verb":"get"}}}"#.to_vec(),
+            ))
+            .unwrap();
+        client.send(req).await.unwrap().status().as_u16()
+    });
+    assert_eq!(code, 406);
+
     // node.k8s.io/v1 RuntimeClass is served (upstream's RuntimeClass API spec).
     let r = c.kubectl_stdin(
         &["create", "-f", "-"],

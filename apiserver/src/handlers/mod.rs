@@ -393,6 +393,12 @@ async fn route(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
                 ctx.req.verb.as_str(),
             ));
         }
+        // A review has no object metadata: Table output is refused, as upstream's 406.
+        if ctx.wants_table() {
+            return Err(ApiError::not_acceptable(
+                "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+            ));
+        }
         return review::handle(ctx, body).await;
     }
     let sub = ctx.req.subresource.clone();
