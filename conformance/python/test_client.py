@@ -639,3 +639,16 @@ def test_config_map_secret_and_downward_volumes_follow_updates(api, ns):
     assert cat("/etc/cm/mode") == "two"
     assert cat("/etc/info/labels") == 'stage="second"'
     assert cat("/etc/later/token") == "s3cret"
+
+
+def test_empty_dirs_are_world_writable_for_non_root_containers(api, ns):
+    v1 = client.CoreV1Api(api)
+    p = busybox_pod("nonroot", ["sh", "-c", "stat -c %A /data && echo hi > /data/f && cat /data/f"])
+    p.spec.restart_policy = "Never"
+    p.spec.security_context = client.V1PodSecurityContext(run_as_user=1001)
+    p.spec.containers[0].volume_mounts = [client.V1VolumeMount(name="data", mount_path="/data")]
+    p.spec.volumes = [client.V1Volume(name="data", empty_dir=client.V1EmptyDirVolumeSource())]
+    v1.create_namespaced_pod(ns, p)
+    assert wait_terminated(v1, "nonroot", ns).status.phase == "Succeeded"
+    out = v1.read_namespaced_pod_log("nonroot", ns, _preload_content=False).data.decode()
+    assert out == "drwxrwxrwx\nhi\n", out

@@ -336,6 +336,9 @@ async fn prepare_one(
             args.extend(["tmpfs", p.as_str()]);
             run("mount", &args).await?;
         }
+        // Anyone may write an emptyDir, as upstream makes it (0777): a non-root container too.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
+            .map_err(io(&path))?;
         return Ok(path);
     }
     let files = if let Some(c) = &v.config_map {
