@@ -652,3 +652,20 @@ def test_empty_dirs_are_world_writable_for_non_root_containers(api, ns):
     assert wait_terminated(v1, "nonroot", ns).status.phase == "Succeeded"
     out = v1.read_namespaced_pod_log("nonroot", ns, _preload_content=False).data.decode()
     assert out == "drwxrwxrwx\nhi\n", out
+
+
+def test_containers_get_service_link_variables(api, ns):
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_service(ns, client.V1Service(
+        metadata=client.V1ObjectMeta(name="fooservice"),
+        spec=client.V1ServiceSpec(selector={"name": "x"}, ports=[client.V1ServicePort(port=8765)])))
+    ip = v1.read_namespaced_service("fooservice", ns).spec.cluster_ip
+    p = busybox_pod("envs", ["sh", "-c", "env | sort"])
+    p.spec.restart_policy = "Never"
+    v1.create_namespaced_pod(ns, p)
+    assert wait_terminated(v1, "envs", ns).status.phase == "Succeeded"
+    out = v1.read_namespaced_pod_log("envs", ns, _preload_content=False).data.decode().splitlines()
+    for want in [f"FOOSERVICE_SERVICE_HOST={ip}", "FOOSERVICE_SERVICE_PORT=8765",
+                 f"FOOSERVICE_PORT=tcp://{ip}:8765", "FOOSERVICE_PORT_8765_TCP_PROTO=tcp",
+                 f"FOOSERVICE_PORT_8765_TCP_ADDR={ip}", "KUBERNETES_SERVICE_PORT=443"]:
+        assert want in out, (want, out)

@@ -82,6 +82,48 @@ pub fn resource_field(c: &Container, resource: &str, divisor: Option<&str>) -> R
     Ok(n.to_string())
 }
 
+/// The environment variables upstream gives a container for Services (`envvars.FromServices`):
+/// `<NAME>_SERVICE_HOST`, `_SERVICE_PORT` (and one per named port) and the Docker-link
+/// `<NAME>_PORT…` set, for every Service with a cluster IP.
+pub fn service_links(services: &[k8s_openapi::api::core::v1::Service]) -> Vec<(String, String)> {
+    let var = |s: &str| s.replace('-', "_").to_uppercase();
+    let mut out = Vec::new();
+    for svc in services {
+        let Some(spec) = svc.spec.as_ref() else {
+            continue;
+        };
+        let ip = spec.cluster_ip.as_deref().unwrap_or_default();
+        let ports = spec.ports.as_deref().unwrap_or_default();
+        if ip.is_empty() || ip == "None" || ports.is_empty() {
+            continue;
+        }
+        let prefix = var(&svc.name_any());
+        out.push((format!("{prefix}_SERVICE_HOST"), ip.to_owned()));
+        out.push((format!("{prefix}_SERVICE_PORT"), ports[0].port.to_string()));
+        for p in ports {
+            if let Some(n) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((
+                    format!("{prefix}_SERVICE_PORT_{}", var(n)),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.as_deref().unwrap_or("TCP");
+            let url = format!("{}://{ip}:{}", proto.to_lowercase(), p.port);
+            if i == 0 {
+                out.push((format!("{prefix}_PORT"), url.clone()));
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_uppercase());
+            out.push((pp.clone(), url));
+            out.push((format!("{pp}_PROTO"), proto.to_lowercase()));
+            out.push((format!("{pp}_PORT"), p.port.to_string()));
+            out.push((format!("{pp}_ADDR"), ip.to_owned()));
+        }
+    }
+    out
+}
+
 /// Expands `$(VAR)` references to earlier variables; `$$` escapes.
 pub fn expand(s: &str, vars: &BTreeMap<String, String>) -> String {
     let mut out = String::new();
@@ -193,6 +235,36 @@ pub async fn resolve(
         }
         vars.insert(k, v);
     };
+    // Services' Docker-link variables first (the container's own may override them): the
+    // pod namespace's Services with enableServiceLinks, and `default/kubernetes` always.
+    let links = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true);
+    let mut services: Vec<k8s_openapi::api::core::v1::Service> = Vec::new();
+    let svc_api =
+        |ns: &str| Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), ns);
+    if links {
+        match svc_api(&ns).list(&Default::default()).await {
+            Ok(l) => services.extend(l.items),
+            Err(e) => {
+                tracing::warn!(namespace = %ns, error = %e, "listing services for their variables")
+            }
+        }
+    }
+    if ns != "default" || !links {
+        match svc_api("default").get_opt("kubernetes").await {
+            Ok(Some(k)) => services.push(k),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the kubernetes service for its variables")
+            }
+        }
+    }
+    for (k, v) in service_links(&services) {
+        set(&mut vars, k, v);
+    }
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
         let entries = if let Some(r) = &from.config_map_ref {
@@ -269,6 +341,24 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn services_give_upstreams_link_variables() {
+        let svc: k8s_openapi::api::core::v1::Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "fooservice"},
+            "spec": {"clusterIP": "10.96.0.9", "ports": [
+                {"port": 8765, "protocol": "TCP"}, {"name": "udp-x", "port": 53, "protocol": "UDP"}]}}))
+        .unwrap();
+        let vars: BTreeMap<String, String> = service_links(&[svc]).into_iter().collect();
+        assert_eq!(vars["FOOSERVICE_SERVICE_HOST"], "10.96.0.9");
+        assert_eq!(vars["FOOSERVICE_SERVICE_PORT"], "8765");
+        assert_eq!(vars["FOOSERVICE_SERVICE_PORT_UDP_X"], "53");
+        assert_eq!(vars["FOOSERVICE_PORT"], "tcp://10.96.0.9:8765");
+        assert_eq!(vars["FOOSERVICE_PORT_8765_TCP_PROTO"], "tcp");
+        assert_eq!(vars["FOOSERVICE_PORT_8765_TCP_PORT"], "8765");
+        assert_eq!(vars["FOOSERVICE_PORT_8765_TCP_ADDR"], "10.96.0.9");
+        assert_eq!(vars["FOOSERVICE_PORT_53_UDP"], "udp://10.96.0.9:53");
+    }
 
     #[test]
     fn limits_without_a_value_read_as_the_node_allocatable() {
