@@ -127,8 +127,10 @@ run() {
   cargo build --release -p minik8s --bin minik8s --quiet
   "$ROOT/target/release/minik8s" up --data-dir "$data" --port 6448 --registry 127.0.0.1:5058 \
     --no-functions --router 127.0.0.1:8089 >"$results/minik8s.log" 2>&1 &
-  local pid=$!
-  trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; DATA_DIR="$data" "$ROOT/hack/down.sh" >/dev/null 2>&1 || true' EXIT
+  # Globals: the EXIT trap runs after this function's locals are gone.
+  CLUSTER_PID=$!
+  CLUSTER_DATA="$data"
+  trap 'kill -TERM "$CLUSTER_PID" 2>/dev/null; wait "$CLUSTER_PID" 2>/dev/null; DATA_DIR="$CLUSTER_DATA" "$ROOT/hack/down.sh" >/dev/null 2>&1 || true' EXIT INT TERM
   export KUBECONFIG="$data/admin.kubeconfig"
   for _ in $(seq 120); do kubectl get nodes 2>/dev/null | grep -q ' Ready' && break; sleep 1; done
   export KUBE_TEST_REPO_LIST="$WORK/repo-list.yaml"

@@ -380,15 +380,22 @@ pub struct Conflict {
 
 /// Applies `applied` (by `manager`) to `current`: the merged object and its new managed
 /// fields, or the conflicts when not forced.
+#[allow(clippy::too_many_arguments)]
 pub fn apply(
     lists: Lists,
     current: &Value,
     applied: &Value,
     manager: &str,
     api_version: &str,
+    subresource: Option<&str>,
     force: bool,
     merge: impl Fn(&mut Value, &Value),
 ) -> Result<Value, Vec<Conflict>> {
+    // A manager's applies to the object and to a subresource (status) are separate entries,
+    // as upstream tracks them: applying one never drops what the other applied.
+    let mine = |e: &Entry| {
+        e.manager == manager && e.operation == "Apply" && e.subresource.as_deref() == subresource
+    };
     let mut list = entries(current);
     let applied_set = fields_of(lists, applied);
     let mut conflicts = Vec::new();
@@ -411,14 +418,14 @@ pub fn apply(
     }
     let previous: FieldSet = list
         .iter()
-        .filter(|e| e.manager == manager && e.operation == "Apply")
+        .filter(|e| mine(e))
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
     let mut result = current.clone();
     // Fields this manager applied before and no longer does are removed, if nobody else owns them.
     let others: FieldSet = list
         .iter()
-        .filter(|e| e.manager != manager)
+        .filter(|e| !mine(e))
         .flat_map(|e| e.fields.iter().cloned())
         .collect();
     for p in previous.difference(&applied_set) {
@@ -438,12 +445,12 @@ pub fn apply(
             });
         }
     }
-    list.retain(|e| !(e.manager == manager && e.operation == "Apply"));
+    list.retain(|e| !mine(e));
     list.push(Entry {
         manager: manager.into(),
         operation: "Apply".into(),
         api_version: api_version.into(),
-        subresource: None,
+        subresource: subresource.map(str::to_owned),
         fields: applied_set,
         time: crate::object::now(),
     });
@@ -469,14 +476,14 @@ mod tests {
         let applied = json!({"spec": {"ports": [
             {"name": "dns", "port": 53, "protocol": "UDP"},
             {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}});
-        let once = apply(svc, &json!({}), &applied, "m", "v1", true, smp).unwrap();
-        let twice = apply(svc, &once, &applied, "m", "v1", true, smp).unwrap();
+        let once = apply(svc, &json!({}), &applied, "m", "v1", None, true, smp).unwrap();
+        let twice = apply(svc, &once, &applied, "m", "v1", None, true, smp).unwrap();
         assert_eq!(twice.pointer("/spec/ports"), applied.pointer("/spec/ports"));
         // A port without a protocol is the TCP one.
         let no_proto = json!({"spec": {"ports": [{"name": "web", "port": 80}]}});
         let tcp = json!({"spec": {"ports": [{"name": "web", "port": 80, "protocol": "TCP"}]}});
-        let stored = apply(svc, &json!({}), &tcp, "m", "v1", true, smp).unwrap();
-        let again = apply(svc, &stored, &no_proto, "m", "v1", true, smp).unwrap();
+        let stored = apply(svc, &json!({}), &tcp, "m", "v1", None, true, smp).unwrap();
+        let again = apply(svc, &stored, &no_proto, "m", "v1", None, true, smp).unwrap();
         assert_eq!(
             again
                 .pointer("/spec/ports")
@@ -564,9 +571,10 @@ mod tests {
     fn apply_conflicts_forces_and_drops_fields_no_longer_applied() {
         let base = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1}});
         let a1 = json!({"spec": {"replicas": 1, "paused": true}});
-        let d1 = apply(DEPLOYMENT, &base, &a1, "one", "apps/v1", false, merge).unwrap();
+        let d1 = apply(DEPLOYMENT, &base, &a1, "one", "apps/v1", None, false, merge).unwrap();
         let a2 = json!({"spec": {"replicas": 3}});
-        let conflicts = apply(DEPLOYMENT, &d1, &a2, "two", "apps/v1", false, merge).unwrap_err();
+        let conflicts =
+            apply(DEPLOYMENT, &d1, &a2, "two", "apps/v1", None, false, merge).unwrap_err();
         assert_eq!(conflicts.len(), 1);
         assert_eq!(
             (
@@ -577,8 +585,8 @@ mod tests {
         );
         // Same value: shared ownership, no conflict.
         let same = json!({"spec": {"replicas": 1}});
-        assert!(apply(DEPLOYMENT, &d1, &same, "two", "apps/v1", false, merge).is_ok());
-        let d2 = apply(DEPLOYMENT, &d1, &a2, "two", "apps/v1", true, merge).unwrap();
+        assert!(apply(DEPLOYMENT, &d1, &same, "two", "apps/v1", None, false, merge).is_ok());
+        let d2 = apply(DEPLOYMENT, &d1, &a2, "two", "apps/v1", None, true, merge).unwrap();
         assert_eq!(d2["spec"]["replicas"], 3);
         let managers: Vec<String> = entries(&d2).iter().map(|e| e.manager.clone()).collect();
         assert_eq!(managers, ["one", "two"]);
@@ -589,12 +597,44 @@ mod tests {
             &json!({"spec": {}}),
             "one",
             "apps/v1",
+            None,
             false,
             merge,
         )
         .unwrap();
         assert!(d3["spec"].get("paused").is_none());
         assert_eq!(d3["spec"]["replicas"], 3);
+    }
+
+    #[test]
+    fn a_managers_status_apply_keeps_what_it_applied_to_the_object() {
+        // The kubelet applies its Node's labels, then the status through /status with the
+        // same manager: the labels stay (upstream tracks the two applies apart).
+        let base = json!({"apiVersion": "v1", "kind": "Deployment", "metadata": {"name": "n"}});
+        let with_labels = apply(
+            DEPLOYMENT,
+            &base,
+            &json!({"metadata": {"labels": {"a": "b"}}}),
+            "kubelet",
+            "v1",
+            None,
+            true,
+            merge,
+        )
+        .unwrap();
+        let with_status = apply(
+            DEPLOYMENT,
+            &with_labels,
+            &json!({"status": {"replicas": 1}}),
+            "kubelet",
+            "v1",
+            Some("status"),
+            true,
+            merge,
+        )
+        .unwrap();
+        assert_eq!(with_status["metadata"]["labels"]["a"], "b", "{with_status}");
+        assert_eq!(entries(&with_status).len(), 2);
     }
 
     #[test]
@@ -613,6 +653,7 @@ mod tests {
             &manifest,
             "python-client",
             "apps/v1",
+            None,
             false,
             merge,
         )
@@ -655,7 +696,7 @@ mod tests {
         let base =
             json!({"apiVersion": "x.io/v1", "kind": "R", "metadata": {"name": "r"}, "spec": {}});
         let a = json!({"spec": {"routes": [{"host": "a", "port": 80, "weight": 1}], "tags": ["x"], "args": ["1"]}});
-        let r1 = apply(lists, &base, &a, "one", "x.io/v1", false, merge).unwrap();
+        let r1 = apply(lists, &base, &a, "one", "x.io/v1", None, false, merge).unwrap();
         let shown: Vec<String> = entries(&r1)[0].fields.iter().map(|p| display(p)).collect();
         assert!(
             shown.contains(&".spec.routes[host=\"a\",port=80].weight".to_owned()),
@@ -670,16 +711,16 @@ mod tests {
         // A second manager adds its own route (same host, other port) and tag: both are kept.
         let b =
             json!({"spec": {"routes": [{"host": "a", "port": 443, "weight": 2}], "tags": ["y"]}});
-        let r2 = apply(lists, &r1, &b, "two", "x.io/v1", false, merge).unwrap();
+        let r2 = apply(lists, &r1, &b, "two", "x.io/v1", None, false, merge).unwrap();
         assert_eq!(r2["spec"]["routes"].as_array().unwrap().len(), 2);
         assert_eq!(r2["spec"]["tags"], json!(["x", "y"]));
         // The atomic list is owned as a whole: another value conflicts.
         let c = json!({"spec": {"args": ["2"]}});
-        let err = apply(lists, &r2, &c, "two", "x.io/v1", false, merge).unwrap_err();
+        let err = apply(lists, &r2, &c, "two", "x.io/v1", None, false, merge).unwrap_err();
         assert_eq!(display(&err[0].path), ".spec.args");
         // Changing a field inside the other manager's element conflicts on that field.
         let d = json!({"spec": {"routes": [{"host": "a", "port": 80, "weight": 5}]}});
-        let err = apply(lists, &r2, &d, "two", "x.io/v1", false, merge).unwrap_err();
+        let err = apply(lists, &r2, &d, "two", "x.io/v1", None, false, merge).unwrap_err();
         assert_eq!(
             display(&err[0].path),
             ".spec.routes[host=\"a\",port=80].weight"
@@ -687,7 +728,7 @@ mod tests {
 
         // "one" stops applying its route and tag: they go, "two"'s stay.
         let e = json!({"spec": {"args": ["1"]}});
-        let r3 = apply(lists, &r2, &e, "one", "x.io/v1", false, merge).unwrap();
+        let r3 = apply(lists, &r2, &e, "one", "x.io/v1", None, false, merge).unwrap();
         assert_eq!(
             r3["spec"]["routes"],
             json!([{"host": "a", "port": 443, "weight": 2}])

@@ -80,6 +80,17 @@ fn the_python_client_busybox_tools_and_sandbox_failures_behave_as_upstream() {
         events.contains("already present on machine") || events.contains("Successfully pulled"),
         "{described}"
     );
+    // The node keeps the labels it registered with after its status applies.
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "node",
+            "u1",
+            "-o",
+            "jsonpath={.metadata.labels.kubernetes\\.io/hostname}"
+        ]),
+        "u1"
+    );
     // The proxy subresource of nodes, pods and services, as upstream's.
     let pods = c.ok(&["get", "--raw", "/api/v1/nodes/u1/proxy/pods"]);
     let pods: serde_json::Value = serde_json::from_str(&pods).expect("a PodList");

@@ -824,6 +824,7 @@ async fn server_side_apply(
         &applied,
         &manager,
         &ctx.res.api_version(),
+        ctx.req.subresource.as_deref(),
         ctx.params.force,
         |t, p| {
             let mut p = p.clone();
