@@ -100,7 +100,7 @@ pub fn version() -> Value {
         "emulationMajor": "1",
         "emulationMinor": KUBE_MINOR,
         "gitVersion": format!("v1.{KUBE_MINOR}.0-minik8s"),
-        "gitCommit": env!("CARGO_PKG_VERSION"),
+        "gitCommit": env!("MINIK8S_GIT_COMMIT"),
         "gitTreeState": "clean",
         "buildDate": "2026-11-22T00:00:00Z",
         "goVersion": "rustc",

@@ -555,6 +555,15 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
     });
     assert_eq!(code, 406);
 
+    // /version's gitCommit is a commit id (upstream's `kubectl version` spec checks its form).
+    let version: serde_json::Value =
+        serde_json::from_str(&c.ok(&["get", "--raw", "/version"])).unwrap();
+    let commit = version["gitCommit"].as_str().unwrap_or_default();
+    assert!(
+        commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{version}"
+    );
+
     // node.k8s.io/v1 RuntimeClass is served (upstream's RuntimeClass API spec).
     let r = c.kubectl_stdin(
         &["create", "-f", "-"],

@@ -455,38 +455,13 @@ async fn write_status(ctx: &Ctx, rs: &ReplicaSet, owned: &[Arc<Pod>]) -> Result<
     }
 }
 
-fn error_policy(rs: Arc<ReplicaSet>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(replicaset = %util::key(rs.as_ref()), error = %e, "reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the ReplicaSet controller until `shutdown`.
 pub async fn run(
     client: Client,
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let pods = informers.all::<Pod>().await;
-    let ctx = Arc::new(Ctx {
-        client: client.clone(),
-        pods,
-        expectations: Expectations::default(),
-        recorder: minik8s_events::Recorder::new(client.clone(), "replicaset-controller", None),
-        kind: SetKind::ReplicaSet,
-    });
-    Controller::new(
-        Api::<ReplicaSet>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns_shared_stream(informers.subscribe::<Pod>())
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(
-        crate::util::timed("replicaset", reconcile),
-        error_policy,
-        ctx,
-    )
-    .for_each(|_| async {})
-    .await;
+    drive::<ReplicaSet, _, _>(client, informers, shutdown, SetKind::ReplicaSet, reconcile).await;
 }
 
 /// Runs the ReplicationController controller (upstream's replication manager) until
@@ -497,32 +472,61 @@ pub async fn run_replication(
     shutdown: CancellationToken,
 ) {
     use k8s_openapi::api::core::v1::ReplicationController;
+    drive::<ReplicationController, _, _>(
+        client,
+        informers,
+        shutdown,
+        SetKind::ReplicationController,
+        |rc: Arc<ReplicationController>, ctx: Arc<Ctx>| async move {
+            reconcile(Arc::new(as_replica_set(&rc)?), ctx).await
+        },
+    )
+    .await;
+}
+
+/// Drives the sets of kind `K` (owning their pods) through `reconcile` until `shutdown`.
+async fn drive<K, F, Fut>(
+    client: Client,
+    informers: crate::informer::Informers,
+    shutdown: CancellationToken,
+    kind: SetKind,
+    reconcile: F,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: Fn(Arc<K>, Arc<Ctx>) -> Fut,
+    Fut: std::future::Future<Output = Result<Action>> + Send + 'static,
+{
+    let (name, component) = match kind {
+        SetKind::ReplicaSet => ("replicaset", "replicaset-controller"),
+        SetKind::ReplicationController => ("replicationcontroller", "replication-controller"),
+    };
     let pods = informers.all::<Pod>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,
         expectations: Expectations::default(),
-        recorder: minik8s_events::Recorder::new(client.clone(), "replication-controller", None),
-        kind: SetKind::ReplicationController,
+        recorder: minik8s_events::Recorder::new(client.clone(), component, None),
+        kind,
     });
-    Controller::new(
-        Api::<ReplicationController>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns_shared_stream(informers.subscribe::<Pod>())
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(
-        crate::util::timed("replicationcontroller", |rc: Arc<ReplicationController>, ctx: Arc<Ctx>| async move {
-            reconcile(Arc::new(as_replica_set(&rc)?), ctx).await
-        }),
-        |rc: Arc<ReplicationController>, e: &Error, _: Arc<Ctx>| {
-            tracing::warn!(replicationcontroller = %util::key(rc.as_ref()), error = %e, "reconcile failed, retrying");
-            Action::requeue(Duration::from_secs(1))
-        },
-        ctx,
-    )
-    .for_each(|_| async {})
-    .await;
+    Controller::new(Api::<K>::all(client), watcher::Config::default())
+        .owns_shared_stream(informers.subscribe::<Pod>())
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(
+            crate::util::timed(name, reconcile),
+            move |set: Arc<K>, e: &Error, _: Arc<Ctx>| {
+                tracing::warn!(kind = name, set = %util::key(set.as_ref()), error = %e, "reconcile failed, retrying");
+                Action::requeue(Duration::from_secs(1))
+            },
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
 }
 
 #[cfg(test)]
