@@ -12,6 +12,10 @@
 //! kube-runtime's `Recorder` keys a series by reason and action and keeps the first note, so
 //! `kubectl describe` showed one line for different messages; this one does not.
 //!
+//! - **spam filter**: each object, source, type and reason has a budget of 25 events, refilled
+//!   at one per 5 minutes; beyond it events are dropped, so a container in a crash loop
+//!   (looked at every second) does not write an event a second.
+//!
 //! Writes go through one sink task per recorder, so recording never waits on the apiserver;
 //! the task ends when the last clone of the recorder is dropped.
 
@@ -28,6 +32,9 @@ const MAX_SIMILAR: usize = 10;
 const AGGREGATE_WINDOW: Duration = Duration::from_secs(600);
 /// Entries the caches keep (upstream's LRU size).
 const CACHE: usize = 4096;
+/// upstream's spam filter: a burst of 25 events per key, refilled one per 5 minutes.
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: Duration = Duration::from_secs(300);
 /// Events queued for the sink before new ones are dropped (upstream's broadcaster: 1000).
 const QUEUE: usize = 1000;
 
@@ -103,14 +110,17 @@ impl Recorder {
             tokio::spawn(run_sink(client, rx));
         }
         let now = jiff::Timestamp::now();
-        let write = self.state.lock().expect("event correlator").correlate(
+        let Some(write) = self.state.lock().expect("event correlator").correlate(
             &self.source,
             object,
             type_,
             reason,
             message,
             now,
-        );
+        ) else {
+            tracing::debug!(reason, "event dropped by the spam filter");
+            return;
+        };
         if let Err(e) = self.sink.try_send(write) {
             tracing::warn!(reason, error = %e, "event dropped");
         }
@@ -126,6 +136,8 @@ struct Correlator {
     written: HashMap<String, Written>,
     /// Keys in the order written, to bound the caches.
     order: VecDeque<String>,
+    /// Tokens left per aggregate key, and when they were last counted.
+    budget: HashMap<String, (f64, Instant)>,
 }
 
 #[derive(Clone)]
@@ -160,8 +172,22 @@ impl Correlator {
         reason: &str,
         message: String,
         now: jiff::Timestamp,
-    ) -> Write {
+    ) -> Option<Write> {
         let aggregate_key = key_of(source, object, type_, reason);
+        let (tokens, counted) = self
+            .budget
+            .entry(aggregate_key.clone())
+            .or_insert((SPAM_BURST, Instant::now()));
+        *tokens =
+            (*tokens + counted.elapsed().as_secs_f64() / SPAM_REFILL.as_secs_f64()).min(SPAM_BURST);
+        *counted = Instant::now();
+        if *tokens < 1.0 {
+            return None;
+        }
+        *tokens -= 1.0;
+        if self.budget.len() > CACHE {
+            self.budget.retain(|_, (t, _)| *t < SPAM_BURST);
+        }
         let entry = self
             .similar
             .entry(aggregate_key.clone())
@@ -236,10 +262,10 @@ impl Correlator {
             reporting_instance: source.host.clone(),
             ..Default::default()
         };
-        match previous {
+        Some(match previous {
             Some(_) => Write::CountUp(Box::new(event)),
             None => Write::Create(Box::new(event)),
-        }
+        })
     }
 }
 
@@ -303,8 +329,8 @@ mod tests {
         }
     }
 
-    fn event(w: Write) -> (bool, Event) {
-        match w {
+    fn event(w: Option<Write>) -> (bool, Event) {
+        match w.expect("within the spam budget") {
             Write::Create(e) => (false, *e),
             Write::CountUp(e) => (true, *e),
         }
@@ -347,6 +373,27 @@ mod tests {
         let (up, e2) = event(c.correlate(&source(), &pod(), Type::Warning, "X", "m10".into(), now));
         assert!(up);
         assert_eq!((e2.count, &e2.metadata.name), (Some(2), &e.metadata.name));
+    }
+
+    #[test]
+    fn a_burst_of_25_events_per_reason_then_none_until_refilled() {
+        let mut c = Correlator::default();
+        let now = jiff::Timestamp::now();
+        for _ in 0..25 {
+            assert!(
+                c.correlate(&source(), &pod(), Type::Warning, "BackOff", "m".into(), now)
+                    .is_some()
+            );
+        }
+        assert!(
+            c.correlate(&source(), &pod(), Type::Warning, "BackOff", "m".into(), now)
+                .is_none()
+        );
+        // Another reason has its own budget.
+        assert!(
+            c.correlate(&source(), &pod(), Type::Normal, "Pulled", "m".into(), now)
+                .is_some()
+        );
     }
 
     #[test]
