@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_events::Recorder;
@@ -434,11 +434,18 @@ pub fn pick_for(
     chosen.ok_or_else(|| unschedulable_message(nodes.len(), &reasons))
 }
 
-/// A pod assumed on a node until the informer shows it bound.
+/// A pod assumed on a node until the informer shows it bound (or deleted).
 struct Assumed {
     node: String,
     pod: Arc<Pod>,
+    at: Instant,
+    /// Whether the informer has shown the pod (unbound) since it was assumed.
+    seen: bool,
 }
+
+/// How long an assumed pod the informer has never shown is kept (the informer may lag the
+/// scheduler's own watch for a pod just created); one it showed and no longer has was deleted.
+const ASSUME_UNSEEN: Duration = Duration::from_secs(30);
 
 struct State {
     nodes: Vec<NodeInfo>,
@@ -572,8 +579,10 @@ impl Scheduler {
             .map(|(i, n)| (n.name().to_owned(), i))
             .collect();
         let mut bound: HashSet<String> = HashSet::new();
+        let mut unbound: HashSet<String> = HashSet::new();
         for p in self.pods.state() {
             let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+                unbound.insert(p.uid().unwrap_or_default());
                 continue;
             };
             bound.insert(p.uid().unwrap_or_default());
@@ -584,7 +593,13 @@ impl Scheduler {
                 infos[*i].add(&p, &pod_requests(&p));
             }
         }
-        st.assumed.retain(|uid, _| !bound.contains(uid));
+        // An assumption ends when the informer shows the pod bound, or no longer has a pod
+        // it had (deleted before a rebuild saw it bound: its resources are free again).
+        st.assumed.retain(|uid, a| {
+            a.seen |= unbound.contains(uid);
+            !bound.contains(uid)
+                && (unbound.contains(uid) || !a.seen && a.at.elapsed() < ASSUME_UNSEEN)
+        });
         for a in st.assumed.values() {
             if let Some(i) = index.get(&a.node) {
                 infos[*i].add(&a.pod, &pod_requests(&a.pod));
@@ -616,11 +631,17 @@ impl Scheduler {
             return Ok(name);
         }
         nodes[i].add(pod, &pod_requests(pod));
+        let seen = self
+            .pods
+            .get(&ObjectRef::from_obj(pod.as_ref()))
+            .is_some_and(|p| p.uid() == pod.uid());
         st.assumed.insert(
             pod.uid().unwrap_or_default(),
             Assumed {
                 node: name.clone(),
                 pod: pod.clone(),
+                at: Instant::now(),
+                seen,
             },
         );
         Ok(name)
@@ -982,6 +1003,43 @@ mod tests {
         assert_eq!(
             events[0].body["message"],
             format!("Successfully assigned default/small to {target}")
+        );
+    }
+
+    #[test]
+    fn an_assumed_pod_deleted_before_a_rebuild_saw_it_bound_frees_its_node() {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": {"cpu": "1", "memory": "4Gi", "pods": "10"}}}))
+        .unwrap();
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "uid": name},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}))
+            .unwrap()
+        };
+        let (pods, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(pod("first")));
+        let m = crate::testing::mock(crate::testing::echo);
+        let s = Scheduler::new(m.client.clone(), crate::testing::store(vec![n]), pods);
+        let first = Arc::new(pod("first"));
+        assert_eq!(
+            s.decide(&first, Policy::LeastAllocated, &[], true).unwrap(),
+            "n1"
+        );
+        let second = Arc::new(pod("second"));
+        // The node is full while the first pod is assumed on it.
+        s.state.lock().unwrap().built = None;
+        assert!(
+            s.decide(&second, Policy::LeastAllocated, &[], true)
+                .is_err()
+        );
+        // The first pod is deleted before any rebuild saw it bound.
+        writer.apply_watcher_event(&watcher::Event::Delete(pod("first")));
+        s.state.lock().unwrap().built = None;
+        assert_eq!(
+            s.decide(&second, Policy::LeastAllocated, &[], true)
+                .unwrap(),
+            "n1"
         );
     }
 }
