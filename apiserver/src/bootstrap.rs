@@ -27,6 +27,28 @@ async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
     }
 }
 
+/// Creates `obj` at `key`, or brings a stored copy's `data` up to date (the CAs it carries
+/// may have been replaced since it was written).
+async fn ensure_data(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
+    let Some(kv) = api.store.get(key).await? else {
+        return ensure(api, key, obj).await;
+    };
+    let mut stored: Value =
+        serde_json::from_slice(&kv.value).map_err(crate::error::ApiError::internal)?;
+    if stored.get("data") == obj.get("data") {
+        return Ok(());
+    }
+    stored["data"] = obj["data"].take();
+    match api
+        .store
+        .update(key, object::to_store(&mut stored), kv.mod_revision)
+        .await
+    {
+        Ok(_) | Err(minik8s_storage::Error::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Creates the built-in namespaces, default RBAC roles and the `kubernetes` Service if they
 /// are missing.
 pub async fn run(api: &Api) -> ApiResult<()> {
@@ -57,6 +79,41 @@ pub async fn run(api: &Api) -> ApiResult<()> {
         ensure(api, &format!("/registry/core/namespaces/{ns}"), obj).await?;
         namespace_defaults(api, ns).await?;
     }
+    // The aggregation layer: a local APIService per built-in group/version, the ConfigMap
+    // extension apiservers authenticate with, and the Role that lets them read it.
+    for (group, versions) in api.registry.groups() {
+        for version in versions {
+            let obj = crate::aggregator::local(&group, &version);
+            ensure(
+                api,
+                &format!("{}{version}.{group}", crate::aggregator::PREFIX),
+                obj,
+            )
+            .await?;
+        }
+    }
+    if let Some(ca) = &api.root_ca {
+        let cm = crate::aggregator::authentication_configmap(ca, api.front_proxy_ca.as_deref());
+        let key = format!(
+            "/registry/core/configmaps/kube-system/{}",
+            crate::aggregator::AUTHENTICATION_CONFIGMAP
+        );
+        ensure_data(api, &key, cm).await?;
+    }
+    let reader = json!({
+        "kind": "Role", "apiVersion": "rbac.authorization.k8s.io/v1",
+        "metadata": {"name": "extension-apiserver-authentication-reader", "namespace": "kube-system",
+            "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"],
+            "resourceNames": [crate::aggregator::AUTHENTICATION_CONFIGMAP]}],
+    });
+    ensure(
+        api,
+        "/registry/rbac.authorization.k8s.io/roles/kube-system/extension-apiserver-authentication-reader",
+        reader,
+    )
+    .await?;
     let ip = api.alloc.first_ip().to_string();
     let (host, port) = api
         .advertise

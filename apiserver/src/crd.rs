@@ -223,6 +223,18 @@ fn register(api: &Api, crd: &Value) {
     }
 }
 
+/// The group's local APIServices follow the versions its CRDs serve.
+async fn sync_apiservices(api: &Api, group: &str) {
+    let versions = api
+        .registry
+        .groups()
+        .into_iter()
+        .find(|(g, _)| g == group)
+        .map(|(_, v)| v)
+        .unwrap_or_default();
+    crate::aggregator::sync_crd_group(api, group, &versions).await;
+}
+
 /// Deletes every stored object of a removed CRD.
 async fn remove(api: &Api, crd: &Value) {
     let (group, plural) = (s(crd, "/spec/group"), s(crd, "/spec/names/plural"));
@@ -252,6 +264,7 @@ pub async fn sync(api: Arc<Api>) {
         for kv in &listed.kvs {
             if let Ok(crd) = serde_json::from_slice::<Value>(&kv.value) {
                 register(&api, &crd);
+                sync_apiservices(&api, s(&crd, "/spec/group")).await;
             }
         }
         let mut events = match api.store.watch(PREFIX, listed.revision + 1).await {
@@ -271,6 +284,7 @@ pub async fn sync(api: Arc<Api>) {
                     EventKind::Put => {
                         if let Ok(crd) = serde_json::from_slice::<Value>(&ev.kv.value) {
                             register(&api, &crd);
+                            sync_apiservices(&api, s(&crd, "/spec/group")).await;
                         }
                     }
                     EventKind::Delete => {
@@ -279,6 +293,7 @@ pub async fn sync(api: Arc<Api>) {
                             .and_then(|p| serde_json::from_slice::<Value>(&p.value).ok())
                         {
                             remove(&api, &prev).await;
+                            sync_apiservices(&api, s(&prev, "/spec/group")).await;
                         }
                     }
                 },

@@ -109,10 +109,19 @@ pub fn version() -> Value {
     })
 }
 
+/// The served groups: the registry's, then those of Service-backed APIServices.
+fn all_groups(api: &Arc<Api>) -> Vec<(String, Vec<String>)> {
+    let mut groups = api.registry.groups();
+    for (g, versions) in api.aggregator.groups() {
+        if !groups.iter().any(|(have, _)| *have == g) {
+            groups.push((g, versions));
+        }
+    }
+    groups
+}
+
 fn group_list(api: &Arc<Api>) -> Value {
-    let groups: Vec<Value> = api
-        .registry
-        .groups()
+    let groups: Vec<Value> = all_groups(api)
         .into_iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(name, versions)| {
@@ -266,7 +275,61 @@ fn aggregated_list(api: &Arc<Api>, core: bool, v: &str) -> Value {
             json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions}),
         );
     }
+    if !core {
+        // Service-backed groups, from the discovery documents their checks fetched (upstream's
+        // aggregated discovery manager); one not fetched yet is listed as stale.
+        for (group, versions) in api.aggregator.groups() {
+            if api.registry.groups().iter().any(|(g, _)| *g == group) {
+                continue;
+            }
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|version| match api.aggregator.discovery(&group, version) {
+                    Some(doc) => json!({"version": version, "resources": v2_resources(&group, version, &doc), "freshness": "Current"}),
+                    None => json!({"version": version, "resources": [], "freshness": "Stale"}),
+                })
+                .collect();
+            items.push(json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions}));
+        }
+    }
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": format!("apidiscovery.k8s.io/{v}"), "metadata": {}, "items": items})
+}
+
+/// An `APIResourceList`'s resources in aggregated discovery's form.
+fn v2_resources(group: &str, version: &str, doc: &Value) -> Vec<Value> {
+    let list: Vec<&Value> = doc
+        .get("resources")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().collect())
+        .unwrap_or_default();
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+    list.iter()
+        .filter(|r| !s(r, "name").contains('/'))
+        .map(|r| {
+            let name = s(r, "name");
+            let subs: Vec<Value> = list
+                .iter()
+                .filter_map(|sr| {
+                    let n = s(sr, "name");
+                    let sub = n.strip_prefix(&format!("{name}/"))?.to_owned();
+                    Some(json!({"subresource": sub,
+                        "responseKind": {"group": sr.get("group").cloned().unwrap_or(json!(group)),
+                            "version": sr.get("version").cloned().unwrap_or(json!(version)), "kind": s(sr, "kind")},
+                        "verbs": sr.get("verbs").cloned().unwrap_or(json!([]))}))
+                })
+                .collect();
+            json!({
+                "resource": name,
+                "responseKind": {"group": group, "version": version, "kind": s(r, "kind")},
+                "scope": if r.get("namespaced") == Some(&json!(true)) { "Namespaced" } else { "Cluster" },
+                "singularResource": s(r, "singularName"),
+                "verbs": r.get("verbs").cloned().unwrap_or(json!([])),
+                "shortNames": r.get("shortNames").cloned().unwrap_or(json!([])),
+                "categories": r.get("categories").cloned().unwrap_or(json!([])),
+                "subresources": subs,
+            })
+        })
+        .collect()
 }
 
 fn aggregated_response(v: &str, body: &Value) -> Response {

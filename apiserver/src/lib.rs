@@ -7,6 +7,7 @@
 //! same registry rows.
 
 pub mod admission;
+pub mod aggregator;
 pub mod alloc;
 pub mod apply;
 pub mod audit;
@@ -85,6 +86,9 @@ pub struct Config {
     pub kubelet_client: Option<(PathBuf, PathBuf)>,
     /// How often node and pod metrics are sampled (the CPU rate's window).
     pub metric_resolution: std::time::Duration,
+    /// The aggregation layer's front-proxy CA and client certificate; none: APIServices
+    /// backed by a Service cannot be reached.
+    pub front_proxy: Option<minik8s_kubeconfig::FrontProxy>,
 }
 
 /// Why the apiserver could not start.
@@ -117,6 +121,9 @@ pub enum Error {
     /// The audit log could not be opened.
     #[error(transparent)]
     Audit(#[from] audit::AuditError),
+    /// The front-proxy client certificate could not be loaded.
+    #[error(transparent)]
+    FrontProxy(#[from] aggregator::FrontProxyError),
     /// Writing the built-in objects failed.
     #[error("creating built-in objects: {0}")]
     Bootstrap(error::ApiError),
@@ -136,6 +143,10 @@ pub struct Api {
     pub rbac: rbac::Rbac,
     /// Admission webhooks.
     pub webhooks: admission::webhook::Webhooks,
+    /// APIServices served by Services (the aggregation layer).
+    pub aggregator: aggregator::Aggregator,
+    /// The front-proxy CA (PEM) extension apiservers trust, if any.
+    pub front_proxy_ca: Option<String>,
     /// The cluster CA (PEM), published to every namespace as `kube-root-ca.crt`.
     pub root_ca: Option<String>,
     /// The audit log.
@@ -221,6 +232,11 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         advertise,
         rbac: rbac::Rbac::default(),
         webhooks: admission::webhook::Webhooks::default(),
+        aggregator: aggregator::Aggregator::new(config.front_proxy.as_ref())?,
+        front_proxy_ca: config
+            .front_proxy
+            .as_ref()
+            .and_then(|fp| std::fs::read_to_string(&fp.ca).ok()),
         root_ca: std::fs::read_to_string(&config.client_ca).ok(),
         inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
         request_timeout: config.request_timeout,
@@ -252,6 +268,12 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         |api, kvs| api.webhooks.load(kvs),
     ));
     api.tasks.spawn(crd::sync(api.clone()));
+    api.tasks.spawn(follow::follow(
+        api.clone(),
+        aggregator::PREFIX,
+        |api, kvs| api.aggregator.load(kvs),
+    ));
+    api.tasks.spawn(aggregator::run(api.clone()));
     if api.kubelet.is_some() {
         api.tasks.spawn(metrics::run(api.clone()));
     }

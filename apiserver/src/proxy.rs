@@ -192,9 +192,23 @@ async fn service_endpoint(
             .unwrap_or_default()
             .to_owned(),
     };
+    ready_endpoint(&ctx.api, ns, name, &port_name)
+        .await?
+        .ok_or_else(|| {
+            ApiError::unavailable(format!("no endpoints available for service \"{name}\""))
+        })
+}
+
+/// A ready endpoint of Service `ns/name` for its port named `port_name` (`""` for an unnamed
+/// one), from its EndpointSlices: (address, target port).
+pub async fn ready_endpoint(
+    api: &crate::Api,
+    ns: &str,
+    name: &str,
+    port_name: &str,
+) -> ApiResult<Option<(String, u16)>> {
     let prefix = format!("/registry/discovery.k8s.io/endpointslices/{ns}/");
-    let slices = ctx
-        .api
+    let slices = api
         .store
         .range(minik8s_storage::RangeRequest::prefix(&prefix))
         .await?;
@@ -225,12 +239,10 @@ async fn service_endpoint(
             .find(|e| e.pointer("/conditions/ready") != Some(&Value::Bool(false)))
             .and_then(|e| e.pointer("/addresses/0").and_then(Value::as_str));
         if let Some(ip) = ready {
-            return Ok((ip.to_owned(), target as u16));
+            return Ok(Some((ip.to_owned(), target as u16)));
         }
     }
-    Err(ApiError::unavailable(format!(
-        "no endpoints available for service \"{name}\""
-    )))
+    Ok(None)
 }
 
 /// Headers that belong to one hop and are not passed on.

@@ -698,6 +698,18 @@ pub fn defaults() -> Vec<Value> {
                 json!({"nonResourceURLs": ["/healthz", "/livez", "/readyz", "/version", "/version/"], "verbs": ["get"]}),
             ],
         ),
+        // Extension apiservers delegate authentication and authorization back to this one.
+        plain(
+            "system:auth-delegator",
+            vec![
+                rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
         plain(
             "system:basic-user",
             vec![

@@ -452,6 +452,11 @@ fn columns(res: &ResourceInfo) -> Vec<Col> {
             Col("Ports", "string", 0),
             Col("Age", "string", 0),
         ],
+        ("apiregistration.k8s.io", "APIService") => vec![
+            Col("Service", "string", 0),
+            Col("Available", "string", 0),
+            Col("Age", "string", 0),
+        ],
         ("storage.k8s.io", "StorageClass") => vec![
             Col("Provisioner", "string", 0),
             Col("ReclaimPolicy", "string", 0),
@@ -1078,6 +1083,25 @@ fn cells(res: &ResourceInfo, o: &Value) -> Vec<Value> {
                 json!(ports),
                 age,
             ]
+        }
+        ("apiregistration.k8s.io", "APIService") => {
+            let service = match o.pointer("/spec/service").filter(|v| !v.is_null()) {
+                Some(svc) => format!("{}/{}", s(svc, "/namespace"), s(svc, "/name")),
+                None => "Local".into(),
+            };
+            let available = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Available"))
+                .map_or("Unknown".to_owned(), |c| {
+                    let (status, reason) = (s(c, "/status"), s(c, "/reason"));
+                    if status == "True" || reason.is_empty() {
+                        status
+                    } else {
+                        format!("{status} ({reason})")
+                    }
+                });
+            vec![json!(service), json!(available), age]
         }
         ("storage.k8s.io", "StorageClass") => vec![
             json!(s(o, "/provisioner")),

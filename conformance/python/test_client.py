@@ -414,6 +414,43 @@ def test_already_exists_body_is_byte_identical_to_upstreams(api, ns):
     )
 
 
+def test_apiservices_from_yaml_conflict_with_upstreams_body(api, ns):
+    # The client's own e2e test_create_apiservice_from_yaml_with_conflict, with a unique name.
+    name = "v1alpha1.wardle-%s.k8s.io" % ns
+    doc = (
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n  name: %s\n"
+        "spec:\n  insecureSkipTLSVerify: true\n  group: wardle-%s.k8s.io\n  groupPriorityMinimum: 1000\n"
+        "  versionPriority: 15\n  service:\n    name: api\n    namespace: wardle\n  version: v1alpha1\n"
+    ) % (name, ns)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write(doc)
+    utils.create_from_yaml(api, f.name)
+    reg = client.ApiregistrationV1Api(api)
+    svc = reg.read_api_service(name=name)
+    assert svc.metadata.name == name
+    assert svc.spec.group == "wardle-%s.k8s.io" % ns
+    assert svc.spec.version == "v1alpha1"
+    with pytest.raises(utils.FailToCreateError) as cm:
+        utils.create_from_yaml(api, f.name)
+    assert str(cm.value) == (
+        'Error from server (Conflict): {"kind":"Status","apiVersion":"v1","metadata":{},'
+        '"status":"Failure","message":"apiservices.apiregistration.k8s.io \\"%s\\" already exists",'
+        '"reason":"AlreadyExists","details":{"name":"%s","group":"apiregistration.k8s.io",'
+        '"kind":"apiservices"},"code":409}\n' % (name, name)
+    )
+    # Its service does not exist: the check says so.
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        conds = reg.read_api_service(name=name).status.conditions or []
+        if conds and conds[0].reason == "ServiceNotFound":
+            break
+        time.sleep(0.5)
+    assert conds[0].type == "Available" and conds[0].status == "False", conds
+    assert conds[0].message == 'service/api in "wardle" is not present'
+    reg.delete_api_service(name=name, body={})
+    os.unlink(f.name)
+
+
 def test_controllers_scheduler_and_kubelet_report_events(api, ns):
     apps = client.AppsV1Api(api)
     v1 = client.CoreV1Api(api)

@@ -189,6 +189,7 @@ impl Cluster {
                 pki_dir.join("apiserver-kubelet-client.key"),
             )),
             metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
+            front_proxy: Some(pki.front_proxy().expect("front proxy")),
         };
         let admin = pki
             .ensure_identity(&Identity::admin())

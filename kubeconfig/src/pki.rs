@@ -83,6 +83,22 @@ pub struct ServingCert {
     pub key: PathBuf,
 }
 
+/// The aggregation layer's front proxy: its own CA (upstream's `requestheader` CA, which
+/// extension apiservers trust for `X-Remote-User`) and the client certificate the apiserver
+/// presents to them (CN `front-proxy-client`, as kubeadm names it).
+#[derive(Clone, Debug)]
+pub struct FrontProxy {
+    /// The front-proxy CA certificate (PEM).
+    pub ca: PathBuf,
+    /// The client certificate (PEM).
+    pub cert: PathBuf,
+    /// Its key (PEM).
+    pub key: PathBuf,
+}
+
+/// The CN of the front proxy's client certificate (the allowed name extension apiservers check).
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+
 /// The cluster's PKI folder with its loaded CA.
 pub struct Pki {
     options: PkiOptions,
@@ -180,6 +196,54 @@ impl Pki {
             ca_pem,
             issuer,
         })
+    }
+
+    /// The front-proxy CA and client certificate (`front-proxy-ca.*`, `front-proxy-client.*`),
+    /// made once, as kubeadm's.
+    pub fn front_proxy(&self) -> Result<FrontProxy> {
+        let dir = &self.options.dir;
+        let out = FrontProxy {
+            ca: dir.join("front-proxy-ca.crt"),
+            cert: dir.join("front-proxy-client.crt"),
+            key: dir.join("front-proxy-client.key"),
+        };
+        let ca_key = dir.join("front-proxy-ca.key");
+        if !out.ca.exists() || !ca_key.exists() {
+            let mut p = params("front-proxy-ca", &[], 3650)?;
+            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            p.key_usages = vec![
+                KeyUsagePurpose::KeyCertSign,
+                KeyUsagePurpose::CrlSign,
+                KeyUsagePurpose::DigitalSignature,
+            ];
+            let k = KeyPair::generate().map_err(cert_err("front-proxy CA key"))?;
+            let cert = p.self_signed(&k).map_err(cert_err("front-proxy CA"))?;
+            write_private(&ca_key, k.serialize_pem().as_bytes())?;
+            write_private(&out.ca, cert.pem().as_bytes())?;
+            // A new CA invalidates the old client certificate.
+            let _ = std::fs::remove_file(&out.cert);
+        }
+        if !out.cert.exists() || !out.key.exists() {
+            let ca_pem = read(&out.ca)?;
+            let issuer = Issuer::from_ca_cert_pem(
+                &ca_pem,
+                KeyPair::from_pem(&read(&ca_key)?).map_err(cert_err("front-proxy CA key"))?,
+            )
+            .map_err(cert_err("front-proxy CA"))?;
+            let mut p = params(FRONT_PROXY_CLIENT, &[], 365)?;
+            p.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            let k = KeyPair::generate().map_err(cert_err("front-proxy-client key"))?;
+            let cert = p
+                .signed_by(&k, &issuer)
+                .map_err(cert_err("front-proxy-client"))?;
+            write_private(&out.key, k.serialize_pem().as_bytes())?;
+            write_private(&out.cert, cert.pem().as_bytes())?;
+        }
+        Ok(out)
     }
 
     /// The key that signs ServiceAccount tokens (`sa.key`, ECDSA P-256, PKCS#8 PEM), made once.

@@ -161,6 +161,7 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
             dir.join("apiserver-kubelet-client.key"),
         )),
         metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
+        front_proxy: Some(pki.front_proxy()?),
     })
 }
 

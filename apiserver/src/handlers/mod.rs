@@ -245,6 +245,26 @@ async fn handle(
     let anonymous = user.name == "system:anonymous";
     let user = impersonate(&api, user, &parts.headers)?;
     record.user = Some((user.name.clone(), user.groups.clone()));
+    // A group/version an APIService sends to a Service: authorized here, served there.
+    if crate::aggregator::routes(&api, parts.uri.path()) {
+        let attrs = match &info {
+            RequestInfo::Resource(req) => crate::rbac::Attributes::of(req),
+            RequestInfo::NonResource { verb, path } => crate::rbac::Attributes {
+                verb: verb.clone(),
+                group: String::new(),
+                resource: String::new(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name: String::new(),
+                path: Some(path.clone()),
+            },
+        };
+        if anonymous && !api.rbac.allows(&user, &attrs) {
+            return Err(ApiError::unauthorized());
+        }
+        api.rbac.authorize(&user, &attrs)?;
+        return crate::aggregator::proxy(&api, &user, parts, body).await;
+    }
     match info {
         RequestInfo::NonResource { .. } if anonymous => Err(ApiError::unauthorized()),
         RequestInfo::NonResource { path, .. } => {

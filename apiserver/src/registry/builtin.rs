@@ -333,6 +333,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             generation: true,
             ..Default::default()
         }),
+        // the aggregation layer
+        row::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(status()),
         // networking, storage, scheduling
         row::<networking::Ingress>(Extra {
             short: &["ing"],
