@@ -202,6 +202,19 @@ fn webhooks_mutate_and_validate_with_selectors_and_failure_policy() {
         err.contains("failed calling webhook \"dead.minik8s.test\""),
         "{err}"
     );
+    // A failing webhook on webhook configurations is never called for them (upstream exempts
+    // admissionregistration.k8s.io), so the configurations can still be changed and removed.
+    let mut guard: Value = serde_json::from_str(&webhook_config(
+        "ValidatingWebhookConfiguration",
+        "guard.minik8s.test",
+        "https://127.0.0.1:1/",
+        &ca,
+        json!({"failurePolicy": "Fail"}),
+    ))
+    .unwrap();
+    guard["webhooks"][0]["rules"][0] = json!({"operations": ["*"],
+        "apiGroups": ["admissionregistration.k8s.io"], "apiVersions": ["*"], "resources": ["*"]});
+    apply(&c, &["apply"], &guard.to_string());
     assert!(c.with_manifest(&["apply"], &dead("Ignore")).ok);
     let mut created = false;
     for i in 0..50 {
@@ -227,6 +240,7 @@ fn webhooks_mutate_and_validate_with_selectors_and_failure_policy() {
         "validatingwebhookconfiguration",
         "deny.minik8s.test",
         "dead.minik8s.test",
+        "guard.minik8s.test",
     ]);
     let mut allowed = false;
     for i in 0..50 {
