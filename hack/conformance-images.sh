@@ -16,6 +16,9 @@
 # - nonewprivs:1.0   upstream's nnp (Go), setuid root, on busybox.
 # - kitten, nautilus agnhost test-webserver serving the images' html folders, as upstream's.
 # - jessie-dnsutils  busybox with Debian's dig (bind9-dnsutils) and its libraries.
+# - sample-apiserver v1.20.2's staging/src/k8s.io/sample-apiserver, built here (the spec
+#                    names the 1.17 tag), on busybox.
+# - etcd             Debian's etcd binary and the libraries it links, as /usr/local/bin/etcd.
 source "$(dirname "$0")/lib.sh"
 WORK="$(realpath -m "${1:?WORK}")"
 BIN="$(realpath -m "${2:?BIN}")"
@@ -35,7 +38,9 @@ gcrReleaseRegistry: docker.io/gcr-release
 dockerGluster: docker.io/gluster
 sampleRegistry: docker.io/e2e
 EOF
-[ -s "$OUT/.done" ] && exit 0
+# Bump when the set of images changes, so an older set is rebuilt.
+VERSION=2
+[ "$(head -1 "$OUT/.done" 2>/dev/null)" = "$VERSION" ] && exit 0
 for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
 done
@@ -144,5 +149,25 @@ for lib in $(LD_LIBRARY_PATH="$libdir" ldd b-dnsutils/rootfs/usr/bin/dig | awk '
 done
 image dnsutils docker.io/e2e/jessie-dnsutils:1.0 --config.cmd sh
 
-date > "$OUT/.done"
+log "sample-apiserver (built from the source) and etcd (Debian's)"
+new sampleapiserver
+busybox_rootfs b-sampleapiserver/rootfs
+(cd "$SRC" && GOROOT="$WORK/go1.15/usr/lib/go-1.15" GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" \
+  GOFLAGS=-mod=vendor CGO_ENABLED=0 "$WORK/go1.15/usr/lib/go-1.15/bin/go" build \
+  -o "$work/b-sampleapiserver/rootfs/kube-sample-apiserver" ./vendor/k8s.io/sample-apiserver)
+image sampleapiserver docker.io/e2e/sample-apiserver:1.17 --config.entrypoint /kube-sample-apiserver
+
+new etcd
+busybox_rootfs b-etcd/rootfs
+etcd_bin="$(command -v etcd)" || die "etcd is missing: run hack/install-deps.sh --node"
+mkdir -p b-etcd/rootfs/usr/local/bin
+cp -L "$etcd_bin" b-etcd/rootfs/usr/local/bin/etcd
+for lib in $(ldd "$etcd_bin" | awk '/=>/ && $3 ~ /^\// { print $3 } /^\t\/lib/ { print $1 }'); do
+  mkdir -p "b-etcd/rootfs$(dirname "$lib")"
+  cp -L "$lib" "b-etcd/rootfs$lib"
+done
+image etcd docker.io/gc/etcd:3.4.13-0 --config.cmd /usr/local/bin/etcd
+
+echo "$VERSION" > "$OUT/.done"
+date >> "$OUT/.done"
 log "conformance images ready in $OUT"
