@@ -7,8 +7,8 @@
 #
 # What each is, and where it stands in for upstream's:
 # - agnhost:2.21     upstream's agnhost binary (built from the v1.20.2 source) on the node's
-#                    busybox, which gives the shell, nc, wget and ip its specs use; no dig,
-#                    curl, iperf or coredns (upstream's image has them from alpine).
+#                    busybox (shell, wget, ip), with Debian's curl, dig and OpenBSD nc as
+#                    upstream's alpine image has them; no iperf or coredns.
 # - busybox:1.29     the node's busybox image.
 # - pause:3.2        the node's static pause.
 # - httpd, nginx     stand-ins: busybox httpd on port 80 serving the image's usual docroot.
@@ -39,7 +39,7 @@ dockerGluster: docker.io/gluster
 sampleRegistry: docker.io/e2e
 EOF
 # Bump when the set of images changes, so an older set is rebuilt.
-VERSION=2
+VERSION=3
 [ "$(head -1 "$OUT/.done" 2>/dev/null)" = "$VERSION" ] && exit 0
 for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
@@ -63,11 +63,41 @@ image() {
   skopeo copy -q "oci:layout:$name" "docker-archive:$OUT/e2e-$name.tar:$ref"
 }
 
+# debs_into ROOTFS "PKGS" BIN…: unpacks Debian's packages PKGS into ROOTFS and copies the
+# libraries each BIN (a path inside ROOTFS) loads that the packages lack, from the host
+# (packages the host lacks them from are unpacked first).
+debs_into() {
+  local rootfs="$1" pkgs="$2" bin lib pkg missing libdir
+  shift 2
+  mkdir -p debs
+  for pkg in $pkgs; do
+    ls debs/"$pkg"_*.deb >/dev/null 2>&1 || (cd debs && { apt-get download -qq "$pkg" 2>/dev/null || { apt-get update -qq && apt-get download -qq "$pkg"; }; })
+    dpkg -x debs/"$pkg"_*.deb "$rootfs"
+  done
+  libdir="$rootfs/usr/lib/x86_64-linux-gnu"
+  for bin in "$@"; do
+    missing="$(LD_LIBRARY_PATH="$libdir" ldd "$rootfs$bin" | awk '/not found/ { print $1 }')"
+    for lib in $missing; do
+      pkg="$(dpkg -S "*/$lib" 2>/dev/null | head -1 | cut -d: -f1 || true)"
+      [ -n "$pkg" ] && (cd debs && apt-get download -qq "$pkg" && dpkg -x "$pkg"_*.deb "../$rootfs") || true
+    done
+    for lib in $(LD_LIBRARY_PATH="$libdir" ldd "$rootfs$bin" | awk '/=>/ && $3 ~ /^\// { print $3 } /^\t\/lib/ { print $1 }'); do
+      case "$lib" in "$rootfs"/*|"$work"/*) continue ;; esac
+      [ -e "$rootfs$lib" ] && continue
+      mkdir -p "$rootfs$(dirname "$lib")"
+      cp -L "$lib" "$rootfs$lib"
+    done
+  done
+}
+
 log "agnhost, busybox, pause"
 new agnhost
 busybox_rootfs b-agnhost/rootfs
 cp "$BIN/agnhost" b-agnhost/rootfs/agnhost
 ln -s agnhost b-agnhost/rootfs/agnhost-2
+# upstream's image adds curl, dig and OpenBSD's nc (specs run `nc -zv -t`, busybox's has no -t).
+debs_into b-agnhost/rootfs "curl libcurl4 netcat-openbsd bind9-dnsutils bind9-libs" /usr/bin/curl /bin/nc.openbsd /usr/bin/dig
+ln -sf nc.openbsd b-agnhost/rootfs/bin/nc
 mkdir -p b-agnhost/rootfs/uploads
 cp "$SRC/test/images/agnhost/porter/localhost.crt" "$SRC/test/images/agnhost/porter/localhost.key" b-agnhost/rootfs/
 image agnhost docker.io/e2e-promoter/agnhost:2.21 --config.entrypoint /agnhost --config.cmd pause
@@ -130,23 +160,7 @@ done
 log "jessie-dnsutils (Debian's dig)"
 new dnsutils
 busybox_rootfs b-dnsutils/rootfs
-mkdir -p debs
-(cd debs && apt-get download -qq bind9-dnsutils bind9-libs 2>/dev/null || { apt-get update -qq && apt-get download -qq bind9-dnsutils bind9-libs; })
-for deb in debs/*.deb; do dpkg -x "$deb" b-dnsutils/rootfs; done
-libdir=b-dnsutils/rootfs/usr/lib/x86_64-linux-gnu
-# The libraries dig loads that the host has (what it lacks is installed first).
-missing="$(LD_LIBRARY_PATH="$libdir" ldd b-dnsutils/rootfs/usr/bin/dig | awk '/not found/ { print $1 }')"
-for lib in $missing; do
-  pkg="$(apt-file search -l "$lib" 2>/dev/null | head -1 || true)"
-  [ -n "$pkg" ] || pkg="$(dpkg -S "*/$lib" 2>/dev/null | head -1 | cut -d: -f1 || true)"
-  [ -n "$pkg" ] && (cd debs && apt-get download -qq "$pkg" && dpkg -x "$pkg"_*.deb ../b-dnsutils/rootfs) || true
-done
-for lib in $(LD_LIBRARY_PATH="$libdir" ldd b-dnsutils/rootfs/usr/bin/dig | awk '/=>/ && $3 ~ /^\// { print $3 }'); do
-  case "$lib" in b-dnsutils/*|"$work"/*) continue ;; esac
-  [ -e "b-dnsutils/rootfs$lib" ] && continue
-  mkdir -p "b-dnsutils/rootfs$(dirname "$lib")"
-  cp -L "$lib" "b-dnsutils/rootfs$lib"
-done
+debs_into b-dnsutils/rootfs "bind9-dnsutils bind9-libs" /usr/bin/dig
 image dnsutils docker.io/e2e/jessie-dnsutils:1.0 --config.cmd sh
 
 log "sample-apiserver (built from the source) and etcd (Debian's)"

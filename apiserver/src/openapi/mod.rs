@@ -301,6 +301,7 @@ pub fn build(api: &Api) -> Docs {
     let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
     let mut refs: Vec<(Arc<ResourceInfo>, Value)> = Vec::new();
     let mut custom: Vec<(String, Value)> = Vec::new();
+    let mut custom_v2: Vec<(String, Value)> = Vec::new();
     for res in &registry {
         if let Some(f) = res.schema {
             let r = f(&mut generator);
@@ -310,11 +311,12 @@ pub fn build(api: &Api) -> Docs {
             let reversed: Vec<&str> = res.group.split('.').rev().collect();
             let name = format!("{}.{}.{}", reversed.join("."), res.version, res.kind);
             let mut schema = schema.clone();
-            schema["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
-            schema["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
-            schema["properties"]["metadata"] = json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"});
-            schema["x-kubernetes-group-version-kind"] =
-                json!([{"group": res.group, "version": res.version, "kind": res.kind}]);
+            let mut v2 = schema.clone();
+            to_v2_structural(&mut v2);
+            for s in [&mut schema, &mut v2] {
+                kube_native(s, res);
+            }
+            custom_v2.push((name.clone(), v2));
             refs.push((
                 res.clone(),
                 json!({"$ref": format!("#/components/schemas/{name}")}),
@@ -361,6 +363,9 @@ pub fn build(api: &Api) -> Docs {
     }
     let index = serde_json::to_vec(&json!({"paths": index})).expect("json");
     let mut v2_schemas = components["schemas"].clone();
+    for (name, schema) in custom_v2 {
+        v2_schemas[name] = schema;
+    }
     v2_refs(&mut v2_schemas);
     let v2_defs = serde_json::to_string(&v2_schemas)
         .expect("json")
@@ -376,6 +381,82 @@ pub fn build(api: &Api) -> Docs {
         index,
         v2,
         v2_proto,
+    }
+}
+
+/// The properties every custom resource has, and its group/version/kind (upstream's
+/// `buildKubeNative`).
+fn kube_native(schema: &mut Value, res: &ResourceInfo) {
+    schema["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
+    schema["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
+    schema["properties"]["metadata"] =
+        json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"});
+    schema["x-kubernetes-group-version-kind"] =
+        json!([{"group": res.group, "version": res.version, "kind": res.kind}]);
+}
+
+/// A CRD's structural schema as OpenAPI v2 publishes it (upstream's `ToStructuralOpenAPIV2`):
+/// no `allOf`/`oneOf`/`anyOf`/`not`; nullable and unknown-field-preserving nodes lose their
+/// `properties` and `items` (kubectl's client-side validation would refuse what they allow),
+/// and with them their type where it would still constrain.
+fn to_v2_structural(v: &mut Value) {
+    let Some(m) = v.as_object_mut() else {
+        return;
+    };
+    for k in ["allOf", "oneOf", "anyOf", "not"] {
+        m.remove(k);
+    }
+    let yes = |m: &Map<String, Value>, k: &str| m.get(k) == Some(&Value::Bool(true));
+    if yes(m, "nullable") {
+        for k in ["type", "nullable", "items", "properties"] {
+            m.remove(k);
+        }
+    }
+    let preserve = yes(m, "x-kubernetes-preserve-unknown-fields");
+    if preserve {
+        m.remove("items");
+        m.remove("properties");
+    }
+    let ty = m
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if (ty == "array" && !m.contains_key("items")) || (preserve && ty == "object") {
+        m.remove("type");
+    }
+    // A nullable property is not required.
+    let nullable: Vec<String> = m
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| {
+            p.iter()
+                .filter(|(_, s)| s.get("nullable") == Some(&Value::Bool(true)))
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    if !nullable.is_empty()
+        && let Some(req) = m.get_mut("required").and_then(Value::as_array_mut)
+    {
+        req.retain(|r| !nullable.iter().any(|n| r == n));
+        if req.is_empty() {
+            m.remove("required");
+        }
+    }
+    if m.get("additionalProperties")
+        .is_some_and(|a| a.get("nullable") == Some(&Value::Bool(true)))
+    {
+        m.remove("required");
+    }
+    if let Some(p) = m.get_mut("properties").and_then(Value::as_object_mut) {
+        p.values_mut().for_each(to_v2_structural);
+    }
+    if let Some(i) = m.get_mut("items") {
+        to_v2_structural(i);
+    }
+    if let Some(a) = m.get_mut("additionalProperties").filter(|a| a.is_object()) {
+        to_v2_structural(a);
     }
 }
 
@@ -463,5 +544,32 @@ pub fn serve(api: &Arc<Api>, parts: &[&str], headers: &HeaderMap) -> ApiResult<R
             Ok(bytes_response(docs.v2.clone(), None))
         }
         _ => Err(ApiError::no_route(&parts.join("/"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crd_schemas_lose_what_openapi_v2_cannot_say_as_upstream_converts_them() {
+        let mut s = json!({"type": "object", "required": ["a", "n"], "properties": {
+            "a": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "properties": {"known": {"type": "string"}}},
+            "n": {"type": "string", "nullable": true},
+            "l": {"type": "array", "items": {"type": "object", "oneOf": [{"required": ["x"]}],
+                "properties": {"x": {"type": "integer"}}}},
+            "u": {"type": "array", "x-kubernetes-preserve-unknown-fields": true, "items": {"type": "string"}},
+        }});
+        to_v2_structural(&mut s);
+        assert_eq!(
+            s,
+            json!({"type": "object", "required": ["a"], "properties": {
+                "a": {"x-kubernetes-preserve-unknown-fields": true},
+                "n": {},
+                "l": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+                "u": {"x-kubernetes-preserve-unknown-fields": true},
+            }})
+        );
     }
 }
