@@ -525,8 +525,8 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
         "{spec}"
     );
 
-    // A status update keeps the new object's labels and annotations (upstream's status
-    // strategies reset only the spec).
+    // A status update keeps the new object's annotations; a Deployment's keeps its old
+    // labels (upstream's deployment status strategy), a Service's takes the new ones.
     c.ok(&["create", "configmap", "unused"]);
     c.ok(&["create", "deployment", "statused", "--image=busybox"]);
     c.ok(&[
@@ -536,11 +536,27 @@ fn field_selectors_status_bodies_scope_and_terminating_namespaces_match_upstream
         "--subresource=status",
         "--type=merge",
         "-p",
-        r#"{"metadata":{"annotations":{"patched-status":"yes"}},"spec":{"replicas":7},"status":{"observedGeneration":1}}"#,
+        r#"{"metadata":{"annotations":{"patched-status":"yes"},"labels":{"test-deployment":"patched-status"}},"spec":{"replicas":7},"status":{"observedGeneration":1}}"#,
     ]);
     let d = json(&c, &["get", "deployment", "statused"]);
     assert_eq!(d["metadata"]["annotations"]["patched-status"], "yes", "{d}");
     assert_eq!(d["spec"]["replicas"], 1, "the spec stays: {d}");
+    assert!(
+        d["metadata"]["labels"].get("test-deployment").is_none(),
+        "a Deployment's status update keeps its labels: {d}"
+    );
+    c.ok(&["create", "service", "clusterip", "statused", "--tcp=80"]);
+    c.ok(&[
+        "patch",
+        "service",
+        "statused",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"via":"status"}}}"#,
+    ]);
+    let svc = json(&c, &["get", "service", "statused"]);
+    assert_eq!(svc["metadata"]["labels"]["via"], "status", "{svc}");
 
     // Table output of a backend without metadata (a review) is 406, as upstream.
     let code = c.block_on(async {

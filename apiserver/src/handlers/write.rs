@@ -508,8 +508,25 @@ pub fn prepare_update(
         // as upstream's status strategies keep the new object's metadata, its labels and
         // annotations.
         let status = new.as_object_mut().and_then(|m| m.remove("status"));
-        let labels = meta(new).get("labels").cloned();
-        let annotations = meta(new).get("annotations").cloned();
+        // Which metadata a status update may change, per upstream's status strategies:
+        // custom resources and VolumeAttachments none, Deployments their annotations (not
+        // their labels), every other kind both.
+        let (keep_labels, keep_annotations) = match (res.group.as_str(), res.kind.as_str()) {
+            _ if res.is_custom() => (false, false),
+            ("storage.k8s.io", "VolumeAttachment") => (false, false),
+            ("apps", "Deployment") => (false, true),
+            _ => (true, true),
+        };
+        let labels = if keep_labels {
+            meta(new).get("labels").cloned()
+        } else {
+            meta(old).get("labels").cloned()
+        };
+        let annotations = if keep_annotations {
+            meta(new).get("annotations").cloned()
+        } else {
+            meta(old).get("annotations").cloned()
+        };
         let rv = meta(new).get("resourceVersion").cloned();
         // The stored object without its old status (not cloned only to be replaced).
         let mut merged = match old.as_object() {
