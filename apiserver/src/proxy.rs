@@ -255,6 +255,100 @@ const HOP: [header::HeaderName; 6] = [
     header::PROXY_AUTHORIZATION,
 ];
 
+/// Largest HTML body rewritten (larger ones fail rather than stream unrewritten).
+const MAX_REWRITE: usize = 16 * 1024 * 1024;
+
+/// The path this proxy serves the backend under: everything up to and including `/proxy`.
+fn prefix_of(ctx: &Ctx) -> String {
+    let base = if ctx.res.group.is_empty() {
+        format!("/api/{}", ctx.res.version)
+    } else {
+        format!("/apis/{}/{}", ctx.res.group, ctx.res.version)
+    };
+    match ctx.namespace() {
+        Some(ns) => format!(
+            "{base}/namespaces/{ns}/{}/{}/proxy",
+            ctx.res.plural,
+            ctx.name()
+        ),
+        None => format!("{base}/{}/{}/proxy", ctx.res.plural, ctx.name()),
+    }
+}
+
+/// A URL from the backend as upstream's `Transport.rewriteURL` rewrites it: an absolute path
+/// (on the backend's host, or no host) gets the proxy's prefix; anything else is left alone.
+fn rewrite_url(url: &str, prefix: &str, backend: &str, request_host: &str) -> String {
+    let (host, rest) = if let Some(r) = url.strip_prefix("//") {
+        r.split_at(r.find('/').unwrap_or(r.len()))
+    } else if let Some((_, r)) = url.split_once("://").filter(|(scheme, _)| {
+        scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+    }) {
+        r.split_at(r.find('/').unwrap_or(r.len()))
+    } else {
+        ("", url)
+    };
+    if (!host.is_empty() && host != backend && host != request_host) || !rest.starts_with('/') {
+        return url.to_owned();
+    }
+    if rest.starts_with(prefix) {
+        return rest.to_owned();
+    }
+    format!("{prefix}{rest}")
+}
+
+/// The HTML attributes that hold URLs (upstream's `atomsToAttrs`).
+const URL_ATTRS: [&str; 14] = [
+    "href",
+    "src",
+    "action",
+    "cite",
+    "background",
+    "formaction",
+    "icon",
+    "longdesc",
+    "manifest",
+    "poster",
+    "profile",
+    "usemap",
+    "codebase",
+    "data",
+];
+
+/// Rewrites the URL attributes of an HTML document (`name="…"` or `name='…'`).
+fn rewrite_html(html: &str, prefix: &str, backend: &str, request_host: &str) -> String {
+    let bytes = html.as_bytes();
+    let mut out = String::with_capacity(html.len() + 64);
+    let mut last = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'=' && i + 1 < bytes.len() && matches!(bytes[i + 1], b'"' | b'\'') {
+            let mut start = i;
+            while start > 0 && bytes[start - 1].is_ascii_alphabetic() {
+                start -= 1;
+            }
+            let name = html[start..i].to_ascii_lowercase();
+            let quote = bytes[i + 1];
+            if start > 0
+                && bytes[start - 1].is_ascii_whitespace()
+                && URL_ATTRS.contains(&name.as_str())
+                && let Some(len) = bytes[i + 2..].iter().position(|b| *b == quote)
+            {
+                let (vs, ve) = (i + 2, i + 2 + len);
+                out.push_str(&html[last..vs]);
+                out.push_str(&rewrite_url(&html[vs..ve], prefix, backend, request_host));
+                last = ve;
+                i = ve;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out.push_str(&html[last..]);
+    out
+}
+
 /// Sends the request on and streams the answer back.
 async fn forward(ctx: &Ctx, t: Target, body: Bytes) -> ApiResult<Response> {
     let path = format!("/{}", ctx.req.proxy_path.as_deref().unwrap_or_default());
@@ -313,6 +407,44 @@ async fn forward(ctx: &Ctx, t: Target, body: Bytes) -> ApiResult<Response> {
     for h in HOP {
         parts.headers.remove(h);
     }
+    // Links back to the backend are rewritten to go through this proxy, as upstream's
+    // proxy transport does: the Location of a redirect, and links in HTML.
+    let prefix = prefix_of(ctx);
+    let request_host = ctx
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    if let Some(loc) = parts
+        .headers
+        .get(header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .map(|l| rewrite_url(l, &prefix, &host, &request_host))
+        .and_then(|l| HeaderValue::from_str(&l).ok())
+    {
+        parts.headers.insert(header::LOCATION, loc);
+    }
+    let html = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.split(';').next().is_some_and(|t| t.trim() == "text/html"));
+    let plain = parts
+        .headers
+        .get(header::CONTENT_ENCODING)
+        .is_none_or(|e| e.as_bytes() == b"identity");
+    if html && plain {
+        let bytes = http_body_util::Limited::new(body, MAX_REWRITE)
+            .collect()
+            .await
+            .map_err(|e| ApiError::unavailable(format!("error reading from backend: {e}")))?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&bytes);
+        let out = rewrite_html(&text, &prefix, &host, &request_host);
+        parts.headers.remove(header::CONTENT_LENGTH);
+        return Ok(Response::from_parts(parts, Body::from(out)));
+    }
     if !parts.headers.contains_key(header::CONTENT_TYPE) {
         parts
             .headers
@@ -339,5 +471,35 @@ mod tests {
         assert_eq!(split("http:web:").unwrap(), (Some("http"), "web", None));
         assert!(split("ftp:web:21").is_err());
         assert!(split("a:b:c:d").is_err());
+    }
+
+    #[test]
+    fn links_to_the_backend_are_rewritten_through_the_proxy_as_upstream() {
+        let p = "/api/v1/namespaces/n/pods/web:1080/proxy";
+        let b = "10.0.0.5:1080";
+        assert_eq!(
+            rewrite_url("/rewriteme", p, b, "h:6443"),
+            format!("{p}/rewriteme")
+        );
+        assert_eq!(
+            rewrite_url("http://10.0.0.5:1080/x/", p, b, "h:6443"),
+            format!("{p}/x/")
+        );
+        assert_eq!(
+            rewrite_url("http://elsewhere/x", p, b, "h"),
+            "http://elsewhere/x"
+        );
+        assert_eq!(rewrite_url("relative/x", p, b, "h"), "relative/x");
+        assert_eq!(
+            rewrite_url(&format!("{p}/already"), p, b, "h"),
+            format!("{p}/already")
+        );
+        let html = r#"<a href="/rewriteme">test</a><img SRC='/i.png'><p title="/not">x</p>"#;
+        assert_eq!(
+            rewrite_html(html, p, b, "h"),
+            format!(
+                r#"<a href="{p}/rewriteme">test</a><img SRC='{p}/i.png'><p title="/not">x</p>"#
+            )
+        );
     }
 }

@@ -112,6 +112,23 @@ fn the_python_client_busybox_tools_and_sandbox_failures_behave_as_upstream() {
         ]),
         "hello\n"
     );
+    // Links in HTML pages come back through the proxy, as upstream's transport rewrites them.
+    c.ok(&[
+        "exec",
+        "web",
+        "--",
+        "sh",
+        "-c",
+        "echo '<a href=\"/rewriteme\">test</a>' > /www/links.html",
+    ]);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/pods/web:8080/proxy/links.html"
+        ]),
+        "<a href=\"/api/v1/namespaces/default/pods/web:8080/proxy/rewriteme\">test</a>\n"
+    );
     c.ok(&["expose", "pod", "web", "--port=80", "--target-port=8080"]);
     c.eventually(
         &[
