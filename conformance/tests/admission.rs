@@ -418,4 +418,37 @@ fn limit_ranges_default_and_bound_pods_and_quotas_cap_namespaces() {
     }
     let err = c.fails(&["create", "configmap", "cm4", "-n", "limited"]);
     assert!(err.contains("exceeded quota: q, requested: count/configmaps=1, used: count/configmaps=5, limited: count/configmaps=5"), "{err}");
+
+    // Extended resources (names with a `/`) are counted too (upstream's quota spec).
+    c.ok(&["create", "namespace", "dongles"]);
+    let quota = r#"{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"name":"d","namespace":"dongles"},
+      "spec":{"hard":{"requests.example.com/dongle":"3"}}}"#;
+    apply(&c, &["create"], quota);
+    let pod = |name: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"dongles"}},
+              "spec":{{"containers":[{{"name":"c","image":"busybox","resources":{{
+                "requests":{{"example.com/dongle":"2"}},"limits":{{"example.com/dongle":"2"}}}}}}]}}}}"#
+        )
+    };
+    apply(&c, &["create"], &pod("d1"));
+    c.eventually(
+        &[
+            "get",
+            "quota",
+            "d",
+            "-n",
+            "dongles",
+            "-o",
+            r"jsonpath={.status.used.requests\.example\.com/dongle}",
+        ],
+        |s| s == "2",
+    );
+    let r = c.with_manifest(&["create"], &pod("d2"));
+    assert!(!r.ok);
+    assert!(
+        r.stderr.contains("exceeded quota: d, requested: requests.example.com/dongle=2, used: requests.example.com/dongle=2, limited: requests.example.com/dongle=3"),
+        "{}",
+        r.stderr
+    );
 }

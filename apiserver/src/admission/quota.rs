@@ -71,6 +71,8 @@ fn parse(v: Option<&Value>) -> Option<Quantity> {
 /// that does not set it (quota then requires it).
 fn pod_sum(pod: &Value, kind: &str, res: &str) -> Result<Quantity, ()> {
     let mut total = Quantity::ZERO;
+    // Extended resource names hold a `/` (`example.com/dongle`), escaped in a JSON pointer.
+    let res = res.replace('~', "~0").replace('/', "~1");
     for c in pod
         .pointer("/spec/containers")
         .and_then(Value::as_array)
@@ -314,6 +316,11 @@ mod tests {
             {"resources": {"requests": {"cpu": "1"}}},
         ]}});
         assert_eq!(usage("requests.cpu", &pod).unwrap(), Quantity(1250));
+        let dongle = json!({"spec": {"containers": [{"resources": {"requests": {"example.com/dongle": "2"}}}]}});
+        assert_eq!(
+            usage("requests.example.com/dongle", &dongle).unwrap(),
+            Quantity::from_units(2)
+        );
         assert_eq!(usage("cpu", &pod).unwrap(), Quantity(1250));
         assert_eq!(
             usage("requests.memory", &pod).unwrap_err(),
