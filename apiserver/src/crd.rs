@@ -105,6 +105,9 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                 storage: (version != storage)
                     .then(|| (format!("{group}/{storage}"), prefix.clone())),
                 printer_columns,
+                read_defaults: v
+                    .pointer("/schema/openAPIV3Schema")
+                    .is_some_and(crate::structural::has_defaults),
                 crd_schema: v.pointer("/schema/openAPIV3Schema").cloned(),
                 serving: Serving::Stored,
             }

@@ -38,6 +38,54 @@ fn shown(v: &Value) -> String {
     }
 }
 
+/// Whether a schema sets a `default` anywhere.
+pub fn has_defaults(schema: &Value) -> bool {
+    let Some(m) = schema.as_object() else {
+        return false;
+    };
+    m.contains_key("default")
+        || m.get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|p| p.values().any(has_defaults))
+        || m.get("items").is_some_and(has_defaults)
+        || m.get("additionalProperties").is_some_and(has_defaults)
+}
+
+/// Sets the schema's defaults of fields `obj` lacks, without pruning or validating (what
+/// upstream applies to objects read from storage).
+pub fn default(schema: &Value, obj: &mut Value) {
+    match obj {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, s) in props {
+                    match map.get_mut(k) {
+                        Some(v) => default(s, v),
+                        None => {
+                            if let Some(d) = s.get("default") {
+                                let mut d = d.clone();
+                                default(s, &mut d);
+                                map.insert(k.clone(), d);
+                            }
+                        }
+                    }
+                }
+            } else if let Some(add) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for v in map.values_mut() {
+                    default(add, v);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for v in items {
+                    default(s, v);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Defaults, prunes and validates `obj` (a whole custom resource) in place.
 pub fn apply(schema: &Value, obj: &mut Value) -> Outcome {
     let mut out = Outcome::default();

@@ -659,3 +659,54 @@ fn openapi_v2_is_served_as_protobuf_with_direct_references() {
         "{spec}"
     );
 }
+
+/// A CRD's defaults apply to objects read from storage too: a default added to the schema
+/// after an object was written shows on read (upstream's CR defaulting spec).
+#[test]
+fn crd_defaults_apply_on_requests_and_on_read_from_storage() {
+    let c = Cluster::start();
+    let crd = |defaults: serde_json::Value| {
+        serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.defaults.example.com"},
+            "spec": {"group": "defaults.example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": defaults}}}}}]}})
+        .to_string()
+    };
+    let r = c.with_manifest(
+        &["apply"],
+        &crd(serde_json::json!({"a": {"type": "string", "default": "A"}})),
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let cr = r#"{"apiVersion":"defaults.example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{}}"#;
+    let created = c.eventually(&["get", "crd", "widgets.defaults.example.com"], |_| true);
+    assert!(created.contains("widgets"), "{created}");
+    let mut ok = false;
+    for _ in 0..50 {
+        if c.with_manifest(&["create"], cr).ok {
+            ok = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(ok, "the CR is created once the CRD is served");
+    assert_eq!(
+        c.ok(&["get", "widget", "w", "-o", "jsonpath={.spec.a}"]),
+        "A",
+        "defaulted on the request"
+    );
+    let r = c.with_manifest(
+        &["apply"],
+        &crd(serde_json::json!({"a": {"type": "string", "default": "A"},
+            "b": {"type": "string", "default": "B"}})),
+    );
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(&["get", "widget", "w", "-o", "jsonpath={.spec.b}"], |s| {
+        s == "B"
+    });
+    // Lists show it too.
+    let list = c.ok(&["get", "widgets", "-o", "jsonpath={.items[0].spec.b}"]);
+    assert_eq!(list, "B");
+}

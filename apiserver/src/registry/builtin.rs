@@ -81,6 +81,7 @@ where
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
+        read_defaults: false,
         serving: Serving::Stored,
     }
 }
@@ -114,6 +115,7 @@ fn unstored(
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
+        read_defaults: false,
         serving,
     }
 }

@@ -87,6 +87,8 @@ pub struct ResourceInfo {
     pub printer_columns: Vec<PrinterColumn>,
     /// The structural OpenAPI v3 schema of a custom resource version.
     pub crd_schema: Option<Value>,
+    /// Whether `crd_schema` has `default`s, which are applied to objects read from storage.
+    pub read_defaults: bool,
     /// How the resource is served: stored, or answered without storage.
     pub serving: Serving,
 }
@@ -175,10 +177,18 @@ impl ResourceInfo {
     /// Decodes a stored object into this resource's version (with its resourceVersion).
     pub fn read(&self, kv: &minik8s_storage::KeyValue) -> ApiResult<Value> {
         let obj = crate::object::from_store(kv)?;
-        Ok(match &self.storage {
+        let mut obj = match &self.storage {
             Some(_) => crate::convert::convert(obj, &self.api_version()),
             None => obj,
-        })
+        };
+        // A CRD's defaults apply to what is read from storage too (upstream's defaulting on
+        // decode), so fields defaulted after an object was written appear on read.
+        if self.read_defaults
+            && let Some(schema) = &self.crd_schema
+        {
+            crate::structural::default(schema, &mut obj);
+        }
+        Ok(obj)
     }
 
     /// Encodes an object of this resource's version for storage (in the storage version).
@@ -193,7 +203,7 @@ impl ResourceInfo {
 
     /// Whether stored bytes are already in this resource's version (no conversion on read).
     pub fn stored_as_served(&self) -> bool {
-        self.storage.is_none()
+        self.storage.is_none() && !self.read_defaults
     }
 
     /// The subresources this resource serves.
