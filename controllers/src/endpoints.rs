@@ -29,11 +29,13 @@ pub const SERVICE_LABEL: &str = "kubernetes.io/service-name";
 /// A service port resolved against one pod: (name, port, protocol).
 type Resolved = Vec<(String, i32, String)>;
 
-/// Resolves a service's ports against a pod; `None` if a named port is missing.
-pub fn resolve(ports: &[ServicePort], pod: &Pod) -> Option<Resolved> {
+/// Resolves a service's ports against a pod, as upstream's `FindPort`: a named targetPort
+/// is the pod's container port of that name and protocol; a port the pod lacks is left out
+/// (the pod still serves the others).
+pub fn resolve(ports: &[ServicePort], pod: &Pod) -> Resolved {
     ports
         .iter()
-        .map(|p| {
+        .filter_map(|p| {
             let protocol = p.protocol.clone().unwrap_or_else(|| "TCP".into());
             let number = match &p.target_port {
                 None => p.port,
@@ -43,7 +45,10 @@ pub fn resolve(ports: &[ServicePort], pod: &Pod) -> Option<Resolved> {
                     .iter()
                     .flat_map(|s| s.containers.iter())
                     .flat_map(|c| c.ports.iter().flatten())
-                    .find(|cp| cp.name.as_deref() == Some(name.as_str()))
+                    .find(|cp| {
+                        cp.name.as_deref() == Some(name.as_str())
+                            && cp.protocol.as_deref().unwrap_or("TCP") == protocol
+                    })
                     .map(|cp| cp.container_port)?,
             };
             Some((p.name.clone().unwrap_or_default(), number, protocol))
@@ -68,9 +73,7 @@ pub fn group(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Resolved, Vec<Value>>
         if util::is_terminal(p) {
             continue;
         }
-        let Some(resolved) = resolve(&ports, p) else {
-            continue;
-        };
+        let resolved = resolve(&ports, p);
         let terminating = p.metadata.deletion_timestamp.is_some();
         let serving = util::is_ready(p);
         let ready = serving && !terminating;
@@ -314,5 +317,21 @@ mod tests {
             ]
         );
         assert_eq!(slice.body["ports"][0]["port"], 8080);
+    }
+
+    #[test]
+    fn a_pod_serves_the_service_ports_it_has_and_skips_the_rest() {
+        let ports: Vec<ServicePort> = serde_json::from_value(json!([
+            {"name": "portname1", "port": 80, "targetPort": "svc1"},
+            {"name": "portname2", "port": 81, "targetPort": "svc2"},
+        ]))
+        .unwrap();
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "pod1"},
+            "spec": {"containers": [{"name": "c", "ports": [{"name": "svc1", "containerPort": 100}]}]}}))
+        .unwrap();
+        assert_eq!(
+            resolve(&ports, &pod),
+            vec![("portname1".to_owned(), 100, "TCP".to_owned())]
+        );
     }
 }
