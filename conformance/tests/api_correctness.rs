@@ -658,6 +658,24 @@ fn openapi_v2_is_served_as_protobuf_with_direct_references() {
         spec["$ref"], "#/definitions/io.k8s.api.apps.v1.DeploymentSpec",
         "{spec}"
     );
+    // Each kind's PATCH names its group/version/kind and takes dryRun: kubectl 1.20's
+    // dry-run verifier refuses `--dry-run=server` for a kind whose PATCH lacks it.
+    let patch = &v2["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+    assert_eq!(
+        patch["x-kubernetes-group-version-kind"],
+        serde_json::json!({"group": "", "kind": "Pod", "version": "v1"}),
+        "{patch}"
+    );
+    assert!(
+        patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "dryRun" && p["in"] == "query"),
+        "{patch}"
+    );
+    assert!(text.contains("/apis/apps/v1/namespaces/{namespace}/deployments/{name}"));
+    assert!(text.contains("dryRun"));
 }
 
 /// A CRD's defaults apply to objects read from storage too: a default added to the schema

@@ -289,6 +289,40 @@ fn paths_for(res: &ResourceInfo, schema: &Value, out: &mut Map<String, Value>) {
     }
 }
 
+/// The v2 document's paths: each kind's PATCH with its group/version/kind and the query
+/// parameters it takes, which is what kubectl up to 1.26 reads from them (its dry-run
+/// verifier looks for `dryRun` there).
+fn v2_paths(refs: &[(Arc<ResourceInfo>, Value)]) -> Value {
+    let mut out = Map::new();
+    for (res, _) in refs {
+        if res.serving != crate::registry::Serving::Stored {
+            continue;
+        }
+        let base = if res.group.is_empty() {
+            format!("/api/{}", res.version)
+        } else {
+            format!("/apis/{}/{}", res.group, res.version)
+        };
+        let scope = if res.namespaced {
+            "/namespaces/{namespace}"
+        } else {
+            ""
+        };
+        let query = |name: &str, ty: &str| json!({"uniqueItems": true, "type": ty, "name": name, "in": "query"});
+        out.insert(
+            format!("{base}{scope}/{}/{{name}}", res.plural),
+            json!({"patch": {
+                "parameters": [query("dryRun", "string"), query("fieldManager", "string"),
+                    query("fieldValidation", "string"), query("force", "boolean")],
+                "responses": {"200": {"description": "OK"}},
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": {"group": res.group, "kind": res.kind, "version": res.version},
+            }}),
+        );
+    }
+    Value::Object(out)
+}
+
 fn hash_of(bytes: &[u8]) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
@@ -370,8 +404,9 @@ pub fn build(api: &Api) -> Docs {
     let v2_defs = serde_json::to_string(&v2_schemas)
         .expect("json")
         .replace("#/components/schemas/", "#/definitions/");
+    let v2_paths = serde_json::to_string(&v2_paths(&refs)).expect("json");
     let v2 = format!(
-        "{{\"swagger\":\"2.0\",\"info\":{{\"title\":\"Kubernetes\",\"version\":\"v1.{}.0\"}},\"paths\":{{}},\"definitions\":{v2_defs}}}",
+        "{{\"swagger\":\"2.0\",\"info\":{{\"title\":\"Kubernetes\",\"version\":\"v1.{}.0\"}},\"paths\":{v2_paths},\"definitions\":{v2_defs}}}",
         crate::discovery::KUBE_MINOR
     )
     .into_bytes();

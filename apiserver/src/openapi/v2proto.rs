@@ -4,7 +4,8 @@
 //! follows gnostic's OpenAPIv2.proto field numbers; values of `default`, `enum`, `example`
 //! and vendor extensions are gnostic `Any`s carrying YAML (JSON text is YAML).
 //!
-//! Only what clients read is encoded: swagger, info and the definitions (paths stay empty).
+//! Only what clients read is encoded: swagger, info, the definitions, and each path's PATCH
+//! operation (its parameters and group/version/kind).
 
 use serde_json::Value;
 
@@ -187,6 +188,44 @@ fn schema(s: &Value) -> Pb {
     p
 }
 
+/// `Paths`: each path's PATCH operation with its query parameters and vendor extensions.
+fn paths(paths: &Value) -> Pb {
+    let mut out = Pb::default();
+    for (path, item) in paths.as_object().into_iter().flatten() {
+        let Some(patch) = item.get("patch") else {
+            continue;
+        };
+        let mut op = Pb::default();
+        for p in patch["parameters"].as_array().into_iter().flatten() {
+            // QueryParameterSubSchema in NonBodyParameter in Parameter in ParametersItem.
+            let mut q = Pb::default();
+            q.string(2, p["in"].as_str().unwrap_or("query"));
+            q.string(4, p["name"].as_str().unwrap_or_default());
+            q.string(6, p["type"].as_str().unwrap_or_default());
+            q.boolean(20, p["uniqueItems"] == Value::Bool(true));
+            let mut non_body = Pb::default();
+            non_body.message(3, q);
+            let mut param = Pb::default();
+            param.message(2, non_body);
+            let mut item = Pb::default();
+            item.message(1, param);
+            op.message(8, item);
+        }
+        for (k, v) in patch.as_object().into_iter().flatten() {
+            if k.starts_with("x-") {
+                op.message(13, named_any(k, v));
+            }
+        }
+        let mut path_item = Pb::default();
+        path_item.message(8, op);
+        let mut named = Pb::default();
+        named.string(1, path);
+        named.message(2, path_item);
+        out.message(2, named);
+    }
+    out
+}
+
 /// The v2 document (JSON) as gnostic's `Document`.
 pub fn encode(doc: &Value) -> Vec<u8> {
     let mut d = Pb::default();
@@ -195,7 +234,7 @@ pub fn encode(doc: &Value) -> Vec<u8> {
     info.string(1, doc["info"]["title"].as_str().unwrap_or("Kubernetes"));
     info.string(2, doc["info"]["version"].as_str().unwrap_or_default());
     d.message(2, info);
-    d.message(8, Pb::default());
+    d.message(8, paths(&doc["paths"]));
     let mut defs = Pb::default();
     for (name, s) in doc["definitions"].as_object().into_iter().flatten() {
         let mut named = Pb::default();
