@@ -512,4 +512,48 @@ spec:
         o.trim().is_empty()
     });
     assert!(c.ok(&["get", "pod", &kept, "-o", "name"]).contains(&kept));
+
+    // A quota that refuses its pods shows as the ReplicaFailure condition, until it fits.
+    c.ok(&["create", "namespace", "quoted"]);
+    c.ok(&[
+        "create",
+        "quota",
+        "condition-test",
+        "--hard=pods=2",
+        "-n",
+        "quoted",
+    ]);
+    let r = c.with_manifest(
+        &["apply", "-n", "quoted"],
+        "apiVersion: v1
+kind: ReplicationController
+metadata: {name: condition-test}
+spec:
+  replicas: 3
+  template:
+    metadata: {labels: {name: condition-test}}
+    spec: {containers: [{name: c, image: busybox}]}
+",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let cond = [
+        "get",
+        "rc",
+        "condition-test",
+        "-n",
+        "quoted",
+        "-o",
+        "jsonpath={range .status.conditions[*]}{.type} {.status} {.reason}: {.message}{end}",
+    ];
+    let got = c.eventually(&cond, |o| o.starts_with("ReplicaFailure True FailedCreate"));
+    assert!(got.contains("exceeded quota: condition-test"), "{got}");
+    c.ok(&[
+        "scale",
+        "rc",
+        "condition-test",
+        "--replicas=2",
+        "-n",
+        "quoted",
+    ]);
+    c.eventually(&cond, |o| o.is_empty());
 }

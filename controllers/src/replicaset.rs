@@ -299,9 +299,16 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
             None => known.contains(n),
         });
     let replicas = spec.replicas.unwrap_or(1).max(0) as usize;
+    // A failure to create or delete is reported in the ReplicaFailure condition, as
+    // upstream's `calculateStatus`, then retried.
+    let mut failure: Option<(&str, Error)> = None;
     if settled {
         match plan(replicas, &active) {
-            Scale::Create(n) => create(&ctx, &rs, &api, &uid, n).await?,
+            Scale::Create(n) => {
+                if let Err(e) = create(&ctx, &rs, &api, &uid, n).await {
+                    failure = Some(("FailedCreate", e));
+                }
+            }
             Scale::Delete(names) => {
                 ctx.expectations
                     .expect(&uid, names.iter().map(|n| format!("-{n}")));
@@ -315,7 +322,8 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
                         Err(kube::Error::Api(s)) if matches!(s.code, 404) => {}
                         Err(e) => {
                             ctx.expectations.forget(&uid, &format!("-{n}"));
-                            return Err(e.into());
+                            failure = Some(("FailedDelete", e.into()));
+                            break;
                         }
                     }
                 }
@@ -323,7 +331,17 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
             Scale::Steady => {}
         }
     }
-    write_status(&ctx, &rs, &owned).await?;
+    let condition = failure.as_ref().map(|(reason, e)| {
+        let message = match e {
+            Error::Kube(k) => util::api_message(k),
+            other => other.to_string(),
+        };
+        (*reason, message)
+    });
+    write_status(&ctx, &rs, &owned, condition).await?;
+    if let Some((_, e)) = failure {
+        return Err(e);
+    }
     if !settled {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
@@ -391,7 +409,12 @@ async fn create(ctx: &Ctx, rs: &ReplicaSet, api: &Api<Pod>, uid: &str, n: usize)
     Ok(())
 }
 
-async fn write_status(ctx: &Ctx, rs: &ReplicaSet, owned: &[Arc<Pod>]) -> Result<()> {
+async fn write_status(
+    ctx: &Ctx,
+    rs: &ReplicaSet,
+    owned: &[Arc<Pod>],
+    failure: Option<(&str, String)>,
+) -> Result<()> {
     let spec = rs.spec.as_ref();
     let template_labels = spec
         .and_then(|s| s.template.as_ref())
@@ -414,14 +437,39 @@ async fn write_status(ctx: &Ctx, rs: &ReplicaSet, owned: &[Arc<Pod>]) -> Result<
         .iter()
         .filter(|p| util::is_available(p, min_ready, now))
         .count();
+    let current = rs.status.as_ref().map(serde_json::to_value).transpose()?;
+    // The ReplicaFailure condition is set on the first failure and removed once managing
+    // the replicas succeeds again.
+    let conditions: Vec<Value> = current
+        .as_ref()
+        .and_then(|c| c.get("conditions"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let had = conditions.iter().any(|c| c["type"] == "ReplicaFailure");
+    let conditions: Vec<Value> = match (failure, had) {
+        (Some((reason, message)), false) => {
+            let mut cs = conditions;
+            cs.push(
+                json!({"type": "ReplicaFailure", "status": "True", "reason": reason,
+                "message": message, "lastTransitionTime": util::rfc3339(now)}),
+            );
+            cs
+        }
+        (None, true) => conditions
+            .into_iter()
+            .filter(|c| c["type"] != "ReplicaFailure")
+            .collect(),
+        _ => conditions,
+    };
     let status = json!({
         "replicas": active.len(),
         "fullyLabeledReplicas": fully,
         "readyReplicas": ready,
         "availableReplicas": available,
         "observedGeneration": rs.metadata.generation,
+        "conditions": if conditions.is_empty() { Value::Null } else { json!(conditions) },
     });
-    let current = rs.status.as_ref().map(serde_json::to_value).transpose()?;
     let unchanged = current.as_ref().is_some_and(|c| {
         [
             "replicas",
@@ -432,6 +480,7 @@ async fn write_status(ctx: &Ctx, rs: &ReplicaSet, owned: &[Arc<Pod>]) -> Result<
         ]
         .iter()
         .all(|k| c.get(k).cloned().unwrap_or(json!(0)) == status[k])
+            && c.get("conditions").cloned().unwrap_or(Value::Null) == status["conditions"]
     });
     if unchanged {
         return Ok(());
