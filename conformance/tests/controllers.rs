@@ -557,3 +557,41 @@ spec:
     ]);
     c.eventually(&cond, |o| o.is_empty());
 }
+
+/// The garbage collector deletes in the foreground through a cycle of blocking owner
+/// references (upstream's "not be blocked by dependency circle" spec): cm1 is owned by cm3,
+/// cm2 by cm1 and cm3 by cm2, and deleting cm1 in the foreground removes all three.
+#[test]
+fn foreground_deletion_is_not_blocked_by_a_dependency_circle() {
+    let c = Cluster::start();
+    c.run_named_controllers(&["garbagecollector"], c.shutdown_token());
+    for n in ["cm1", "cm2", "cm3"] {
+        c.ok(&["create", "configmap", n]);
+    }
+    let uid = |n: &str| c.ok(&["get", "configmap", n, "-o", "jsonpath={.metadata.uid}"]);
+    for (dependent, owner) in [("cm1", "cm3"), ("cm2", "cm1"), ("cm3", "cm2")] {
+        let patch = serde_json::json!({"metadata": {"ownerReferences": [{"apiVersion": "v1",
+            "kind": "ConfigMap", "name": owner, "uid": uid(owner), "controller": true,
+            "blockOwnerDeletion": true}]}});
+        c.ok(&[
+            "patch",
+            "configmap",
+            dependent,
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ]);
+    }
+    c.ok(&[
+        "delete",
+        "configmap",
+        "cm1",
+        "--cascade=foreground",
+        "--wait=false",
+    ]);
+    c.eventually_within(
+        std::time::Duration::from_secs(60),
+        &["get", "configmaps", "-o", "name"],
+        |o| !o.contains("configmap/cm"),
+    );
+}

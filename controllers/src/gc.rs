@@ -75,12 +75,20 @@ struct Graph {
 /// An action the sweep decided on.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Delete a dependent (with this propagation).
+    /// Delete a dependent whose owners all seem gone (background), once the API confirms it.
+    Collect(String),
+    /// Delete a dependent of an owner deleted in the foreground (with this propagation).
     Delete(String, &'static str),
+    /// Make an object's references to these owners non-blocking (breaks foreground cycles).
+    Unblock(String, Vec<String>),
     /// Remove ownerReferences to these uids from an object.
     Unown(String, Vec<String>),
     /// Remove a finalizer from an object.
     Release(String, &'static str),
+}
+
+fn foreground(m: &Meta) -> bool {
+    m.finalizers.iter().any(|f| f == "foregroundDeletion")
 }
 
 /// The steps a graph calls for (pure; the unit tests drive it).
@@ -93,15 +101,65 @@ fn sweep(objects: &HashMap<String, Meta>) -> Vec<Step> {
     }
     let mut steps = Vec::new();
     for (uid, m) in objects {
-        if m.deleting && m.finalizers.iter().any(|f| f == "foregroundDeletion") {
-            let deps: Vec<&&str> = children.get(uid.as_str()).into_iter().flatten().collect();
-            if deps.is_empty() {
+        if m.deleting && foreground(m) {
+            // Upstream's processDeletingDependentsItem: the owner waits only for dependents
+            // whose reference to it blocks; each dependent is deleted (in the foreground if
+            // it has dependents itself) unless another owner still holds it.
+            let deps: Vec<&str> = children
+                .get(uid.as_str())
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect();
+            let blocking = deps.iter().any(|d| {
+                objects.get(*d).is_some_and(|dm| {
+                    dm.owners
+                        .iter()
+                        .any(|o| o.uid == *uid && o.block_owner_deletion == Some(true))
+                })
+            });
+            if !blocking {
                 steps.push(Step::Release(uid.clone(), "foregroundDeletion"));
             }
             for d in deps {
-                if objects.get(*d as &str).is_some_and(|o| !o.deleting) {
-                    steps.push(Step::Delete((*d).to_owned(), "Foreground"));
+                let Some(dm) = objects.get(d) else { continue };
+                if dm.deleting {
+                    continue;
                 }
+                let solid = dm
+                    .owners
+                    .iter()
+                    .any(|o| objects.get(&o.uid).is_some_and(|om| !om.deleting));
+                if solid {
+                    steps.push(Step::Unown(d.to_owned(), vec![uid.clone()]));
+                    continue;
+                }
+                let grandchildren = children.get(d).map(Vec::as_slice).unwrap_or_default();
+                if grandchildren.is_empty() {
+                    steps.push(Step::Delete(d.to_owned(), "Background"));
+                    continue;
+                }
+                // A dependent of its own that waits for its dependents would close a cycle:
+                // its references to waiting owners stop blocking first (upstream's
+                // unblockOwnerReferences).
+                if grandchildren.iter().any(|g| {
+                    objects
+                        .get(*g)
+                        .is_some_and(|gm| gm.deleting && foreground(gm))
+                }) {
+                    let waiting: Vec<String> = dm
+                        .owners
+                        .iter()
+                        .filter(|o| {
+                            objects
+                                .get(&o.uid)
+                                .is_some_and(|om| om.deleting && foreground(om))
+                        })
+                        .map(|o| o.uid.clone())
+                        .collect();
+                    steps.push(Step::Unblock(d.to_owned(), waiting));
+                }
+                steps.push(Step::Delete(d.to_owned(), "Foreground"));
             }
             continue;
         }
@@ -125,7 +183,7 @@ fn sweep(objects: &HashMap<String, Meta>) -> Vec<Step> {
             .map(|o| o.uid.clone())
             .collect();
         if gone.len() == m.owners.len() {
-            steps.push(Step::Delete(uid.clone(), "Background"));
+            steps.push(Step::Collect(uid.clone()));
         } else if !gone.is_empty() {
             steps.push(Step::Unown(uid.clone(), gone));
         }
@@ -189,15 +247,38 @@ impl Gc {
                 .cloned()
         };
         match step {
-            Step::Delete(uid, policy) => {
+            Step::Collect(uid) => {
                 let Some(m) = meta(&uid) else { return Ok(()) };
-                if policy == "Background" {
-                    for o in &m.owners {
-                        if !self.owner_gone(&m, o).await {
-                            return Ok(());
-                        }
+                for o in &m.owners {
+                    if !self.owner_gone(&m, o).await {
+                        return Ok(());
                     }
                 }
+                Box::pin(self.apply(Step::Delete(uid, "Background"))).await
+            }
+            Step::Unblock(uid, owners) => {
+                let Some(m) = meta(&uid) else { return Ok(()) };
+                let refs: Vec<OwnerReference> = m
+                    .owners
+                    .iter()
+                    .cloned()
+                    .map(|mut o| {
+                        if owners.contains(&o.uid) {
+                            o.block_owner_deletion = Some(false);
+                        }
+                        o
+                    })
+                    .collect();
+                let patch = json!({"metadata": {"ownerReferences": refs, "uid": uid}});
+                ignore_gone(
+                    self.api(&m)
+                        .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| ()),
+                )
+            }
+            Step::Delete(uid, policy) => {
+                let Some(m) = meta(&uid) else { return Ok(()) };
                 let dp = DeleteParams {
                     propagation_policy: Some(if policy == "Foreground" {
                         PropagationPolicy::Foreground
@@ -369,6 +450,7 @@ mod tests {
                 .iter()
                 .map(|u| OwnerReference {
                     uid: (*u).into(),
+                    block_owner_deletion: Some(true),
                     ..Default::default()
                 })
                 .collect(),
@@ -380,10 +462,7 @@ mod tests {
     #[test]
     fn orphans_of_deleted_owners_are_collected() {
         let objects: HashMap<String, Meta> = [("pod".to_owned(), obj(&["rs"], &[], false))].into();
-        assert_eq!(
-            sweep(&objects),
-            vec![Step::Delete("pod".into(), "Background")]
-        );
+        assert_eq!(sweep(&objects), vec![Step::Collect("pod".into())]);
     }
 
     #[test]
@@ -395,7 +474,7 @@ mod tests {
         .into();
         assert_eq!(
             sweep(&objects),
-            vec![Step::Delete("pod".into(), "Foreground")]
+            vec![Step::Delete("pod".into(), "Background")]
         );
         objects.remove("pod");
         assert_eq!(
@@ -429,6 +508,56 @@ mod tests {
         assert_eq!(
             sweep(&objects),
             vec![Step::Unown("pod".into(), vec!["b".into()])]
+        );
+    }
+
+    #[test]
+    fn a_foreground_cycle_is_broken_by_unblocking_references() {
+        // pod1 → owned by pod3, pod2 → by pod1, pod3 → by pod2; pod1 deleted in the foreground.
+        let mut objects: HashMap<String, Meta> = [
+            (
+                "pod1".to_owned(),
+                obj(&["pod3"], &["foregroundDeletion"], true),
+            ),
+            ("pod2".to_owned(), obj(&["pod1"], &[], false)),
+            ("pod3".to_owned(), obj(&["pod2"], &[], false)),
+        ]
+        .into();
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Delete("pod2".into(), "Foreground")]
+        );
+        let pod2 = objects.get_mut("pod2").unwrap();
+        pod2.deleting = true;
+        pod2.finalizers = vec!["foregroundDeletion".into()];
+        let mut steps = sweep(&objects);
+        steps.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(
+            steps,
+            vec![
+                Step::Delete("pod3".into(), "Foreground"),
+                Step::Unblock("pod3".into(), vec!["pod2".into()]),
+            ]
+        );
+        // Once pod3 no longer blocks pod2, pod2 is released.
+        let pod3 = objects.get_mut("pod3").unwrap();
+        pod3.owners[0].block_owner_deletion = Some(false);
+        pod3.deleting = true;
+        pod3.finalizers = vec!["foregroundDeletion".into()];
+        assert!(sweep(&objects).contains(&Step::Release("pod2".into(), "foregroundDeletion")));
+    }
+
+    #[test]
+    fn a_dependent_another_owner_holds_is_only_unowned() {
+        let objects: HashMap<String, Meta> = [
+            ("rs".to_owned(), obj(&[], &["foregroundDeletion"], true)),
+            ("other".to_owned(), obj(&[], &[], false)),
+            ("pod".to_owned(), obj(&["rs", "other"], &[], false)),
+        ]
+        .into();
+        assert_eq!(
+            sweep(&objects),
+            vec![Step::Unown("pod".into(), vec!["rs".into()])]
         );
     }
 }
