@@ -39,7 +39,7 @@ dockerGluster: docker.io/gluster
 sampleRegistry: docker.io/e2e
 EOF
 # Bump when the set of images changes, so an older set is rebuilt.
-VERSION=3
+VERSION=4
 [ "$(head -1 "$OUT/.done" 2>/dev/null)" = "$VERSION" ] && exit 0
 for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
@@ -67,22 +67,47 @@ image() {
 # libraries each BIN (a path inside ROOTFS) loads that the packages lack, from the host
 # (packages the host lacks them from are unpacked first).
 debs_into() {
-  local rootfs="$1" pkgs="$2" bin lib pkg missing libdir
+  local rootfs="$1" bin lib pkg dep libdir seen=" "
+  local -a queue
+  read -r -a queue <<<"$2"
   shift 2
   mkdir -p debs
-  for pkg in $pkgs; do
-    ls debs/"$pkg"_*.deb >/dev/null 2>&1 || (cd debs && { apt-get download -qq "$pkg" 2>/dev/null || { apt-get update -qq && apt-get download -qq "$pkg"; }; })
+  # The packages, and (recursively) those of their dependencies the host lacks: the host's
+  # own libraries are copied below, from what each binary loads.
+  while [ "${#queue[@]}" -gt 0 ]; do
+    pkg="${queue[0]}"
+    queue=("${queue[@]:1}")
+    case "$seen" in *" $pkg "*) continue ;; esac
+    seen="$seen$pkg "
+    ls debs/"$pkg"_*.deb >/dev/null 2>&1 || (cd debs && { apt-get download -qq "$pkg" 2>/dev/null || { apt-get update -qq && apt-get download -qq "$pkg"; }; }) || continue
     dpkg -x debs/"$pkg"_*.deb "$rootfs"
+    for dep in $(dpkg-deb -f debs/"$pkg"_*.deb Depends | tr ',' '\n' | sed 's/|.*//; s/(.*)//; s/:any//' | tr -d ' '); do
+      dpkg -s "$dep" >/dev/null 2>&1 || queue+=("$dep")
+    done
   done
   libdir="$rootfs/usr/lib/x86_64-linux-gnu"
   for bin in "$@"; do
-    missing="$(LD_LIBRARY_PATH="$libdir" ldd "$rootfs$bin" | awk '/not found/ { print $1 }')"
-    for lib in $missing; do
-      pkg="$(dpkg -S "*/$lib" 2>/dev/null | head -1 | cut -d: -f1 || true)"
-      [ -n "$pkg" ] && (cd debs && apt-get download -qq "$pkg" && dpkg -x "$pkg"_*.deb "../$rootfs") || true
-    done
+    [ -e "$rootfs$bin" ] || continue
     for lib in $(LD_LIBRARY_PATH="$libdir" ldd "$rootfs$bin" | awk '/=>/ && $3 ~ /^\// { print $3 } /^\t\/lib/ { print $1 }'); do
       case "$lib" in "$rootfs"/*|"$work"/*) continue ;; esac
+      [ -e "$rootfs$lib" ] && continue
+      mkdir -p "$rootfs$(dirname "$lib")"
+      cp -L "$lib" "$rootfs$lib"
+    done
+    if LD_LIBRARY_PATH="$libdir" ldd "$rootfs$bin" | grep -q "not found"; then
+      die "$bin in $rootfs still lacks: $(LD_LIBRARY_PATH="$libdir" ldd "$rootfs$bin" | grep 'not found' | tr '\n' ' ')"
+    fi
+  done
+}
+
+# host_bin ROOTFS PATH…: copies host binaries (and the libraries they load) into ROOTFS.
+host_bin() {
+  local rootfs="$1" bin lib
+  shift
+  for bin in "$@"; do
+    mkdir -p "$rootfs$(dirname "$bin")"
+    cp -L "$bin" "$rootfs$bin"
+    for lib in $(ldd "$bin" | awk '/=>/ && $3 ~ /^\// { print $3 } /^\t\/lib/ { print $1 }'); do
       [ -e "$rootfs$lib" ] && continue
       mkdir -p "$rootfs$(dirname "$lib")"
       cp -L "$lib" "$rootfs$lib"
@@ -98,6 +123,7 @@ ln -s agnhost b-agnhost/rootfs/agnhost-2
 # upstream's image adds curl, dig and OpenBSD's nc (specs run `nc -zv -t`, busybox's has no -t).
 debs_into b-agnhost/rootfs "curl libcurl4 netcat-openbsd bind9-dnsutils bind9-libs" /usr/bin/curl /bin/nc.openbsd /usr/bin/dig
 ln -sf nc.openbsd b-agnhost/rootfs/bin/nc
+host_bin b-agnhost/rootfs /usr/bin/getent
 mkdir -p b-agnhost/rootfs/uploads
 cp "$SRC/test/images/agnhost/porter/localhost.crt" "$SRC/test/images/agnhost/porter/localhost.key" b-agnhost/rootfs/
 image agnhost docker.io/e2e-promoter/agnhost:2.21 --config.entrypoint /agnhost --config.cmd pause
@@ -161,6 +187,7 @@ log "jessie-dnsutils (Debian's dig)"
 new dnsutils
 busybox_rootfs b-dnsutils/rootfs
 debs_into b-dnsutils/rootfs "bind9-dnsutils bind9-libs" /usr/bin/dig
+host_bin b-dnsutils/rootfs /usr/bin/getent
 image dnsutils docker.io/e2e/jessie-dnsutils:1.0 --config.cmd sh
 
 log "sample-apiserver (built from the source) and etcd (Debian's)"

@@ -345,11 +345,20 @@ pub fn build(api: &Api) -> Docs {
             let reversed: Vec<&str> = res.group.split('.').rev().collect();
             let name = format!("{}.{}.{}", reversed.join("."), res.version, res.kind);
             let mut schema = schema.clone();
-            let mut v2 = schema.clone();
-            to_v2_structural(&mut v2);
-            for s in [&mut schema, &mut v2] {
-                kube_native(s, res);
-            }
+            // v2 (upstream's buildKubeNative): a root that keeps unknown fields is a bare
+            // object, since kubectl 1.20 would refuse any field beside listed properties.
+            let mut v2 = if schema.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true))
+            {
+                json!({"type": "object"})
+            } else {
+                let mut v2 = schema.clone();
+                to_v2_structural(&mut v2);
+                kube_native(&mut v2, res);
+                v2
+            };
+            v2["x-kubernetes-group-version-kind"] =
+                json!([{"group": res.group, "version": res.version, "kind": res.kind}]);
+            kube_native(&mut schema, res);
             custom_v2.push((name.clone(), v2));
             refs.push((
                 res.clone(),
