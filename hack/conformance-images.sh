@@ -193,9 +193,13 @@ image dnsutils docker.io/e2e/jessie-dnsutils:1.0 --config.cmd sh
 log "sample-apiserver (built from the source) and etcd (Debian's)"
 new sampleapiserver
 busybox_rootfs b-sampleapiserver/rootfs
+# Its main package is not vendored (its libraries are): the same main.go, built inside the
+# kubernetes module.
+mkdir -p "$SRC/cmd/e2e-sample-apiserver"
+cp "$SRC/staging/src/k8s.io/sample-apiserver/main.go" "$SRC/cmd/e2e-sample-apiserver/main.go"
 (cd "$SRC" && GOROOT="$WORK/go1.15/usr/lib/go-1.15" GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" \
   GOFLAGS=-mod=vendor CGO_ENABLED=0 "$WORK/go1.15/usr/lib/go-1.15/bin/go" build \
-  -o "$work/b-sampleapiserver/rootfs/kube-sample-apiserver" ./vendor/k8s.io/sample-apiserver)
+  -o "$work/b-sampleapiserver/rootfs/kube-sample-apiserver" ./cmd/e2e-sample-apiserver)
 image sampleapiserver docker.io/e2e/sample-apiserver:1.17 --config.entrypoint /kube-sample-apiserver
 
 new etcd

@@ -595,3 +595,68 @@ fn foreground_deletion_is_not_blocked_by_a_dependency_circle() {
         |o| !o.contains("configmap/cm"),
     );
 }
+
+/// A Job adopts matching orphans and releases pods that stop matching (upstream's Job spec
+/// "should adopt matching orphans and release non-matching pods").
+#[test]
+fn jobs_adopt_matching_orphans_and_release_non_matching_pods() {
+    let c = Cluster::start();
+    c.run_controllers(1);
+    let r = c.with_manifest(
+        &["apply"],
+        "apiVersion: batch/v1
+kind: Job
+metadata: {name: adopt-release}
+spec:
+  parallelism: 2
+  completions: 4
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: busybox, command: [sleep, '3600']}]
+",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let pods = [
+        "get",
+        "pods",
+        "-l",
+        "job-name=adopt-release",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.metadata.ownerReferences[0].name}{\"\\n\"}{end}",
+    ];
+    let out = c.eventually(&pods, |o| o.lines().count() == 2);
+    let orphan = out
+        .lines()
+        .next()
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    c.ok(&[
+        "patch",
+        "pod",
+        &orphan,
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"ownerReferences":null}}"#,
+    ]);
+    let owner = [
+        "get",
+        "pod",
+        &orphan,
+        "-o",
+        "jsonpath={.metadata.ownerReferences}",
+    ];
+    c.eventually(&owner, |o| o.contains("\"name\":\"adopt-release\""));
+    c.ok(&[
+        "label",
+        "pod",
+        &orphan,
+        "job-name-",
+        "batch.kubernetes.io/controller-uid-",
+        "controller-uid-",
+    ]);
+    c.eventually(&owner, |o| o.is_empty());
+}

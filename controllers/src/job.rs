@@ -194,15 +194,24 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
         return expire(&jobs, &job, now).await;
     }
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned: Vec<Arc<Pod>> = ctx
+    let pods: Vec<Arc<Pod>> = ctx
         .pods
         .state()
         .into_iter()
-        .filter(|p| {
-            p.namespace().as_deref() == Some(ns.as_str())
-                && controller_of(&p.metadata).is_some_and(|o| o.uid == uid)
-        })
+        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .collect();
+    // Adopt matching orphans and release pods that no longer match, as upstream's.
+    // (The API always sets a Job's selector; without one, only the pods it controls count.)
+    let owned = match job.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+        Some(sel) => {
+            let selector = util::Selector::new(sel);
+            util::claim_pods(&pods_api, pods, &selector, owner_ref(job.as_ref())).await?
+        }
+        None => pods
+            .into_iter()
+            .filter(|p| controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
+            .collect(),
+    };
     let refs: Vec<&Pod> = owned.iter().map(AsRef::as_ref).collect();
     let known: HashSet<String> = owned.iter().map(|p| p.name_any()).collect();
     let settled = ctx
@@ -441,8 +450,14 @@ pub async fn run(
         expectations: Expectations::default(),
         recorder: minik8s_events::Recorder::new(client.clone(), "job-controller", None),
     });
-    Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default())
+    let controller = Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default());
+    let jobs = controller.store();
+    controller
         .owns_shared_stream(informers.subscribe::<Pod>())
+        .watches_shared_stream(
+            informers.subscribe::<Pod>(),
+            util::orphan_owners(jobs, |j: &Job| j.spec.as_ref()?.selector.clone()),
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(crate::util::timed("job", reconcile), error_policy, ctx)
         .for_each(|_| async {})

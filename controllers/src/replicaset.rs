@@ -6,7 +6,7 @@
 //! observedGeneration). Expectations keep it from acting twice on creations or deletions
 //! its informer has not seen yet.
 
-use crate::util::{self, controller_of, owner_ref};
+use crate::util::{self, owner_ref};
 use crate::{Error, Result};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
@@ -243,42 +243,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
         .collect();
     // Adopt orphans that match; release owned pods that no longer do.
     let selector = util::Selector::new(&spec.selector);
-    let mut owned: Vec<Arc<Pod>> = Vec::new();
-    for p in pods {
-        let controller = controller_of(&p.metadata);
-        // Pods of another controller are neither adopted nor released: no need to match.
-        if controller.is_some_and(|o| o.uid != uid) {
-            continue;
-        }
-        let matches = selector.matches(p.metadata.labels.as_ref());
-        match controller {
-            Some(_) => {
-                if matches {
-                    owned.push(p);
-                } else {
-                    let patch = json!({"metadata": {"ownerReferences": p.owner_references().iter().filter(|o| o.uid != uid).collect::<Vec<_>>(), "uid": p.uid()}});
-                    api.patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-                        .await?;
-                }
-            }
-            None if matches
-                && p.metadata.deletion_timestamp.is_none()
-                && !util::is_terminal(&p) =>
-            {
-                let mut refs = p.owner_references().to_vec();
-                refs.push(ctx.kind.owner_ref(rs.as_ref()));
-                let patch = json!({"metadata": {"ownerReferences": refs, "uid": p.uid()}});
-                if api
-                    .patch(&p.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                    .is_ok()
-                {
-                    owned.push(p);
-                }
-            }
-            _ => {}
-        }
-    }
+    let owned = util::claim_pods(&api, pods, &selector, ctx.kind.owner_ref(rs.as_ref())).await?;
     let active: Vec<&Pod> = owned
         .iter()
         .map(AsRef::as_ref)
@@ -544,6 +509,7 @@ async fn drive<K, F, Fut>(
     K: kube::Resource<DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + std::fmt::Debug
         + Send
         + Sync
@@ -551,6 +517,20 @@ async fn drive<K, F, Fut>(
     F: Fn(Arc<K>, Arc<Ctx>) -> Fut,
     Fut: std::future::Future<Output = Result<Action>> + Send + 'static,
 {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    let selector_of = move |set: &K| -> Option<LabelSelector> {
+        let v = serde_json::to_value(set).ok()?;
+        match kind {
+            SetKind::ReplicaSet => {
+                serde_json::from_value(v.pointer("/spec/selector")?.clone()).ok()
+            }
+            // An RC's selector is a label map.
+            SetKind::ReplicationController => Some(LabelSelector {
+                match_labels: serde_json::from_value(v.pointer("/spec/selector")?.clone()).ok(),
+                ..Default::default()
+            }),
+        }
+    };
     let (name, component) = match kind {
         SetKind::ReplicaSet => ("replicaset", "replicaset-controller"),
         SetKind::ReplicationController => ("replicationcontroller", "replication-controller"),
@@ -563,8 +543,14 @@ async fn drive<K, F, Fut>(
         recorder: minik8s_events::Recorder::new(client.clone(), component, None),
         kind,
     });
-    Controller::new(Api::<K>::all(client), watcher::Config::default())
+    let controller = Controller::new(Api::<K>::all(client), watcher::Config::default());
+    let sets = controller.store();
+    controller
         .owns_shared_stream(informers.subscribe::<Pod>())
+        .watches_shared_stream(
+            informers.subscribe::<Pod>(),
+            util::orphan_owners(sets, selector_of),
+        )
         .graceful_shutdown_on(async move { shutdown.cancelled().await })
         .run(
             crate::util::timed(name, reconcile),
