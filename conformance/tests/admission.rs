@@ -444,6 +444,46 @@ fn limit_ranges_default_and_bound_pods_and_quotas_cap_namespaces() {
         ],
         |s| s == "2",
     );
+    // Scoped quotas count only the pods their scopes name (BestEffort / NotBestEffort).
+    for (name, scope) in [("be", "BestEffort"), ("notbe", "NotBestEffort")] {
+        let q = format!(
+            r#"{{"apiVersion":"v1","kind":"ResourceQuota","metadata":{{"name":"{name}","namespace":"dongles"}},
+              "spec":{{"hard":{{"pods":"5"}},"scopes":["{scope}"]}}}}"#
+        );
+        apply(&c, &["create"], &q);
+    }
+    // (QoS looks at CPU and memory only: the dongle pod is best effort too.)
+    c.ok(&["run", "plain", "--image=busybox", "-n", "dongles"]);
+    apply(
+        &c,
+        &["create"],
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"burstable","namespace":"dongles"},
+          "spec":{"containers":[{"name":"c","image":"busybox","resources":{"requests":{"cpu":"10m"}}}]}}"#,
+    );
+    let used = |q: &str| {
+        c.ok(&[
+            "get",
+            "quota",
+            q,
+            "-n",
+            "dongles",
+            "-o",
+            "jsonpath={.status.used.pods}",
+        ])
+    };
+    c.eventually(
+        &[
+            "get",
+            "quota",
+            "be",
+            "-n",
+            "dongles",
+            "-o",
+            "jsonpath={.status.used.pods}",
+        ],
+        |s| s == "2",
+    );
+    assert_eq!(used("notbe"), "1", "only the pod with a CPU request");
     let r = c.with_manifest(&["create"], &pod("d2"));
     assert!(!r.ok);
     assert!(

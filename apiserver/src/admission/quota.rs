@@ -96,6 +96,31 @@ fn pod_sum(pod: &Value, kind: &str, res: &str) -> Result<Quantity, ()> {
     Ok(total)
 }
 
+/// As [`pod_sum`], counting containers that do not set the resource as zero.
+fn pod_sum_present(pod: &Value, kind: &str, res: &str) -> Quantity {
+    let key = res.replace('~', "~0").replace('/', "~1");
+    let mut total = Quantity::ZERO;
+    for c in pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        total += parse(c.pointer(&format!("/resources/{kind}/{key}"))).unwrap_or_default();
+    }
+    for c in pod
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(q) = parse(c.pointer(&format!("/resources/{kind}/{key}"))) {
+            total = total.max(q);
+        }
+    }
+    total
+}
+
 /// What one object adds to the usage a quota resource name measures; `Err` when the
 /// object must say (a pod without the request a compute quota tracks).
 fn usage(name: &str, obj: &Value) -> Result<Quantity, String> {
@@ -133,7 +158,13 @@ fn usage(name: &str, obj: &Value) -> Result<Quantity, String> {
                 Some(("requests", r)) => ("requests", r),
                 _ => ("requests", name),
             };
-            pod_sum(obj, kind, res).map_err(|()| format!("must specify {name}"))
+            // Only CPU and memory must be set by every container (upstream's backward
+            // compatible `validationSet`); other resources count what is set.
+            if matches!(res, "cpu" | "memory") {
+                pod_sum(obj, kind, res).map_err(|()| format!("must specify {name}"))
+            } else {
+                Ok(pod_sum_present(obj, kind, res))
+            }
         }
     }
 }
@@ -146,6 +177,86 @@ fn hard(quota: &Value) -> BTreeMap<String, Quantity> {
         .flatten()
         .filter_map(|(k, v)| parse(Some(v)).map(|q| (k.clone(), q)))
         .collect()
+}
+
+/// A pod's QoS is BestEffort: no container (init containers included) sets a CPU or memory
+/// request or limit.
+fn best_effort(pod: &Value) -> bool {
+    ["/spec/containers", "/spec/initContainers"]
+        .iter()
+        .all(|list| {
+            pod.pointer(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .all(|c| {
+                    ["requests", "limits"].iter().all(|k| {
+                        c.pointer(&format!("/resources/{k}"))
+                            .and_then(Value::as_object)
+                            .is_none_or(|m| !m.contains_key("cpu") && !m.contains_key("memory"))
+                    })
+                })
+        })
+}
+
+/// Whether a quota's scopes (`spec.scopes` and `spec.scopeSelector`) take in `obj`, an
+/// object of `res`, as upstream's `podMatchesScopeFunc`: a scoped quota counts only pods.
+fn in_scope(quota: &Value, res: &ResourceInfo, obj: &Value) -> bool {
+    let mut scopes: Vec<(String, String, Vec<String>)> = quota
+        .pointer("/spec/scopes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(|s| (s.to_owned(), "Exists".to_owned(), Vec::new()))
+        .collect();
+    for e in quota
+        .pointer("/spec/scopeSelector/matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        scopes.push((
+            e["scopeName"].as_str().unwrap_or_default().to_owned(),
+            e["operator"].as_str().unwrap_or_default().to_owned(),
+            crate::object::strings_at(e, "/values"),
+        ));
+    }
+    if scopes.is_empty() {
+        return true;
+    }
+    if !(res.group.is_empty() && res.plural == "pods") {
+        return false;
+    }
+    scopes.iter().all(|(scope, op, values)| {
+        let terminating = obj
+            .pointer("/spec/activeDeadlineSeconds")
+            .and_then(Value::as_i64)
+            .is_some_and(|d| d >= 0);
+        let matched = match scope.as_str() {
+            "Terminating" => terminating,
+            "NotTerminating" => !terminating,
+            "BestEffort" => best_effort(obj),
+            "NotBestEffort" => !best_effort(obj),
+            "PriorityClass" => {
+                let class = obj
+                    .pointer("/spec/priorityClassName")
+                    .and_then(Value::as_str);
+                return match op.as_str() {
+                    "In" => class.is_some_and(|c| values.iter().any(|v| v == c)),
+                    "NotIn" => class.is_none_or(|c| !values.iter().any(|v| v == c)),
+                    "Exists" => class.is_some_and(|c| !c.is_empty()),
+                    "DoesNotExist" => class.is_none_or(str::is_empty),
+                    _ => false,
+                };
+            }
+            _ => false,
+        };
+        match op.as_str() {
+            "DoesNotExist" | "NotIn" => !matched,
+            _ => matched,
+        }
+    })
 }
 
 async fn quotas(api: &Api, ns: &str) -> ApiResult<Vec<(String, i64, Value)>> {
@@ -162,8 +273,14 @@ async fn quotas(api: &Api, ns: &str) -> ApiResult<Vec<(String, i64, Value)>> {
         .collect()
 }
 
-/// What every object of (group, plural) in a namespace adds up to, per quota name.
-async fn used(api: &Api, ns: &str, names: &[String]) -> ApiResult<BTreeMap<String, Quantity>> {
+/// What every object of (group, plural) in a namespace that the quota's scopes take in adds
+/// up to, per quota name.
+async fn used(
+    api: &Api,
+    ns: &str,
+    quota: &Value,
+    names: &[String],
+) -> ApiResult<BTreeMap<String, Quantity>> {
     let mut by_source: BTreeMap<(String, String), Vec<&String>> = BTreeMap::new();
     for n in names {
         if let Some(s) = source(n) {
@@ -186,6 +303,9 @@ async fn used(api: &Api, ns: &str, names: &[String]) -> ApiResult<BTreeMap<Strin
             .await?;
         for kv in &listed.kvs {
             let obj = from_store(kv)?;
+            if !in_scope(quota, &res, &obj) {
+                continue;
+            }
             for n in &names {
                 let q = usage(n, &obj).unwrap_or_default();
                 *out.entry((*n).clone()).or_insert(Quantity::ZERO) += q;
@@ -220,7 +340,7 @@ pub async fn admit(
     for (_, _, quota) in &all {
         let hard = hard(quota);
         let names: Vec<String> = hard.keys().filter(|n| counts_this(n)).cloned().collect();
-        if names.is_empty() {
+        if names.is_empty() || !in_scope(quota, res, obj) {
             continue;
         }
         let qname = meta_str(quota, "name").unwrap_or_default();
@@ -241,7 +361,7 @@ pub async fn admit(
         if requested.is_empty() {
             continue;
         }
-        let used = used(api, ns, &names).await?;
+        let used = used(api, ns, quota, &names).await?;
         let over: Vec<&(String, Quantity)> = requested
             .iter()
             .filter(|(n, q)| used.get(n).copied().unwrap_or_default() + *q > hard[n])
@@ -275,7 +395,7 @@ pub async fn refresh(api: &Api, ns: &str) -> ApiResult<()> {
         for (key, rev, mut quota) in quotas(api, ns).await? {
             let hard = hard(&quota);
             let names: Vec<String> = hard.keys().cloned().collect();
-            let used = used(api, ns, &names).await?;
+            let used = used(api, ns, &quota, &names).await?;
             let fmt = |m: &BTreeMap<String, Quantity>| -> Value {
                 m.iter()
                     .map(|(k, v)| (k.clone(), json!(v.to_string())))
@@ -348,5 +468,37 @@ mod tests {
             Some(("".into(), "services".into()))
         );
         assert_eq!(source("bogus"), None);
+    }
+
+    #[test]
+    fn scoped_quotas_take_in_only_the_pods_their_scopes_name() {
+        let res = crate::registry::Registry::with_builtins()
+            .lookup("", "v1", "pods")
+            .unwrap();
+        let cms = crate::registry::Registry::with_builtins()
+            .lookup("", "v1", "configmaps")
+            .unwrap();
+        let be = json!({"spec": {"containers": [{"name": "c"}]}});
+        let burstable = json!({"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}});
+        let q = |scopes: Value| json!({"spec": {"hard": {"pods": "1"}, "scopes": scopes}});
+        assert!(in_scope(&q(json!(["BestEffort"])), &res, &be));
+        assert!(!in_scope(&q(json!(["BestEffort"])), &res, &burstable));
+        assert!(in_scope(&q(json!(["NotBestEffort"])), &res, &burstable));
+        assert!(!in_scope(&q(json!(["Terminating"])), &res, &be));
+        let mut terminating = be.clone();
+        terminating["spec"]["activeDeadlineSeconds"] = json!(30);
+        assert!(in_scope(
+            &q(json!(["Terminating", "BestEffort"])),
+            &res,
+            &terminating
+        ));
+        assert!(!in_scope(&q(json!(["BestEffort"])), &cms, &json!({})));
+        assert!(in_scope(&json!({"spec": {}}), &cms, &json!({})));
+        let by_class = json!({"spec": {"scopeSelector": {"matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}}});
+        let mut high = be.clone();
+        high["spec"]["priorityClassName"] = json!("high");
+        assert!(in_scope(&by_class, &res, &high));
+        assert!(!in_scope(&by_class, &res, &be));
     }
 }
