@@ -706,3 +706,48 @@ def test_containers_get_service_link_variables(api, ns):
                  f"FOOSERVICE_PORT=tcp://{ip}:8765", "FOOSERVICE_PORT_8765_TCP_PROTO=tcp",
                  f"FOOSERVICE_PORT_8765_TCP_ADDR={ip}", "KUBERNETES_SERVICE_PORT=443"]:
         assert want in out, (want, out)
+
+
+def test_termination_messages_come_from_the_file_or_the_log_as_upstream(api, ns):
+    v1 = client.CoreV1Api(api)
+    # From the file at the default path.
+    ok = busybox_pod("msg-file", ["sh", "-c", "echo -n OK > /dev/termination-log"])
+    ok.spec.restart_policy = "Never"
+    # From the log, when the container fails and wrote no file.
+    logs = busybox_pod("msg-logs", ["sh", "-c", "echo DONE; exit 1"])
+    logs.spec.restart_policy = "Never"
+    logs.spec.containers[0].termination_message_policy = "FallbackToLogsOnError"
+    # A non-root user writing at a path of its choosing.
+    custom = busybox_pod("msg-custom", ["sh", "-c", "echo -n DEFAULT > /dev/termination-custom-log"])
+    custom.spec.restart_policy = "Never"
+    custom.spec.containers[0].termination_message_path = "/dev/termination-custom-log"
+    custom.spec.security_context = client.V1PodSecurityContext(run_as_user=1000)
+    for p in (ok, logs, custom):
+        v1.create_namespaced_pod(ns, p)
+    want = {"msg-file": ("Succeeded", "OK"), "msg-logs": ("Failed", "DONE\n"),
+            "msg-custom": ("Succeeded", "DEFAULT")}
+    for name, (phase, message) in want.items():
+        pod = wait_terminated(v1, name, ns)
+        assert pod.status.phase == phase, (name, pod.status)
+        term = pod.status.container_statuses[0].state.terminated
+        assert term.message == message, (name, term)
+
+
+def test_a_failed_init_container_fails_the_pod_and_keeps_app_containers_initializing(api, ns):
+    v1 = client.CoreV1Api(api)
+    p = busybox_pod("init-fails", ["sh", "-c", "echo never"])
+    p.spec.restart_policy = "Never"
+    p.spec.init_containers = [
+        client.V1Container(name="init1", image="busybox", command=["false"]),
+        client.V1Container(name="init2", image="busybox", command=["true"]),
+    ]
+    v1.create_namespaced_pod(ns, p)
+    pod = wait_terminated(v1, "init-fails", ns)
+    assert pod.status.phase == "Failed", pod.status
+    app = pod.status.container_statuses[0]
+    assert app.state.waiting is not None and app.state.waiting.reason == "PodInitializing", app
+    init = {c.type: c for c in pod.status.conditions}["Initialized"]
+    assert (init.status, init.reason) == ("False", "ContainersNotInitialized"), init
+    assert init.message == "containers with incomplete status: [init1 init2]", init
+    ready = {c.type: c for c in pod.status.conditions}["Ready"]
+    assert ready.status == "False", ready

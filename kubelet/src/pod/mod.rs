@@ -315,6 +315,33 @@ impl Worker {
                 ..Default::default()
             });
         }
+        // The termination message file, written by the container and read when it exits
+        // (upstream's: an empty, world-writable file per container attempt).
+        let path = spec::termination_path(c).to_owned();
+        if !mounts.iter().any(|m| m.container_path == path) {
+            let dir = self
+                .layout
+                .pod_dir(&pod.uid().unwrap_or_default())
+                .join("termination-log");
+            let file = dir.join(format!("{}-{attempt}", c.name));
+            let made = std::fs::create_dir_all(&dir)
+                .and_then(|()| std::fs::write(&file, b""))
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
+                });
+            made.map_err(|e| {
+                (
+                    "CreateContainerConfigError".to_owned(),
+                    format!("writing {}: {e}", file.display()),
+                )
+            })?;
+            mounts.push(crate::cri::Mount {
+                container_path: path,
+                host_path: file.display().to_string(),
+                ..Default::default()
+            });
+        }
         // Devices of extended resources, from their plugins' Allocate.
         let given = self
             .devices

@@ -26,9 +26,74 @@ pub enum Run {
         started: i64,
         /// Exit time (ns since the epoch).
         finished: i64,
+        /// The termination message (its file, or the log's tail when the policy says so).
+        message: String,
     },
     /// Unknown to the runtime's state machine.
     Unknown,
+}
+
+/// Annotation naming where a container's termination message is written (upstream's).
+pub const TERMINATION_PATH: &str = "io.kubernetes.container.terminationMessagePath";
+/// Annotation holding a container's termination message policy (upstream's).
+pub const TERMINATION_POLICY: &str = "io.kubernetes.container.terminationMessagePolicy";
+
+/// Most bytes of a termination message read from its file (upstream's 4096).
+const MAX_MESSAGE: usize = 4096;
+/// Most log lines and bytes a FallbackToLogsOnError message takes (upstream's 80 and 2048).
+const FALLBACK_LINES: usize = 80;
+const FALLBACK_BYTES: usize = 2048;
+
+/// An exited container's termination message, as upstream's `getTerminationMessage`: the
+/// file mounted at its terminationMessagePath, else (FallbackToLogsOnError, on failure) the
+/// tail of its log.
+fn termination_message(s: &cri::ContainerStatus) -> String {
+    let path = s
+        .annotations
+        .get(TERMINATION_PATH)
+        .cloned()
+        .unwrap_or_default();
+    let mut message = String::new();
+    if !path.is_empty()
+        && let Some(m) = s.mounts.iter().find(|m| m.container_path == path)
+        && let Ok(bytes) = std::fs::read(&m.host_path)
+    {
+        let bytes = &bytes[..bytes.len().min(MAX_MESSAGE)];
+        message = String::from_utf8_lossy(bytes).into_owned();
+    }
+    let fallback =
+        s.annotations.get(TERMINATION_POLICY).map(String::as_str) == Some("FallbackToLogsOnError");
+    if message.is_empty() && fallback && s.exit_code != 0 && !s.log_path.is_empty() {
+        message = log_tail(&s.log_path);
+    }
+    message
+}
+
+/// The last lines of a CRI log file (`<time> <stream> <tag> <text>` lines), as text.
+fn log_tail(path: &str) -> String {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return String::new();
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(FALLBACK_LINES);
+    let mut out = String::new();
+    for line in &lines[start..] {
+        let mut parts = line.splitn(4, ' ');
+        let (_, _, tag, msg) = (parts.next(), parts.next(), parts.next(), parts.next());
+        out.push_str(msg.unwrap_or_default());
+        // A partial line (`P`) continues on the next one.
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    if out.len() > FALLBACK_BYTES {
+        let mut cut = out.len() - FALLBACK_BYTES;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = out[cut..].to_owned();
+    }
+    out
 }
 
 /// One container of the pod's sandbox.
@@ -130,6 +195,7 @@ impl Observed {
                         } else {
                             Run::Exited {
                                 code: s.exit_code,
+                                message: termination_message(&s),
                                 reason: s.reason,
                                 started: s.started_at,
                                 finished: s.finished_at,

@@ -237,6 +237,7 @@ mod tests {
             reason: String::new(),
             started,
             finished,
+            message: String::new(),
         }
     }
 

@@ -303,6 +303,16 @@ fn expand_all(words: Option<&[String]>, envs: &[cri::KeyValue]) -> Vec<String> {
 }
 
 /// The container config for attempt `attempt` of container `c`.
+/// Where a container writes its termination message (upstream's default
+/// `/dev/termination-log`).
+pub fn termination_path(c: &Container) -> &str {
+    match c.termination_message_path.as_deref() {
+        Some(p) if !p.is_empty() => p,
+        _ => "/dev/termination-log",
+    }
+}
+
+/// The CRI configuration of a container.
 pub fn container_config(
     pod: &Pod,
     c: &Container,
@@ -338,6 +348,19 @@ pub fn container_config(
         envs,
         mounts,
         labels: container_labels,
+        annotations: [
+            (
+                super::observed::TERMINATION_PATH.to_owned(),
+                termination_path(c).to_owned(),
+            ),
+            (
+                super::observed::TERMINATION_POLICY.to_owned(),
+                c.termination_message_policy
+                    .clone()
+                    .unwrap_or_else(|| "File".into()),
+            ),
+        ]
+        .into(),
         log_path: Path::new(&c.name)
             .join(format!("{attempt}.log"))
             .display()

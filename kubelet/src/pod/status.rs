@@ -33,7 +33,9 @@ fn terminated(run: &ContainerRun) -> Option<ContainerStateTerminated> {
             reason,
             started,
             finished,
+            message,
         } => Some(ContainerStateTerminated {
+            message: (!message.is_empty()).then(|| message.clone()),
             exit_code: *code,
             reason: Some(if reason.is_empty() {
                 if *code == 0 { "Completed" } else { "Error" }.to_owned()
@@ -171,6 +173,11 @@ fn condition(kind: &str, ok: bool, reason: Option<&str>) -> PodCondition {
     }
 }
 
+/// Upstream's condition message naming containers: `containers with <what> status: [a b]`.
+fn naming(what: &str, names: &[String]) -> Option<String> {
+    (!names.is_empty()).then(|| format!("containers with {what} status: [{}]", names.join(" ")))
+}
+
 /// Phase as upstream's `getPhase`: pending until init containers are done and every app
 /// container has started once; then running until no container will run again.
 fn phase(state: &State, statuses: &[ContainerStatus]) -> &'static str {
@@ -208,10 +215,18 @@ pub fn compute(
 ) -> PodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
     let old = pod.status.clone().unwrap_or_default();
-    let initializing = matches!(
-        state,
-        State::NoSandbox { .. } | State::Initializing { .. } | State::InitRunning { .. }
-    ) && !shape.init.is_empty();
+    // Init containers not yet succeeded keep the app containers waiting as PodInitializing,
+    // also once a failed init container has ended the pod.
+    let init_done = |name: &String| {
+        observed
+            .latest(name)
+            .is_some_and(|c| matches!(c.run, Run::Exited { code: 0, .. }))
+    };
+    let initializing = !shape.init.is_empty()
+        && (matches!(
+            state,
+            State::NoSandbox { .. } | State::Initializing { .. } | State::InitRunning { .. }
+        ) || !shape.init.iter().all(init_done));
     let ctx = Ctx {
         pod,
         observed,
@@ -234,20 +249,37 @@ pub fn compute(
         .collect();
     let phase = phase(state, &statuses);
     let finished = matches!(state, State::Finished { .. });
-    let initialized = !initializing || matches!(state, State::Running { .. }) || finished;
+    let initialized = !initializing || matches!(state, State::Running { .. });
     let ready = !finished && statuses.iter().all(|s| s.ready);
     let not_ready = if finished {
         Some("PodCompleted")
     } else {
         Some("ContainersNotReady")
     };
-    let mut conditions = vec![
-        condition("PodScheduled", true, None),
-        condition(
-            "Initialized",
-            initialized,
-            (!initialized).then_some("ContainersNotInitialized"),
-        ),
+    let incomplete: Vec<String> = init_statuses
+        .iter()
+        .filter(|s| {
+            s.state
+                .as_ref()
+                .and_then(|st| st.terminated.as_ref())
+                .is_none_or(|t| t.exit_code != 0)
+        })
+        .map(|s| s.name.clone())
+        .collect();
+    let unready: Vec<String> = statuses
+        .iter()
+        .filter(|s| !s.ready)
+        .map(|s| s.name.clone())
+        .collect();
+    let mut initialized_cond = condition(
+        "Initialized",
+        initialized,
+        (!initialized).then_some("ContainersNotInitialized"),
+    );
+    if !initialized {
+        initialized_cond.message = naming("incomplete", &incomplete);
+    }
+    let mut ready_conds = [
         condition(
             "ContainersReady",
             ready,
@@ -255,6 +287,13 @@ pub fn compute(
         ),
         condition("Ready", ready, (!ready).then_some(not_ready).flatten()),
     ];
+    if !ready && !finished {
+        for c in &mut ready_conds {
+            c.message = naming("unready", &unready);
+        }
+    }
+    let mut conditions = vec![condition("PodScheduled", true, None), initialized_cond];
+    conditions.extend(ready_conds);
     let stamp = Time(jiff::Timestamp::from_nanosecond(now as i128).unwrap_or_default());
     for c in &mut conditions {
         let before = old.conditions.iter().flatten().find(|o| o.type_ == c.type_);
