@@ -751,3 +751,17 @@ def test_a_failed_init_container_fails_the_pod_and_keeps_app_containers_initiali
     assert init.message == "containers with incomplete status: [init1 init2]", init
     ready = {c.type: c for c in pod.status.conditions}["Ready"]
     assert ready.status == "False", ready
+
+
+def test_an_updated_active_deadline_fails_the_pod_with_deadline_exceeded(api, ns):
+    v1 = client.CoreV1Api(api)
+    p = busybox_pod("deadline", ["sleep", "3600"])
+    p.spec.active_deadline_seconds = 600
+    p.spec.termination_grace_period_seconds = 1
+    v1.create_namespaced_pod(ns, p)
+    wait_running(v1, "deadline", ns)
+    v1.patch_namespaced_pod("deadline", ns, {"spec": {"activeDeadlineSeconds": 5}})
+    pod = wait_terminated(v1, "deadline", ns)
+    assert pod.status.phase == "Failed", pod.status
+    assert pod.status.reason == "DeadlineExceeded", pod.status
+    assert pod.status.message == "Pod was active on the node longer than the specified deadline"

@@ -582,6 +582,24 @@ impl Worker {
     /// its sandboxes and folder.
     pub async fn teardown(&self, uid: &str, grace: i64, pod: Option<&Pod>) -> Result<()> {
         let observed = Observed::read(&self.cri, uid).await?;
+        self.stop(&observed, grace, pod).await;
+        for id in observed
+            .sandbox
+            .iter()
+            .map(|s| &s.id)
+            .chain(observed.old_sandboxes.iter())
+        {
+            self.cri.stop_sandbox(id).await?;
+            self.cri.remove_sandbox(id).await?;
+        }
+        volumes::remove(&self.layout, uid).await?;
+        self.forget(uid);
+        Ok(())
+    }
+
+    /// Stops a pod's running containers: preStop hooks, then SIGTERM and, after what is left
+    /// of the grace period, SIGKILL (a `Killing` event each).
+    async fn stop(&self, observed: &Observed, grace: i64, pod: Option<&Pod>) {
         let pod_ip = observed
             .sandbox
             .as_ref()
@@ -622,18 +640,6 @@ impl Worker {
                 tracing::warn!(error = %e, "stopping a container");
             }
         }
-        for id in observed
-            .sandbox
-            .iter()
-            .map(|s| &s.id)
-            .chain(observed.old_sandboxes.iter())
-        {
-            self.cri.stop_sandbox(id).await?;
-            self.cri.remove_sandbox(id).await?;
-        }
-        volumes::remove(&self.layout, uid).await?;
-        self.forget(uid);
-        Ok(())
     }
 
     /// Removes the pod from the API (grace 0, this very pod only) once it has stopped.
@@ -681,6 +687,77 @@ impl Worker {
     }
 }
 
+/// How long until the pod's activeDeadlineSeconds passes, counted from its start time.
+fn deadline_left(pod: &Pod, now: i64) -> Option<Duration> {
+    let seconds = pod.spec.as_ref()?.active_deadline_seconds?;
+    let start = pod.status.as_ref()?.start_time.as_ref()?.0.as_nanosecond() as i64;
+    let end = start + seconds.max(0) * 1_000_000_000;
+    Some(Duration::from_nanos((end - now).max(0) as u64))
+}
+
+/// Stops a pod past its deadline and reports it Failed with reason DeadlineExceeded.
+async fn fail_deadline(pod: &Pod, w: &Worker, shape: &Shape) -> Result<Action> {
+    const MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
+    let uid = pod.uid().unwrap_or_default();
+    let already = pod
+        .status
+        .as_ref()
+        .is_some_and(|s| s.reason.as_deref() == Some("DeadlineExceeded"));
+    if !already {
+        w.recorder.normal(
+            &kube::Resource::object_ref(pod, &()),
+            "DeadlineExceeded",
+            MESSAGE.to_owned(),
+        );
+    }
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let observed = Observed::read(&w.cri, &uid).await?;
+    w.stop(&observed, grace, Some(pod)).await;
+    if let Some(s) = observed.sandbox.as_ref().filter(|s| s.ready) {
+        w.cri.stop_sandbox(&s.id).await?;
+    }
+    let observed = Observed::read(&w.cri, &uid).await?;
+    let failures = w.failures(&uid);
+    let mut new = status::compute(
+        pod,
+        shape,
+        &observed,
+        &State::Finished { succeeded: false },
+        &status::Reports {
+            failures: &failures,
+            probes: &HashMap::new(),
+        },
+        &w.host_ip,
+        spec::host_network(pod),
+        now_ns(),
+    );
+    new.reason = Some("DeadlineExceeded".into());
+    new.message = Some(MESSAGE.into());
+    if !already {
+        let api: Api<Pod> = Api::namespaced(w.client.clone(), &pod.namespace().unwrap_or_default());
+        let patch = serde_json::json!({"status": new});
+        match api
+            .patch_status(
+                &pod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    } else {
+        w.write_status(pod, new).await?;
+    }
+    Ok(Action::await_change())
+}
+
 /// One pass over one pod.
 /// Syncs one pod (see [`sync`]), timing it for `kubelet_pod_worker_duration_seconds`.
 pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
@@ -707,8 +784,14 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let shape = shape(&pod);
+    // activeDeadlineSeconds (upstream's activeDeadlineHandler): past it, the pod's containers
+    // are stopped and it fails with DeadlineExceeded; before it, look again when it is due.
+    let deadline = deadline_left(&pod, now_ns());
+    if deadline.is_some_and(|d| d.is_zero()) {
+        return fail_deadline(&pod, &w, &shape).await;
+    }
     let mut prepared: Option<volumes::Prepared> = None;
-    let mut requeue = Some(RELIST);
+    let mut requeue = Some(deadline.map_or(RELIST, |d| d.min(RELIST)));
     let mut observed = Observed::read(&w.cri, &uid).await?;
     // A few steps per pass: sandbox, then init containers or the app containers, so that a
     // new pod reaches Running in one pass.
