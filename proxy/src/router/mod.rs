@@ -105,6 +105,9 @@ pub fn remove_hosts_block(file: &Path) -> std::io::Result<()> {
     write_hosts_block(file, Ipv4Addr::UNSPECIFIED, &[])
 }
 
+/// How often every Ingress's status is brought back to the router's address.
+const STATUS_SYNC: Duration = Duration::from_secs(60);
+
 /// Whether an Ingress is the router's: class `minik8s`, or no class (the default class).
 fn ours(i: &Ingress) -> bool {
     let class = i
@@ -324,6 +327,7 @@ async fn write_status(
     dnses: &Store<DNS>,
     ingresses: &Store<Ingress>,
     node_ip: Ipv4Addr,
+    full: bool,
 ) {
     let pp = PatchParams::default();
     for d in dnses.state() {
@@ -347,7 +351,16 @@ async fn write_status(
             .and_then(|s| s.load_balancer.as_ref())
             .and_then(|l| l.ingress.as_ref())
             .is_some_and(|l| l.iter().any(|e| e.ip.as_deref() == Some(ip.as_str())));
-        if has {
+        let any = i
+            .status
+            .as_ref()
+            .and_then(|s| s.load_balancer.as_ref())
+            .and_then(|l| l.ingress.as_ref())
+            .is_some_and(|l| !l.is_empty());
+        // A new Ingress gets its address at once; one that says something else is corrected
+        // on the periodic sync only (as ingress-nginx's status updater), not raced on every
+        // change.
+        if has || (any && !full) {
             continue;
         }
         let api: Api<Ingress> = Api::namespaced(client.clone(), &i.namespace().unwrap_or_default());
@@ -419,6 +432,7 @@ pub async fn run(
             _ = shutdown.cancelled() => return,
         }
         let mut last_hosts: Option<Vec<String>> = None;
+        let mut last_full = std::time::Instant::now();
         loop {
             let (mut state, conflicts) = build(&dnses, &ingresses, &services);
             state.certs = certificates(&client, &ingresses).await;
@@ -434,7 +448,20 @@ pub async fn run(
                 }
                 last_hosts = Some(names);
             }
-            write_status(&client, &state, &conflicts, &dnses, &ingresses, cfg.node_ip).await;
+            let full = last_full.elapsed() >= STATUS_SYNC;
+            if full {
+                last_full = std::time::Instant::now();
+            }
+            write_status(
+                &client,
+                &state,
+                &conflicts,
+                &dnses,
+                &ingresses,
+                cfg.node_ip,
+                full,
+            )
+            .await;
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = changed.notified() => {}
