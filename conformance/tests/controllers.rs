@@ -660,3 +660,48 @@ spec:
     ]);
     c.eventually(&owner, |o| o.is_empty());
 }
+
+/// Scaling a Deployment mid-rollout spreads the change over its ReplicaSets in proportion, as
+/// upstream's `scale` (its "proportional scaling" spec): 10 available replicas (surge 3,
+/// unavailable 2) roll to a template whose pods never become available (minReadySeconds of an
+/// hour), which stalls at 8 old + 5 new; scaled to 30, the old set gets 20 and the new one 13.
+#[test]
+fn deployments_scale_proportionally_mid_rollout() {
+    let c = Cluster::start();
+    c.run_controllers(2);
+    let r = c.with_manifest(
+        &["apply"],
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: prop}
+spec:
+  replicas: 10
+  selector: {matchLabels: {app: prop}}
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 3, maxUnavailable: 2}}
+  template:
+    metadata: {labels: {app: prop}}
+    spec: {containers: [{name: c, image: busybox}]}
+",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    c.ok(&["rollout", "status", "deployment/prop", "--timeout=60s"]);
+    let sizes = [
+        "get",
+        "rs",
+        "-l",
+        "app=prop",
+        "--sort-by=.metadata.creationTimestamp",
+        "-o",
+        "jsonpath={range .items[*]}{.spec.replicas} {end}",
+    ];
+    c.ok(&[
+        "patch",
+        "deployment",
+        "prop",
+        "-p",
+        r#"{"spec":{"minReadySeconds":3600,"progressDeadlineSeconds":7200,"template":{"spec":{"containers":[{"name":"c","image":"busybox:2"}]}}}}"#,
+    ]);
+    c.eventually(&sizes, |o| o.trim() == "8 5");
+    c.ok(&["scale", "deployment", "prop", "--replicas=30"]);
+    c.eventually(&sizes, |o| o.trim() == "20 13");
+}

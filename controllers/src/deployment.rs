@@ -127,21 +127,66 @@ pub fn rolling_step(
     (new_target, old_targets)
 }
 
-/// Spreads a Deployment's allowed total over its active sets in proportion to their size
-/// (remainder to the largest), when replicas changed mid-rollout.
-pub fn proportional(allowed: i32, sizes: &[i32]) -> Vec<i32> {
-    let total: i32 = sizes.iter().sum();
-    if total == 0 {
-        return sizes.to_vec();
+/// One active ReplicaSet as proportional scaling sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Active {
+    /// Its `spec.replicas`.
+    pub size: i32,
+    /// Its `deployment.kubernetes.io/max-replicas` annotation (the Deployment's size plus
+    /// surge when it was last scaled), if any.
+    pub max_replicas: Option<i32>,
+    /// Its creation time (ns), to break ties between sets of one size.
+    pub created: i64,
+}
+
+/// Upstream's proportional scaling (`scale` in sync.go): the replicas a Deployment gains or
+/// loses mid-rollout are shared among its active sets in proportion to each set's size against
+/// the size it was scaled for (`max-replicas`), largest sets first (newer first when scaling
+/// up, older first when scaling down), with any leftover going to the first. Returns the new
+/// sizes in the order given.
+pub fn proportional(replicas: i32, surge: i32, status_replicas: i32, sets: &[Active]) -> Vec<i32> {
+    let allowed = if replicas > 0 { replicas + surge } else { 0 };
+    let total: i32 = sets.iter().map(|s| s.size).sum();
+    let to_add = allowed - total;
+    let mut out: Vec<i32> = sets.iter().map(|s| s.size).collect();
+    if to_add == 0 || sets.is_empty() {
+        return out;
     }
-    let mut out: Vec<i32> = sizes
-        .iter()
-        .map(|s| (i64::from(*s) * i64::from(allowed) / i64::from(total)) as i32)
-        .collect();
-    let rest = allowed - out.iter().sum::<i32>();
-    if let Some((i, _)) = sizes.iter().enumerate().max_by_key(|(_, s)| **s) {
-        out[i] += rest;
+    let mut order: Vec<usize> = (0..sets.len()).collect();
+    order.sort_by(|a, b| {
+        let (a, b) = (&sets[*a], &sets[*b]);
+        b.size.cmp(&a.size).then(if to_add > 0 {
+            b.created.cmp(&a.created)
+        } else {
+            a.created.cmp(&b.created)
+        })
+    });
+    let mut added = 0;
+    for &i in &order {
+        let set = &sets[i];
+        let proportion = if set.size == 0 || to_add == added {
+            0
+        } else {
+            let fraction = if replicas == 0 {
+                -set.size
+            } else {
+                let annotated = set.max_replicas.unwrap_or(status_replicas).max(1);
+                let scaled =
+                    f64::from(set.size) * f64::from(replicas + surge) / f64::from(annotated);
+                scaled.round() as i32 - set.size
+            };
+            let left = to_add - added;
+            if to_add > 0 {
+                fraction.min(left)
+            } else {
+                fraction.max(left)
+            }
+        };
+        out[i] = set.size + proportion;
+        added += proportion;
     }
+    let first = order[0];
+    out[first] = (out[first] + to_add - added).max(0);
     out
 }
 
@@ -365,9 +410,21 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
                 .is_some_and(|v| *v != replicas.to_string())
         });
     if scaled {
-        let sizes: Vec<i32> = active.iter().map(|rs| spec_replicas(rs)).collect();
-        let allowed = if paused { replicas } else { replicas + surge };
-        for (rs, target) in active.iter().zip(proportional(allowed, &sizes)) {
+        let sets: Vec<Active> = active
+            .iter()
+            .map(|rs| Active {
+                size: spec_replicas(rs),
+                max_replicas: rs.annotations().get(MAX).and_then(|v| v.parse().ok()),
+                created: rs
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map_or(0, |t| t.0.as_nanosecond() as i64),
+            })
+            .collect();
+        let status_replicas = d.status.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        let targets = proportional(replicas, surge, status_replicas, &sets);
+        for (rs, target) in active.iter().zip(targets) {
             scale(&ctx, &api, rs, target, &d, surge).await?;
         }
         progressed = true;
@@ -736,9 +793,26 @@ mod tests {
 
     #[test]
     fn proportional_scaling_keeps_ratios_and_the_total() {
-        assert_eq!(proportional(12, &[4, 2]), vec![8, 4]);
-        let p = proportional(5, &[2, 1]);
-        assert_eq!(p.iter().sum::<i32>(), 5);
+        let set = |size, max, created| Active {
+            size,
+            max_replicas: Some(max),
+            created,
+        };
+        // Upstream's spec: 10 replicas (surge 3) mid-rollout as 8 old + 5 new, scaled to 30:
+        // the old set gets 20 and the new one 13.
+        assert_eq!(
+            proportional(30, 3, 13, &[set(5, 13, 2), set(8, 13, 1)]),
+            vec![13, 20]
+        );
+        // Scaling down takes from the larger (then older) set first and never below zero.
+        let down = proportional(2, 1, 13, &[set(5, 13, 2), set(8, 13, 1)]);
+        assert_eq!(down.iter().sum::<i32>(), 3);
+        assert!(down.iter().all(|n| *n >= 0));
+        // To zero, every set goes.
+        assert_eq!(
+            proportional(0, 3, 13, &[set(5, 13, 2), set(8, 13, 1)]),
+            vec![0, 0]
+        );
     }
 
     #[test]
