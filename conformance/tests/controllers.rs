@@ -705,3 +705,61 @@ spec:
     c.ok(&["scale", "deployment", "prop", "--replicas=30"]);
     c.eventually(&sizes, |o| o.trim() == "20 13");
 }
+
+/// A Deployment adopts an orphan ReplicaSet its selector matches, rolls it over, and numbers
+/// its new ReplicaSet after the adopted one's revision (upstream's "RollingUpdateDeployment
+/// should delete old pods and create new ones" spec).
+#[test]
+fn deployments_adopt_orphan_replicasets_and_continue_their_revisions() {
+    let c = Cluster::start();
+    c.run_controllers(1);
+    let r = c.with_manifest(
+        &["apply"],
+        "apiVersion: apps/v1
+kind: ReplicaSet
+metadata:
+  name: test-rolling-update-controller
+  labels: {name: sample-pod, pod: httpd}
+  annotations: {deployment.kubernetes.io/revision: '3546343826724305832'}
+spec:
+  replicas: 1
+  selector: {matchLabels: {name: sample-pod, pod: httpd}}
+  template:
+    metadata: {labels: {name: sample-pod, pod: httpd}}
+    spec: {containers: [{name: httpd, image: busybox}]}
+",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    let r = c.with_manifest(
+        &["apply"],
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: test-rolling-update-deployment}
+spec:
+  replicas: 1
+  selector: {matchLabels: {name: sample-pod}}
+  template:
+    metadata: {labels: {name: sample-pod}}
+    spec: {containers: [{name: agnhost, image: busybox:2}]}
+",
+    );
+    assert!(r.ok, "{}", r.stderr);
+    c.eventually(
+        &[
+            "get",
+            "deployment",
+            "test-rolling-update-deployment",
+            "-o",
+            r"jsonpath={.metadata.annotations.deployment\.kubernetes\.io/revision}",
+        ],
+        |s| s == "3546343826724305833",
+    );
+    let old = [
+        "get",
+        "rs",
+        "test-rolling-update-controller",
+        "-o",
+        "jsonpath={.metadata.ownerReferences[0].name} {.spec.replicas}",
+    ];
+    c.eventually(&old, |s| s == "test-rolling-update-deployment 0");
+}

@@ -5,7 +5,7 @@
 //! ReplicaSets when replicas change mid-rollout, `revisionHistoryLimit` clean-up and the
 //! Available/Progressing conditions (including `ProgressDeadlineExceeded`).
 
-use crate::util::{self, controller_of, owner_ref};
+use crate::util::{self, owner_ref};
 use crate::{Error, Result};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -265,20 +265,26 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
         return Ok(Action::await_change());
     }
     let ns = d.namespace().unwrap_or_default();
-    let uid = d.uid().unwrap_or_default();
     let spec = d
         .spec
         .as_ref()
         .ok_or_else(|| Error::Invalid("no spec".into()))?;
     let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut sets: Vec<Arc<ReplicaSet>> = ctx
+    // Adopt orphan ReplicaSets the selector matches, release those it no longer does
+    // (upstream's ClaimReplicaSets).
+    let in_ns: Vec<Arc<ReplicaSet>> = ctx
         .sets
         .state()
         .into_iter()
         .filter(|rs| rs.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|rs| controller_of(&rs.metadata).is_some_and(|o| o.uid == uid))
-        .filter(|rs| rs.metadata.deletion_timestamp.is_none())
         .collect();
+    let selector = util::Selector::new(&spec.selector);
+    let mut sets: Vec<Arc<ReplicaSet>> =
+        util::claim(&api, in_ns, &selector, owner_ref(d.as_ref()), |_| true)
+            .await?
+            .into_iter()
+            .filter(|rs| rs.metadata.deletion_timestamp.is_none())
+            .collect();
     sets.sort_by_key(|rs| {
         (
             revision(rs),
@@ -720,19 +726,27 @@ pub async fn run(
         sets,
         recorder: minik8s_events::Recorder::new(client.clone(), "deployment-controller", None),
     });
-    Controller::new(
+    let controller = Controller::new(
         Api::<Deployment>::all(client.clone()),
         watcher::Config::default(),
-    )
-    .owns_shared_stream(informers.subscribe::<ReplicaSet>())
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(
-        crate::util::timed("deployment", reconcile),
-        error_policy,
-        ctx,
-    )
-    .for_each(|_| async {})
-    .await;
+    );
+    let deployments = controller.store();
+    controller
+        .owns_shared_stream(informers.subscribe::<ReplicaSet>())
+        .watches_shared_stream(
+            informers.subscribe::<ReplicaSet>(),
+            util::orphan_owners(deployments, |d: &Deployment| {
+                d.spec.as_ref().map(|s| s.selector.clone())
+            }),
+        )
+        .graceful_shutdown_on(async move { shutdown.cancelled().await })
+        .run(
+            crate::util::timed("deployment", reconcile),
+            error_policy,
+            ctx,
+        )
+        .for_each(|_| async {})
+        .await;
 }
 
 #[cfg(test)]

@@ -272,68 +272,68 @@ pub async fn next_pass(
     }
 }
 
-/// Maps a pod that no controller owns to the controllers of its namespace whose selector
-/// matches it (upstream's `getPodReplicaSets`/`getPodJobs`), so a new or released orphan is
-/// looked at for adoption.
-pub fn orphan_owners<K>(
+/// Maps an object (a pod, a ReplicaSet) that no controller owns to the controllers of its
+/// namespace whose selector matches it (upstream's `getPodReplicaSets`/`getPodJobs`/
+/// `getDeploymentsForReplicaSet`), so a new or released orphan is looked at for adoption.
+pub fn orphan_owners<K, C>(
     controllers: kube::runtime::reflector::Store<K>,
     selector_of: impl Fn(&K) -> Option<LabelSelector> + Send + Sync + 'static,
-) -> impl Fn(
-    std::sync::Arc<k8s_openapi::api::core::v1::Pod>,
-) -> Vec<kube::runtime::reflector::ObjectRef<K>>
-+ Send
-+ Sync
-+ 'static
+) -> impl Fn(std::sync::Arc<C>) -> Vec<kube::runtime::reflector::ObjectRef<K>> + Send + Sync + 'static
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    C: Resource,
 {
-    move |pod| {
-        if controller_of(&pod.metadata).is_some() || pod.metadata.deletion_timestamp.is_some() {
+    move |child| {
+        let meta = child.meta();
+        if controller_of(meta).is_some() || meta.deletion_timestamp.is_some() {
             return Vec::new();
         }
         controllers
             .state()
             .into_iter()
-            .filter(|c| c.meta().namespace == pod.metadata.namespace)
+            .filter(|c| c.meta().namespace == meta.namespace)
             .filter(|c| {
-                selector_of(c)
-                    .is_some_and(|sel| Selector::new(&sel).matches(pod.metadata.labels.as_ref()))
+                selector_of(c).is_some_and(|sel| Selector::new(&sel).matches(meta.labels.as_ref()))
             })
             .map(|c| kube::runtime::reflector::ObjectRef::from_obj(c.as_ref()))
             .collect()
     }
 }
 
-/// Claims pods for a controller, as upstream's `PodControllerRefManager.ClaimPods`: of the
-/// namespace's pods, those it controls that still match `selector` are kept, those that no
-/// longer match are released (their reference removed), and matching orphans that are
-/// neither terminating nor finished are adopted (`reference` added). Returns the claimed pods.
-pub async fn claim_pods(
-    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
-    pods: Vec<std::sync::Arc<k8s_openapi::api::core::v1::Pod>>,
+/// Claims objects for a controller, as upstream's `ControllerRefManager`: of the given
+/// objects, those it controls that still match `selector` are kept, those that no longer
+/// match are released (their reference removed), and matching orphans that are not being
+/// deleted and that `adoptable` accepts are adopted (`reference` added). Returns the claimed.
+pub async fn claim<K>(
+    api: &kube::Api<K>,
+    objects: Vec<std::sync::Arc<K>>,
     selector: &Selector,
     reference: OwnerReference,
-) -> kube::Result<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Pod>>> {
+    adoptable: impl Fn(&K) -> bool,
+) -> kube::Result<Vec<std::sync::Arc<K>>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     use kube::api::{Patch, PatchParams};
     let uid = reference.uid.clone();
     let mut owned = Vec::new();
-    for p in pods {
-        let controller = controller_of(&p.metadata);
-        // Pods of another controller are neither adopted nor released: no need to match.
-        if controller.is_some_and(|o| o.uid != uid) {
+    for o in objects {
+        let meta = o.meta();
+        let controller = controller_of(meta);
+        // Objects of another controller are neither adopted nor released.
+        if controller.is_some_and(|c| c.uid != uid) {
             continue;
         }
-        let matches = selector.matches(p.metadata.labels.as_ref());
-        let name = p.metadata.name.clone().unwrap_or_default();
+        let matches = selector.matches(meta.labels.as_ref());
+        let name = meta.name.clone().unwrap_or_default();
         match controller {
-            Some(_) if matches => owned.push(p),
+            Some(_) if matches => owned.push(o),
             Some(_) => {
-                let keep: Vec<&OwnerReference> = p
-                    .metadata
+                let keep: Vec<&OwnerReference> = meta
                     .owner_references
                     .iter()
                     .flatten()
-                    .filter(|o| o.uid != uid)
+                    .filter(|r| r.uid != uid)
                     .collect();
                 // An empty list is dropped (null), as Go's omitempty does upstream.
                 let keep = if keep.is_empty() {
@@ -341,26 +341,38 @@ pub async fn claim_pods(
                 } else {
                     serde_json::json!(keep)
                 };
-                let patch = serde_json::json!({"metadata": {"ownerReferences": keep, "uid": p.metadata.uid}});
+                let patch =
+                    serde_json::json!({"metadata": {"ownerReferences": keep, "uid": meta.uid}});
                 api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                     .await?;
             }
-            None if matches && p.metadata.deletion_timestamp.is_none() && !is_terminal(&p) => {
-                let mut refs = p.metadata.owner_references.clone().unwrap_or_default();
+            None if matches && meta.deletion_timestamp.is_none() && adoptable(&o) => {
+                let mut refs = meta.owner_references.clone().unwrap_or_default();
                 refs.push(reference.clone());
-                let patch = serde_json::json!({"metadata": {"ownerReferences": refs, "uid": p.metadata.uid}});
+                let patch =
+                    serde_json::json!({"metadata": {"ownerReferences": refs, "uid": meta.uid}});
                 if api
                     .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                     .await
                     .is_ok()
                 {
-                    owned.push(p);
+                    owned.push(o);
                 }
             }
             None => {}
         }
     }
     Ok(owned)
+}
+
+/// Claims pods for a controller (upstream's `ClaimPods`): finished pods are not adopted.
+pub async fn claim_pods(
+    api: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    pods: Vec<std::sync::Arc<k8s_openapi::api::core::v1::Pod>>,
+    selector: &Selector,
+    reference: OwnerReference,
+) -> kube::Result<Vec<std::sync::Arc<k8s_openapi::api::core::v1::Pod>>> {
+    claim(api, pods, selector, reference, |p| !is_terminal(p)).await
 }
 
 #[cfg(test)]
