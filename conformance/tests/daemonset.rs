@@ -58,6 +58,29 @@ fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
         want,
         "not on the tainted node; still on the cordoned one"
     );
+    // The revision holds the template as Go's encoding writes it (upstream's daemon.Match
+    // compares it byte for byte): metadata.creationTimestamp null, containers' resources.
+    let rev: serde_json::Value = serde_json::from_str(&c.ok(&[
+        "get",
+        "controllerrevisions",
+        "-l",
+        "app=agent",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let template = &rev["items"][0]["data"]["spec"]["template"];
+    assert!(
+        template["metadata"]
+            .as_object()
+            .is_some_and(|m| m.get("creationTimestamp") == Some(&serde_json::Value::Null)),
+        "{template}"
+    );
+    assert!(
+        template["spec"]["containers"][0]["resources"].is_object(),
+        "{template}"
+    );
+    assert_eq!(template["$patch"], "replace");
     let pod_tolerations = c.ok(&[
         "get",
         "pods",

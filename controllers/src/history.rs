@@ -84,7 +84,8 @@ where
                 .and_then(|m| m.labels.clone())
                 .unwrap_or_default();
             labels.insert(HASH_LABEL.into(), hash.into());
-            let mut data = json!({"spec": {"template": serde_json::to_value(template)?}});
+            let mut data =
+                json!({"spec": {"template": go_encoding(serde_json::to_value(template)?)}});
             data["spec"]["template"]["$patch"] = json!("replace");
             let rev: ControllerRevision = serde_json::from_value(json!({
                 "metadata": {"name": name, "labels": labels,
@@ -107,4 +108,27 @@ where
         }
     }
     Ok(())
+}
+
+/// A pod template as Go's encoding writes it, which clients compare revisions' data with byte
+/// for byte (upstream's `daemon.Match` marshals the DaemonSet's template): the template's
+/// `metadata.creationTimestamp` is `null` and every container has `resources`, even empty.
+fn go_encoding(mut template: serde_json::Value) -> serde_json::Value {
+    if template.get("metadata").is_none_or(|m| !m.is_object()) {
+        template["metadata"] = json!({});
+    }
+    template["metadata"]["creationTimestamp"] = serde_json::Value::Null;
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = template
+            .pointer_mut(&format!("/spec/{list}"))
+            .and_then(serde_json::Value::as_array_mut)
+        {
+            for c in cs {
+                if c.get("resources").is_none() {
+                    c["resources"] = json!({});
+                }
+            }
+        }
+    }
+    template
 }

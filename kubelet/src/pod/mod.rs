@@ -48,6 +48,8 @@ pub struct Worker {
     pulls: Mutex<HashMap<(String, String), (std::time::Instant, Duration)>>,
     /// When each running pod's API-fed volumes were last rewritten.
     refreshed: Mutex<HashMap<String, std::time::Instant>>,
+    /// The status last written per pod uid, and when (upstream's status manager cache).
+    written: Mutex<HashMap<String, (k8s_openapi::api::core::v1::PodStatus, std::time::Instant)>>,
     /// Probe results per container.
     pub probes: probe::Probes,
     /// Publishes the pod events the kubelet reports (`FailedCreatePodSandBox`, …).
@@ -75,6 +77,7 @@ impl Worker {
             failures: Mutex::new(HashMap::new()),
             pulls: Mutex::new(HashMap::new()),
             refreshed: Mutex::new(HashMap::new()),
+            written: Mutex::new(HashMap::new()),
             probes: probe::Probes::default(),
         }
     }
@@ -104,6 +107,7 @@ impl Worker {
     fn forget(&self, uid: &str) {
         self.failures.lock().expect("failures lock").remove(uid);
         self.refreshed.lock().expect("refresh lock").remove(uid);
+        self.written.lock().expect("written lock").remove(uid);
         self.pulls
             .lock()
             .expect("pulls lock")
@@ -669,6 +673,16 @@ impl Worker {
         if !status::changed(pod.status.as_ref(), &status) {
             return Ok(());
         }
+        // As upstream's status manager: what the kubelet computes is written when it changes;
+        // a status someone else changed is put back only on the periodic reconcile (10 s),
+        // not at once (a DaemonSet's failed pod must be seen failed to be replaced).
+        let uid = pod.uid().unwrap_or_default();
+        if let Some((last, at)) = self.written.lock().expect("written lock").get(&uid)
+            && !status::changed(Some(last), &status)
+            && at.elapsed() < STATUS_RECONCILE
+        {
+            return Ok(());
+        }
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let patch = serde_json::json!({"status": status});
@@ -680,12 +694,22 @@ impl Worker {
             )
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.written
+                    .lock()
+                    .expect("written lock")
+                    .insert(uid, (status, std::time::Instant::now()));
+                Ok(())
+            }
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
 }
+
+/// How often a status someone else changed is put back (upstream's status manager syncs
+/// every 10 s).
+const STATUS_RECONCILE: Duration = Duration::from_secs(10);
 
 /// How long until the pod's activeDeadlineSeconds passes, counted from its start time.
 fn deadline_left(pod: &Pod, now: i64) -> Option<Duration> {
