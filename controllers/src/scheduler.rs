@@ -80,8 +80,8 @@ pub struct NodeInfo {
     pub requested: BTreeMap<String, Quantity>,
     /// Number of pods on it.
     pub pods: i64,
-    /// Host ports in use: (protocol, port).
-    pub ports: HashSet<(String, i32)>,
+    /// Host ports in use: (host IP, protocol, port).
+    pub ports: HashSet<(String, String, i32)>,
     /// (namespace, labels) of the pods on it.
     pub pod_labels: Vec<(String, BTreeMap<String, String>)>,
     /// The node's allocatable resources (else its capacity), parsed once: every decision
@@ -132,17 +132,31 @@ impl NodeInfo {
     }
 }
 
-fn host_ports(pod: &Pod) -> Vec<(String, i32)> {
+/// A pod's host ports: (host IP, `0.0.0.0` when unset; protocol; port).
+fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
     pod.spec
         .iter()
         .flat_map(|s| s.containers.iter())
         .flat_map(|c| c.ports.iter().flatten())
         .filter_map(|p| {
-            p.host_port
-                .filter(|h| *h > 0)
-                .map(|h| (p.protocol.clone().unwrap_or_else(|| "TCP".into()), h))
+            p.host_port.filter(|h| *h > 0).map(|h| {
+                (
+                    p.host_ip
+                        .clone()
+                        .filter(|ip| !ip.is_empty())
+                        .unwrap_or_else(|| "0.0.0.0".into()),
+                    p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    h,
+                )
+            })
         })
         .collect()
+}
+
+/// Whether two host ports collide (upstream's NodePorts plugin): same protocol and port, and
+/// the same host IP or either bound to all addresses.
+fn ports_collide(a: &(String, String, i32), b: &(String, String, i32)) -> bool {
+    a.1 == b.1 && a.2 == b.2 && (a.0 == b.0 || a.0 == "0.0.0.0" || b.0 == "0.0.0.0")
 }
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
@@ -336,7 +350,10 @@ pub fn filter(
             return Err(format!("Insufficient {res}"));
         }
     }
-    if host_ports(pod).iter().any(|p| info.ports.contains(p)) {
+    if host_ports(pod)
+        .iter()
+        .any(|p| info.ports.iter().any(|used| ports_collide(p, used)))
+    {
         return Err("node(s) didn't have free ports for the requested pod ports".into());
     }
     Ok(())
@@ -1041,5 +1058,26 @@ mod tests {
                 .unwrap(),
             "n1"
         );
+    }
+
+    #[test]
+    fn host_ports_collide_by_ip_protocol_and_port_as_upstream() {
+        let p = |ip: &str, proto: &str, port| (ip.to_owned(), proto.to_owned(), port);
+        assert!(ports_collide(
+            &p("0.0.0.0", "TCP", 54321),
+            &p("127.0.0.1", "TCP", 54321)
+        ));
+        assert!(!ports_collide(
+            &p("127.0.0.1", "TCP", 54321),
+            &p("192.0.2.2", "TCP", 54321)
+        ));
+        assert!(!ports_collide(
+            &p("192.0.2.2", "TCP", 54321),
+            &p("192.0.2.2", "UDP", 54321)
+        ));
+        assert!(ports_collide(
+            &p("192.0.2.2", "UDP", 54321),
+            &p("192.0.2.2", "UDP", 54321)
+        ));
     }
 }
