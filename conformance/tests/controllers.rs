@@ -429,6 +429,12 @@ fn jobs_complete_fail_expire_and_cronjobs_run_on_schedule() {
     assert!(out.ends_with('Z'), "{out}");
     let jobs = c.ok(&["get", "jobs", "-o", "name"]);
     assert!(jobs.contains("job.batch/tick-"), "{jobs}");
+    // The CronJob controller says what it did, as upstream's.
+    let described = c.ok(&["describe", "cronjob", "tick"]);
+    assert!(
+        described.contains("SuccessfulCreate") && described.contains("Created job tick-"),
+        "{described}"
+    );
 }
 
 /// `v1` ReplicationControllers (still GA upstream) are run by the replication controller:

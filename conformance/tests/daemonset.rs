@@ -81,6 +81,11 @@ fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
         "{template}"
     );
     assert_eq!(template["$patch"], "replace");
+    // The DaemonSet controller says what it did, as upstream's.
+    let described = c.eventually(&["describe", "daemonset", "agent"], |s| {
+        s.contains("SuccessfulCreate")
+    });
+    assert!(described.contains("Created pod: agent-"), "{described}");
     let pod_tolerations = c.ok(&[
         "get",
         "pods",

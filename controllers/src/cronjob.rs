@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
@@ -125,6 +125,7 @@ pub fn job_for(cj: &CronJob, scheduled: Timestamp) -> Result<Job> {
 struct Ctx {
     client: Client,
     jobs: Store<Job>,
+    recorder: minik8s_events::Recorder,
 }
 
 async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action> {
@@ -176,7 +177,11 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action> {
             "Replace" => {
                 for name in active.drain(..) {
                     match jobs_api.delete(&name, &DeleteParams::background()).await {
-                        Ok(_) => {}
+                        Ok(_) => ctx.recorder.normal(
+                            &cj.object_ref(&()),
+                            "SuccessfulDelete",
+                            format!("Deleted job {name}"),
+                        ),
                         Err(kube::Error::Api(s)) if s.code == 404 => {}
                         Err(e) => return Err(e.into()),
                     }
@@ -188,10 +193,21 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action> {
         if run {
             let job = job_for(&cj, t)?;
             match jobs_api.create(&PostParams::default(), &job).await {
-                Ok(_) => {}
+                Ok(created) => ctx.recorder.normal(
+                    &cj.object_ref(&()),
+                    "SuccessfulCreate",
+                    format!("Created job {}", created.name_any()),
+                ),
                 // Created before (a lagging informer or a restart): the time is done.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
-                Err(e) => return Err(e.into()),
+                Err(e) => {
+                    ctx.recorder.warning(
+                        &cj.object_ref(&()),
+                        "FailedCreate",
+                        format!("Error creating job: {}", util::api_message(&e)),
+                    );
+                    return Err(e.into());
+                }
             }
             let name = job_name(&cj.name_any(), t);
             if !active.contains(&name) {
@@ -243,7 +259,11 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action> {
         spec.failed_jobs_history_limit.unwrap_or(1).max(0) as usize,
     ) {
         match jobs_api.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {}
+            Ok(_) => ctx.recorder.normal(
+                &cj.object_ref(&()),
+                "SuccessfulDelete",
+                format!("Deleted job {name}"),
+            ),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
@@ -271,6 +291,7 @@ pub async fn run(
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         jobs,
+        recorder: minik8s_events::Recorder::new(client.clone(), "cronjob-controller", None),
     });
     Controller::new(
         Api::<CronJob>::all(client.clone()),
@@ -348,6 +369,7 @@ mod tests {
         let ctx = Arc::new(Ctx {
             client: m.client.clone(),
             jobs: crate::testing::store(Vec::<Job>::new()),
+            recorder: minik8s_events::Recorder::new(m.client.clone(), "cronjob-controller", None),
         });
         m.run(reconcile(Arc::new(cj), ctx)).unwrap();
         let jobs = crate::testing::matching(&calls, "POST", "/namespaces/default/jobs");

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -105,10 +105,11 @@ pub async fn run(
     let pods = informers.all::<Pod>().await;
     let nodes = informers.all::<Node>().await;
     let revisions = informers.all::<ControllerRevision>().await;
+    let recorder = minik8s_events::Recorder::new(client.clone(), "daemonset-controller", None);
     loop {
         for ds in sets.state() {
             if ds.metadata.deletion_timestamp.is_none() {
-                let sync = reconcile(&client, &ds, &pods, &nodes, &revisions);
+                let sync = reconcile(&client, &recorder, &ds, &pods, &nodes, &revisions);
                 crate::util::run_pass("daemonset", Some(&ds.name_any()), sync).await;
             }
         }
@@ -120,6 +121,7 @@ pub async fn run(
 
 async fn reconcile(
     client: &Client,
+    recorder: &minik8s_events::Recorder,
     ds: &DaemonSet,
     pods: &Store<Pod>,
     nodes: &Store<Node>,
@@ -174,7 +176,7 @@ async fn reconcile(
                 .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
                 .count();
             for p in on_node {
-                crate::util::delete_pod(&pod_api, &p).await?;
+                delete(&pod_api, recorder, ds, &p).await?;
             }
             continue;
         }
@@ -184,7 +186,15 @@ async fn reconcile(
             .into_iter()
             .partition(|p| crate::util::phase(p) == "Failed");
         for p in failed {
-            crate::util::delete_pod(&pod_api, &p).await?;
+            recorder.warning(
+                &ds.object_ref(&()),
+                "FailedDaemonPod",
+                format!(
+                    "Found failed daemon pod {ns}/{} on node {name}, will try to kill it",
+                    p.name_any()
+                ),
+            );
+            delete(&pod_api, recorder, ds, &p).await?;
         }
         live.sort_by_key(|p| {
             (
@@ -204,7 +214,7 @@ async fn reconcile(
             && crate::util::is_ready(&live[1]);
         let keep = if surge_pair { 2 } else { 1 };
         for extra in live.iter().skip(keep) {
-            crate::util::delete_pod(&pod_api, extra).await?;
+            delete(&pod_api, recorder, ds, extra).await?;
         }
         if surge_pair {
             surging += 1;
@@ -216,7 +226,7 @@ async fn reconcile(
         match live.first() {
             None => {
                 unavailable += 1;
-                create(&pod_api, ds, &template, &hash, &name).await?;
+                create(&pod_api, recorder, ds, &template, &hash, &name).await?;
             }
             Some(p) => {
                 if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
@@ -235,7 +245,7 @@ async fn reconcile(
                     unavailable += 1;
                     if !is_new && is_rolling(&spec) {
                         // An old pod that is not ready anyway goes first.
-                        crate::util::delete_pod(&pod_api, p).await?;
+                        delete(&pod_api, recorder, ds, p).await?;
                     }
                 }
             }
@@ -243,20 +253,20 @@ async fn reconcile(
     }
     // Pods on nodes that are gone.
     for p in by_node.into_values().flatten() {
-        crate::util::delete_pod(&pod_api, &p).await?;
+        delete(&pod_api, recorder, ds, &p).await?;
     }
     if surge_on {
         // Surge: start new pods next to ready old ones, `maxSurge` nodes at a time.
         let surge = rolling_param(&spec, |r| r.max_surge.clone(), desired, 0);
         let budget = (surge - surging).max(0) as usize;
         for (node, _) in old_ready.iter().take(budget) {
-            create(&pod_api, ds, &template, &hash, node).await?;
+            create(&pod_api, recorder, ds, &template, &hash, node).await?;
         }
     } else if is_rolling(&spec) {
         let max = rolling_param(&spec, |r| r.max_unavailable.clone(), desired, 1).max(1);
         let budget = (max - unavailable).max(0) as usize;
         for (_, p) in old_ready.iter().take(budget) {
-            crate::util::delete_pod(&pod_api, p).await?;
+            delete(&pod_api, recorder, ds, p).await?;
         }
     }
     let generation = ds.metadata.generation.unwrap_or(0);
@@ -317,8 +327,25 @@ fn is_rolling(spec: &k8s_openapi::api::apps::v1::DaemonSetSpec) -> bool {
         .is_none_or(|t| t == "RollingUpdate")
 }
 
+/// Deletes one of the set's pods, saying so as upstream's `SuccessfulDelete`.
+async fn delete(
+    api: &Api<Pod>,
+    recorder: &minik8s_events::Recorder,
+    ds: &DaemonSet,
+    pod: &Pod,
+) -> crate::Result<()> {
+    crate::util::delete_pod(api, pod).await?;
+    recorder.normal(
+        &ds.object_ref(&()),
+        "SuccessfulDelete",
+        format!("Deleted pod: {}", pod.name_any()),
+    );
+    Ok(())
+}
+
 async fn create(
     api: &Api<Pod>,
+    recorder: &minik8s_events::Recorder,
     ds: &DaemonSet,
     template: &k8s_openapi::api::core::v1::PodTemplateSpec,
     hash: &str,
@@ -360,9 +387,23 @@ async fn create(
         "spec": spec,
     }))?;
     match api.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(()),
+        Ok(created) => {
+            recorder.normal(
+                &ds.object_ref(&()),
+                "SuccessfulCreate",
+                format!("Created pod: {}", created.name_any()),
+            );
+            Ok(())
+        }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
+        Err(e) => {
+            recorder.warning(
+                &ds.object_ref(&()),
+                "FailedCreate",
+                format!("Error creating: {}", crate::util::api_message(&e)),
+            );
+            Err(e.into())
+        }
     }
 }
 

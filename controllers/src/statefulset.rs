@@ -22,7 +22,7 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetSpe
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -166,10 +166,11 @@ pub async fn run(
     let pods = informers.all::<Pod>().await;
     let claims = informers.all::<PersistentVolumeClaim>().await;
     let revisions = informers.all::<ControllerRevision>().await;
+    let recorder = minik8s_events::Recorder::new(client.clone(), "statefulset-controller", None);
     loop {
         for set in sets.state() {
             if set.metadata.deletion_timestamp.is_none() {
-                let sync = reconcile(&client, &set, &pods, &claims, &revisions);
+                let sync = reconcile(&client, &recorder, &set, &pods, &claims, &revisions);
                 crate::util::run_pass("statefulset", Some(&set.name_any()), sync).await;
             }
         }
@@ -181,6 +182,7 @@ pub async fn run(
 
 async fn reconcile(
     client: &Client,
+    recorder: &minik8s_events::Recorder,
     set: &StatefulSet,
     pods: &Store<Pod>,
     claims: &Store<PersistentVolumeClaim>,
@@ -221,6 +223,15 @@ async fn reconcile(
                 own_claims(client, set, *ord, p, claims).await?;
             }
             crate::util::delete_pod(&pod_api, p).await?;
+            // upstream's recordPodEvent wording.
+            recorder.normal(
+                &set.object_ref(&()),
+                "SuccessfulDelete",
+                format!(
+                    "delete Pod {} in StatefulSet {name} successful",
+                    p.name_any()
+                ),
+            );
         }
     }
     for (ord, to_update) in &decided.create {
@@ -232,7 +243,23 @@ async fn reconcile(
         if !ensure_claims(client, set, *ord, claims).await? {
             continue;
         }
-        create(&pod_api, set, template, revision, *ord).await?;
+        let pod_name = format!("{name}-{ord}");
+        match create(&pod_api, set, template, revision, *ord).await {
+            Ok(true) => recorder.normal(
+                &set.object_ref(&()),
+                "SuccessfulCreate",
+                format!("create Pod {pod_name} in StatefulSet {name} successful"),
+            ),
+            Ok(false) => {}
+            Err(e) => {
+                recorder.warning(
+                    &set.object_ref(&()),
+                    "FailedCreate",
+                    format!("create Pod {pod_name} in StatefulSet {name} failed error: {e}"),
+                );
+                return Err(e);
+            }
+        }
     }
 
     // Status, from the pods as they are (the next pass sees this pass's changes).
@@ -429,11 +456,12 @@ async fn create(
     template: &PodTemplateSpec,
     revision: &str,
     ord: i32,
-) -> crate::Result<()> {
+) -> crate::Result<bool> {
     let pod = pod_for(set, template, revision, ord)?;
     match api.create(&PostParams::default(), &pod).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+        Err(kube::Error::Api(e)) => Err(crate::Error::Invalid(e.message)),
         Err(e) => Err(e.into()),
     }
 }
