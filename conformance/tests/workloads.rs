@@ -182,9 +182,11 @@ fn statefulsets_volumes_daemonsets_and_budgets_on_a_real_cluster() {
     apply(&c, WEB);
     c.ok(&["rollout", "status", "statefulset/web", "--timeout=180s"]);
     // The StatefulSet controller says what it did, in upstream's words.
-    let described = c.eventually(&["describe", "statefulset", "web"], |s| {
-        s.contains("create Pod web-2 in StatefulSet web successful")
-    });
+    let described = c.eventually(
+        Duration::from_secs(30),
+        &["describe", "statefulset", "web"],
+        |s: &str| s.contains("create Pod web-2 in StatefulSet web successful"),
+    );
     assert!(described.contains("SuccessfulCreate"), "{described}");
     let created = |pod: &str| {
         c.ok(&[
