@@ -260,11 +260,7 @@ const MAX_REWRITE: usize = 16 * 1024 * 1024;
 
 /// The path this proxy serves the backend under: everything up to and including `/proxy`.
 fn prefix_of(ctx: &Ctx) -> String {
-    let base = if ctx.res.group.is_empty() {
-        format!("/api/{}", ctx.res.version)
-    } else {
-        format!("/apis/{}/{}", ctx.res.group, ctx.res.version)
-    };
+    let base = ctx.res.base_path();
     match ctx.namespace() {
         Some(ns) => format!(
             "{base}/namespaces/{ns}/{}/{}/proxy",

@@ -237,6 +237,16 @@ impl Gc {
         }
     }
 
+    /// Merge-patches an object's metadata (a gone object is fine).
+    async fn patch_meta(&self, m: &Meta, patch: serde_json::Value) -> kube::Result<()> {
+        ignore_gone(
+            self.api(m)
+                .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+                .map(|_| ()),
+        )
+    }
+
     async fn apply(&self, step: Step) -> kube::Result<()> {
         let meta = |uid: &str| {
             self.graph
@@ -270,12 +280,7 @@ impl Gc {
                     })
                     .collect();
                 let patch = json!({"metadata": {"ownerReferences": refs, "uid": uid}});
-                ignore_gone(
-                    self.api(&m)
-                        .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                        .map(|_| ()),
-                )
+                self.patch_meta(&m, patch).await
             }
             Step::Delete(uid, policy) => {
                 let Some(m) = meta(&uid) else { return Ok(()) };
@@ -308,23 +313,13 @@ impl Gc {
                     json!(keep)
                 };
                 let patch = json!({"metadata": {"ownerReferences": refs, "uid": uid}});
-                ignore_gone(
-                    self.api(&m)
-                        .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                        .map(|_| ()),
-                )
+                self.patch_meta(&m, patch).await
             }
             Step::Release(uid, finalizer) => {
                 let Some(m) = meta(&uid) else { return Ok(()) };
                 let keep: Vec<&String> = m.finalizers.iter().filter(|f| *f != finalizer).collect();
                 let patch = json!({"metadata": {"finalizers": keep, "uid": uid}});
-                ignore_gone(
-                    self.api(&m)
-                        .patch(&m.name, &PatchParams::default(), &Patch::Merge(patch))
-                        .await
-                        .map(|_| ()),
-                )
+                self.patch_meta(&m, patch).await
             }
         }
     }

@@ -227,11 +227,7 @@ fn op(
 }
 
 fn paths_for(res: &ResourceInfo, schema: &Value, out: &mut Map<String, Value>) {
-    let base = if res.group.is_empty() {
-        format!("/api/{}", res.version)
-    } else {
-        format!("/apis/{}/{}", res.group, res.version)
-    };
+    let base = res.base_path();
     let scope = if res.namespaced {
         "/namespaces/{namespace}"
     } else {
@@ -298,11 +294,7 @@ fn v2_paths(refs: &[(Arc<ResourceInfo>, Value)]) -> Value {
         if res.serving != crate::registry::Serving::Stored {
             continue;
         }
-        let base = if res.group.is_empty() {
-            format!("/api/{}", res.version)
-        } else {
-            format!("/apis/{}/{}", res.group, res.version)
-        };
+        let base = res.base_path();
         let scope = if res.namespaced {
             "/namespaces/{namespace}"
         } else {

@@ -148,6 +148,15 @@ impl ResourceInfo {
         }
     }
 
+    /// The URL prefix of this resource's group/version (`/api/v1`, `/apis/apps/v1`).
+    pub fn base_path(&self) -> String {
+        if self.group.is_empty() {
+            format!("/api/{}", self.version)
+        } else {
+            format!("/apis/{}/{}", self.group, self.version)
+        }
+    }
+
     /// The storage key prefix of all objects of this resource, with a trailing `/`.
     pub fn key_prefix(&self) -> String {
         if let Some((_, prefix)) = &self.storage {

@@ -761,24 +761,8 @@ async fn fail_deadline(pod: &Pod, w: &Worker, shape: &Shape) -> Result<Action> {
     );
     new.reason = Some("DeadlineExceeded".into());
     new.message = Some(MESSAGE.into());
-    if !already {
-        let api: Api<Pod> = Api::namespaced(w.client.clone(), &pod.namespace().unwrap_or_default());
-        let patch = serde_json::json!({"status": new});
-        match api
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
-    } else {
-        w.write_status(pod, new).await?;
-    }
+    // The phase changes with it, so the status manager writes it (reason and message too).
+    w.write_status(pod, new).await?;
     Ok(Action::await_change())
 }
 
