@@ -121,6 +121,13 @@ run() {
   local data="$WORK/cluster" results
   results="$WORK/results/$(date +%Y%m%d-%H%M%S)"
   mkdir -p "$results"
+  # Every run starts from an empty cluster: objects a failed spec left behind
+  # (PriorityClasses, pods, namespaces) must not decide the next run's results.
+  # The built images are kept.
+  if [ -d "$data" ]; then
+    DATA_DIR="$data" "$ROOT/hack/down.sh" >/dev/null 2>&1 || true
+    find "$data" -mindepth 1 -maxdepth 1 ! -name images -exec rm -rf {} +
+  fi
   DATA_DIR="$data" PORT=6448 "$ROOT/hack/images.sh" "$data/images" >/dev/null
   cp "$WORK"/images/e2e-*.tar "$data/images/"
   log "starting minik8s (data in $data, results in $results)"

@@ -142,6 +142,19 @@ pub async fn run(api: &Api) -> ApiResult<()> {
         "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
     });
     ensure(api, "/registry/core/endpoints/default/kubernetes", ep).await?;
+    // The built-in PriorityClasses (upstream's scheduling storage post-start hook).
+    for class in crate::admission::priority::system_classes() {
+        let name = class["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        ensure(
+            api,
+            &format!("/registry/scheduling.k8s.io/priorityclasses/{name}"),
+            class,
+        )
+        .await?;
+    }
     // The default StorageClass, as k3s bundles one: each node's kubelet provisions its
     // volumes as folders (see the kubelet's `provisioner`).
     let class = json!({

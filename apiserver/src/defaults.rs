@@ -216,7 +216,6 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
             pod_spec(spec);
             set_default(spec, "serviceAccountName", json!("default"));
             set_default(spec, "enableServiceLinks", json!(true));
-            set_default(spec, "priority", json!(0));
             requests_from_limits(spec);
         }
         ("", "Service") => {
@@ -306,6 +305,9 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
         ("", "PersistentVolumeClaim") => {
             set_default(child(obj, "spec"), "volumeMode", json!("Filesystem"));
             set_default(child(obj, "status"), "phase", json!("Pending"));
+        }
+        ("scheduling.k8s.io", "PriorityClass") => {
+            set_default(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
         }
         ("storage.k8s.io", "StorageClass") => {
             set_default(obj, "reclaimPolicy", json!("Delete"));

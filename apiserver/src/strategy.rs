@@ -174,6 +174,17 @@ pub fn validate_update(res: &ResourceInfo, new: &Value, old: &Value) -> Vec<Caus
             causes.push(Cause::immutable("type"));
         }
         ("", "Pod") => pod_update(new, old, &mut causes),
+        ("scheduling.k8s.io", "PriorityClass") => {
+            if new.get("value") != old.get("value") {
+                causes.push(Cause::forbidden(
+                    "value",
+                    "may not be changed in an update.",
+                ));
+            }
+            if new.get("preemptionPolicy") != old.get("preemptionPolicy") {
+                causes.push(Cause::immutable("preemptionPolicy"));
+            }
+        }
         ("certificates.k8s.io", "CertificateSigningRequest") => {
             // A decision stands: Approved and Denied may not be removed, nor both be given.
             for t in ["Approved", "Denied"] {

@@ -771,3 +771,74 @@ spec:
     ];
     c.eventually(&old, |s| s == "test-rolling-update-deployment 0");
 }
+
+/// Pod priority and preemption, as upstream's SchedulerPreemption specs drive them: the
+/// Priority admission fills `spec.priority` from the class (and refuses a class that does not
+/// exist), a class's value is immutable, and a pod that fits nowhere preempts a pod of lower
+/// priority, which is deleted with a `Preempted` event, then takes its place.
+#[test]
+fn pods_of_higher_priority_preempt_lower_ones() {
+    let c = Cluster::start();
+    c.run_controllers(2);
+    c.eventually(&["get", "nodes", "-o", "name"], |o| count(o) == 2);
+    // The built-in classes exist; a user's class value may not change.
+    c.ok(&[
+        "get",
+        "priorityclass",
+        "system-cluster-critical",
+        "system-node-critical",
+    ]);
+    c.ok(&["create", "priorityclass", "low", "--value=1"]);
+    c.ok(&["create", "priorityclass", "high", "--value=1000"]);
+    let err = c.fails(&["patch", "priorityclass", "high", "-p", r#"{"value": 5}"#]);
+    assert!(
+        err.contains("value: Forbidden: may not be changed in an update."),
+        "{err}"
+    );
+    let err = c.fails(&["create", "priorityclass", "system-mine", "--value=1"]);
+    assert!(err.contains("reserved for system use only"), "{err}");
+
+    // Only sim-0 has the extended resource, 3 of it.
+    let foo = r#"{"status": {"capacity": {"example.com/foo": "3"}, "allocatable": {"example.com/foo": "3"}}}"#;
+    c.ok(&["patch", "node", "sim-0", "--subresource=status", "-p", foo]);
+    let pod = |name: &str, class: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  priorityClassName: {class}\n  containers:\n  - name: c\n    image: busybox\n    resources:\n      requests: {{example.com/foo: 2}}\n      limits: {{example.com/foo: 2}}\n"
+        )
+    };
+    let r = c.with_manifest(&["create"], &pod("missing-class", "nope"));
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains("no PriorityClass with name nope was found"),
+        "{}",
+        r.stderr
+    );
+    assert!(c.with_manifest(&["create"], &pod("victim", "low")).ok);
+    c.eventually(
+        &["get", "pod", "victim", "-o", "jsonpath={.spec.nodeName}"],
+        |o| o == "sim-0",
+    );
+    assert_eq!(
+        c.ok(&["get", "pod", "victim", "-o", "jsonpath={.spec.priority}"]),
+        "1"
+    );
+    assert!(c.with_manifest(&["create"], &pod("preemptor", "high")).ok);
+    c.eventually(
+        &["get", "pod", "preemptor", "-o", "jsonpath={.spec.nodeName}"],
+        |o| o == "sim-0",
+    );
+    let pods = c.ok(&["get", "pods", "-o", "name"]);
+    assert!(!pods.contains("pod/victim"), "{pods}");
+    c.eventually(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=Preempted",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        |o| o.contains("Preempted by default/preemptor on node sim-0"),
+    );
+}

@@ -218,7 +218,7 @@ impl Devices {
     }
 
     /// Allocates the devices container `c` of `pod` asks for (once per pod and container);
-    /// `Err` explains why not (no plugin, too few free devices, the plugin's refusal).
+    /// `Err` explains why not (too few free devices, the plugin's refusal).
     pub async fn allocate(&self, pod: &Pod, c: &Container) -> Result<Allocation, String> {
         let uid = pod.uid().unwrap_or_default();
         let mut out = Allocation::default();
@@ -229,8 +229,11 @@ impl Devices {
             let (ids, mut client) = {
                 let mut st = self.state.lock().expect("devices");
                 let key = (uid.clone(), c.name.clone());
+                // An extended resource no plugin serves (one advertised by patching the
+                // node's capacity) is only counted by the scheduler: nothing to allocate,
+                // as upstream's device manager skips non-device-plugin resources.
                 let Some(plugin) = st.plugins.get(&resource) else {
-                    return Err(format!("no device plugin for {resource}"));
+                    continue;
                 };
                 let client = plugin.client.clone();
                 let ids = match st.allocated.get(&key) {

@@ -268,6 +268,38 @@ pub async fn register(client: &Client, f: &Facts, port: u16) -> Result<()> {
     Ok(())
 }
 
+/// Whether a resource name is an extended resource (upstream's `IsExtendedResourceName`):
+/// domain-qualified outside `kubernetes.io`, and not a quota `requests.` name.
+fn is_extended(name: &str) -> bool {
+    name.contains('/')
+        && !name.starts_with("requests.")
+        && !name.split_once('/').is_some_and(|(domain, _)| {
+            domain == "kubernetes.io" || domain.ends_with(".kubernetes.io")
+        })
+}
+
+/// The allocatable patch that follows the node's capacity for extended resources, as
+/// upstream's kubelet does on every status update: a resource someone advertised by patching
+/// `status.capacity` becomes allocatable, and one removed from capacity leaves allocatable.
+/// `None` when allocatable already agrees.
+fn extended_allocatable(node: &Node) -> Option<serde_json::Value> {
+    let status = node.status.as_ref()?;
+    let capacity = status.capacity.clone().unwrap_or_default();
+    let allocatable = status.allocatable.clone().unwrap_or_default();
+    let mut patch = serde_json::Map::new();
+    for (k, q) in capacity.iter().filter(|(k, _)| is_extended(k)) {
+        if allocatable.get(k) != Some(q) {
+            patch.insert(k.clone(), json!(q.0));
+        }
+    }
+    for k in allocatable.keys().filter(|k| is_extended(k)) {
+        if !capacity.contains_key(k) {
+            patch.insert(k.clone(), serde_json::Value::Null);
+        }
+    }
+    (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
+}
+
 /// Renews the node's Lease and its Ready heartbeat.
 pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -282,8 +314,15 @@ pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
     // A strategic merge: the conditions merge by type, and the rest of the status that
     // `register` applied stays owned by the kubelet.
     let nodes: Api<Node> = Api::all(client.clone());
-    let before = current_conditions(&nodes, name).await;
-    let status = json!({"status": {"conditions": conditions(ready, &before)}});
+    let current = nodes.get_opt(name).await.ok().flatten();
+    let before = current
+        .as_ref()
+        .and_then(|n| n.status.as_ref()?.conditions.clone())
+        .unwrap_or_default();
+    let mut status = json!({"status": {"conditions": conditions(ready, &before)}});
+    if let Some(allocatable) = current.as_ref().and_then(extended_allocatable) {
+        status["status"]["allocatable"] = allocatable;
+    }
     nodes
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(&status))
         .await?;
@@ -294,6 +333,22 @@ pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    #[test]
+    fn extended_resources_in_capacity_become_allocatable() {
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": "n"}, "status": {
+            "capacity": {"cpu": "2", "scheduling.k8s.io/foo": "3", "example.com/dongle": "1"},
+            "allocatable": {"cpu": "2", "example.com/dongle": "1", "example.com/gone": "4"}}}))
+        .unwrap();
+        assert_eq!(
+            extended_allocatable(&node),
+            Some(json!({"scheduling.k8s.io/foo": "3", "example.com/gone": null}))
+        );
+        assert!(is_extended("nvidia.com/gpu"));
+        assert!(!is_extended("cpu"));
+        assert!(!is_extended("kubernetes.io/something"));
+        assert!(!is_extended("requests.example.com/x"));
+    }
 
     #[test]
     fn a_condition_keeps_its_transition_time_while_its_status_holds() {

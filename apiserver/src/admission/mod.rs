@@ -1,10 +1,11 @@
 //! Admission: what happens to a write between decoding and storing, in upstream's order.
-//! Mutating: LimitRanger defaults, ServiceAccount, DefaultStorageClass,
+//! Mutating: LimitRanger defaults, ServiceAccount, Priority, DefaultStorageClass,
 //! StorageObjectInUseProtection, then mutating webhooks. Validating:
 //! LimitRanger limits, validating webhooks, then ResourceQuota (which the create path runs
 //! under its lock, see [`quota`]). Namespace lifecycle is checked before all of them.
 
 pub mod limits;
+pub mod priority;
 pub mod protection;
 pub mod quota;
 pub mod serviceaccount;
@@ -53,7 +54,14 @@ pub async fn mutate(
         let ranges = limits::ranges(&ctx.api, &ns).await?;
         limits::default_pod(&ranges, obj);
         serviceaccount::admit(&ctx.api, &ns, obj).await?;
+        priority::admit_pod(&ctx.api, obj).await?;
         default_tolerations(obj, ctx.api.default_toleration_seconds);
+    }
+    if op != Operation::Delete
+        && ctx.res.group == "scheduling.k8s.io"
+        && ctx.res.kind == "PriorityClass"
+    {
+        priority::admit_class(&ctx.api, obj).await?;
     }
     if op == Operation::Create && ctx.res.group.is_empty() && ctx.req.subresource.is_none() {
         if ctx.res.kind == "PersistentVolumeClaim" {

@@ -47,6 +47,7 @@ pub fn validate(group: &str, kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
                 causes,
             );
         }
+        ("scheduling.k8s.io", "PriorityClass") => priority_class(obj, causes),
         ("", "Service") => service(spec, causes),
         ("node.k8s.io", "RuntimeClass") => match obj.get("handler").and_then(Value::as_str) {
             None | Some("") => causes.push(Cause::required("handler", "")),
@@ -148,6 +149,48 @@ fn at_least(v: Option<&Value>, key: &str, path: &str, min: i64, causes: &mut Vec
             &msg,
         ));
     }
+}
+
+/// Upstream's `ValidatePriorityClass`: `system-` names are the built-in classes only, and
+/// a user's class is at most 1000000000.
+fn priority_class(obj: &Value, causes: &mut Vec<Cause>) {
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let value = obj.get("value").and_then(Value::as_i64).unwrap_or(0);
+    if name.starts_with("system-") {
+        let known = crate::admission::priority::system_classes()
+            .iter()
+            .find(|c| c["metadata"]["name"] == name)
+            .map(|c| c["value"].as_i64().unwrap_or(0));
+        let why = match known {
+            None => Some(format!("{name:?} is not a known system priority class")),
+            Some(v) if v != value => Some(format!("value of {name:?} PriorityClass must be {v}")),
+            Some(_) if obj.get("globalDefault") == Some(&Value::Bool(true)) => Some(format!(
+                "globalDefault of {name:?} PriorityClass must be false"
+            )),
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            causes.push(Cause::forbidden(
+                "metadata.name",
+                &format!("priority class names with 'system-' prefix are reserved for system use only. error: {why}"),
+            ));
+        }
+    } else if value > 1_000_000_000 {
+        causes.push(Cause::forbidden(
+            "value",
+            "maximum allowed value of a user defined priority is 1000000000",
+        ));
+    }
+    one_of(
+        Some(obj),
+        "preemptionPolicy",
+        "",
+        &["PreemptLowerPriority", "Never"],
+        causes,
+    );
 }
 
 fn one_of(v: Option<&Value>, key: &str, path: &str, allowed: &[&str], causes: &mut Vec<Cause>) {
