@@ -39,7 +39,7 @@ dockerGluster: docker.io/gluster
 sampleRegistry: docker.io/e2e
 EOF
 # Bump when the set of images changes, so an older set is rebuilt.
-VERSION=4
+VERSION=5
 [ "$(head -1 "$OUT/.done" 2>/dev/null)" = "$VERSION" ] && exit 0
 for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
@@ -120,8 +120,9 @@ new agnhost
 busybox_rootfs b-agnhost/rootfs
 cp "$BIN/agnhost" b-agnhost/rootfs/agnhost
 ln -s agnhost b-agnhost/rootfs/agnhost-2
-# upstream's image adds curl, dig and OpenBSD's nc (specs run `nc -zv -t`, busybox's has no -t).
-debs_into b-agnhost/rootfs "curl libcurl4 netcat-openbsd bind9-dnsutils bind9-libs" /usr/bin/curl /bin/nc.openbsd /usr/bin/dig
+# upstream's image adds curl, bind-tools (dig, nslookup, host) and OpenBSD's nc (specs run
+# `nc -zv -t`, busybox's has no -t).
+debs_into b-agnhost/rootfs "curl libcurl4 netcat-openbsd bind9-dnsutils bind9-host bind9-libs" /usr/bin/curl /bin/nc.openbsd /usr/bin/dig /usr/bin/nslookup /usr/bin/host
 ln -sf nc.openbsd b-agnhost/rootfs/bin/nc
 host_bin b-agnhost/rootfs /usr/bin/getent
 mkdir -p b-agnhost/rootfs/uploads

@@ -132,7 +132,9 @@ run() {
   cp "$WORK"/images/e2e-*.tar "$data/images/"
   log "starting minik8s (data in $data, results in $results)"
   cargo build --release -p minik8s --bin minik8s --quiet
-  "$ROOT/target/release/minik8s" up --data-dir "$data" --port 6448 --registry 127.0.0.1:5058 \
+  # Bound to every address: pods (the sample apiserver among them) reach the API through the
+  # `kubernetes` Service, whose endpoint is the advertised node address.
+  "$ROOT/target/release/minik8s" up --data-dir "$data" --bind 0.0.0.0 --port 6448 --registry 127.0.0.1:5058 \
     --no-functions --router 127.0.0.1:8089 >"$results/minik8s.log" 2>&1 &
   # Globals: the EXIT trap runs after this function's locals are gone.
   CLUSTER_PID=$!

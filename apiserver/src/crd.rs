@@ -102,7 +102,9 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                 schema: None,
                 strategic_merge: false,
                 field_selectors: vec![],
-                storage: (version != storage)
+                // With several versions, every version converts what it reads: objects may be
+                // stored in a version other than today's storage version.
+                storage: (version != storage || versions.len() > 1)
                     .then(|| (format!("{group}/{storage}"), prefix.clone())),
                 printer_columns,
                 read_defaults: v
@@ -110,6 +112,7 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                     .is_some_and(crate::structural::has_defaults),
                 crd_schema: v.pointer("/schema/openAPIV3Schema").cloned(),
                 serving: Serving::Stored,
+                conversion: None,
             }
         })
         .collect()
@@ -221,7 +224,10 @@ pub fn set_status(crd: &mut Value) {
 fn register(api: &Api, crd: &Value) {
     api.registry
         .remove(s(crd, "/spec/group"), s(crd, "/spec/names/plural"));
-    for row in rows(crd) {
+    let hook =
+        crate::conversion::Webhook::of(crd, api.store.clone(), api.tasks.clone()).map(Arc::new);
+    for mut row in rows(crd) {
+        row.conversion = hook.clone();
         api.registry.add(row);
     }
 }

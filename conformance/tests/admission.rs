@@ -1,5 +1,6 @@
 //! Admission with the stock kubectl: webhooks (mutating, validating, selectors, failure
-//! policy), LimitRanger, ResourceQuota and ServiceAccount token injection.
+//! policy), LimitRanger, ResourceQuota and ServiceAccount token injection; and custom
+//! resource conversion webhooks, which share the webhook client.
 
 use minik8s_conformance::Cluster;
 use serde_json::{Value, json};
@@ -490,5 +491,153 @@ fn limit_ranges_default_and_bound_pods_and_quotas_cap_namespaces() {
         r.stderr.contains("exceeded quota: d, requested: requests.example.com/dongle=2, used: requests.example.com/dongle=2, limited: requests.example.com/dongle=3"),
         "{}",
         r.stderr
+    );
+}
+
+/// A conversion webhook between `v1` (`hostPort: "h:p"`) and `v2` (`host`, `port`), as
+/// upstream's e2e crd-conversion-webhook converts.
+fn convert_host_port(request: &Value) -> Value {
+    let to = request["desiredAPIVersion"].as_str().unwrap_or_default();
+    let converted: Vec<Value> = request["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let mut o = o.clone();
+            let m = o.as_object_mut().unwrap();
+            if to.ends_with("/v2") {
+                if let Some(hp) = m.remove("hostPort") {
+                    let (h, p) = hp.as_str().unwrap().split_once(':').unwrap();
+                    m.insert("host".into(), json!(h));
+                    m.insert("port".into(), json!(p));
+                }
+            } else if let (Some(h), Some(p)) = (m.remove("host"), m.remove("port")) {
+                let hp = format!("{}:{}", h.as_str().unwrap(), p.as_str().unwrap());
+                m.insert("hostPort".into(), json!(hp));
+            }
+            m.insert("apiVersion".into(), json!(to));
+            o
+        })
+        .collect();
+    json!({"convertedObjects": converted, "result": {"status": "Success"}})
+}
+
+/// A CRD with `strategy: Webhook` (upstream's CustomResourceConversionWebhook specs): an
+/// object written in v1 reads in v2 through the webhook, a list of objects stored in both
+/// versions reads whole in either, and a webhook that fails makes the read a 500.
+#[test]
+fn custom_resources_convert_through_a_conversion_webhook() {
+    let c = Cluster::start();
+    let url = c.webhook(convert_host_port);
+    let version = |name: &str, storage: bool, fields: &[&str]| {
+        let props: serde_json::Map<String, Value> = fields
+            .iter()
+            .map(|f| (f.to_string(), json!({"type": "string"})))
+            .collect();
+        json!({"name": name, "served": true, "storage": storage, "schema": {"openAPIV3Schema": {
+            "type": "object", "properties": props}}})
+    };
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.conv.minik8s.test"},
+        "spec": {"group": "conv.minik8s.test", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [version("v1", true, &["hostPort"]), version("v2", false, &["host", "port"])],
+            "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1", "v1beta1"],
+                "clientConfig": {"url": url, "caBundle": c.ca_bundle()}}}},
+    });
+    assert!(c.with_manifest(&["create"], &crd.to_string()).ok);
+    c.eventually(
+        &[
+            "get",
+            "crd",
+            "widgets.conv.minik8s.test",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+        ],
+        |o| o == "True",
+    );
+    let v1 = r#"{"apiVersion": "conv.minik8s.test/v1", "kind": "Widget", "metadata": {"name": "one", "labels": {"l": "1"}}, "hostPort": "localhost:8080"}"#;
+    let r = c.with_manifest(&["create"], v1);
+    assert!(r.ok, "{}", r.stderr);
+    let two = c.ok(&["get", "widgets.v2.conv.minik8s.test", "one", "-o", "json"]);
+    let two: Value = serde_json::from_str(&two).unwrap();
+    assert_eq!(two["apiVersion"], "conv.minik8s.test/v2");
+    assert_eq!(
+        (two["host"].as_str(), two["port"].as_str()),
+        (Some("localhost"), Some("8080"))
+    );
+    assert!(two.get("hostPort").is_none(), "{two}");
+    assert_eq!(two["metadata"]["labels"]["l"], "1");
+    // Written in v2 (stored as v1 through the webhook), read back in v1.
+    let v2 = r#"{"apiVersion": "conv.minik8s.test/v2", "kind": "Widget", "metadata": {"name": "two"}, "host": "example.com", "port": "443"}"#;
+    let r = c.with_manifest(&["create"], v2);
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "widgets.v1.conv.minik8s.test",
+            "two",
+            "-o",
+            "jsonpath={.hostPort}"
+        ]),
+        "example.com:443"
+    );
+    // A non-homogeneous list reads whole in both versions.
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "widgets.v2.conv.minik8s.test",
+            "-o",
+            "jsonpath={.items[*].host}"
+        ]),
+        "localhost example.com"
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "widgets.v1.conv.minik8s.test",
+            "-o",
+            "jsonpath={.items[*].hostPort}"
+        ]),
+        "localhost:8080 example.com:443"
+    );
+    // A webhook that cannot be reached fails the read with a clear 500, and loses nothing.
+    let broken = json!({"spec": {"conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+        "clientConfig": {"url": "https://127.0.0.1:1/", "caBundle": c.ca_bundle()}}}}});
+    c.ok(&[
+        "patch",
+        "crd",
+        "widgets.conv.minik8s.test",
+        "--type=merge",
+        "-p",
+        &broken.to_string(),
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let failed = loop {
+        let r = c.kubectl(&["get", "widgets.v2.conv.minik8s.test", "one"]);
+        if !r.ok || std::time::Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        !failed.ok
+            && failed.stderr.contains("InternalError")
+            && failed
+                .stderr
+                .contains("conversion webhook for conv.minik8s.test/v2, Kind=Widget failed"),
+        "{}",
+        failed.stderr
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "widgets.v1.conv.minik8s.test",
+            "one",
+            "-o",
+            "jsonpath={.hostPort}"
+        ]),
+        "localhost:8080"
     );
 }

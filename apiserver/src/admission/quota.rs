@@ -42,8 +42,7 @@ fn source(name: &str) -> Option<(String, String)> {
     {
         return Some((String::new(), "persistentvolumeclaims".into()));
     }
-    if name == "cpu"
-        || name == "memory"
+    if matches!(name, "cpu" | "memory" | "ephemeral-storage")
         || name.starts_with("requests.")
         || name.starts_with("limits.")
     {
@@ -442,6 +441,16 @@ mod tests {
             Quantity::from_units(2)
         );
         assert_eq!(usage("cpu", &pod).unwrap(), Quantity(1250));
+        // The bare ephemeral-storage name counts pods' requests, as cpu and memory do.
+        let scratch = json!({"spec": {"containers": [{"resources": {"requests": {"ephemeral-storage": "30Gi"}}}]}});
+        assert_eq!(
+            source("ephemeral-storage"),
+            Some((String::new(), "pods".into()))
+        );
+        assert_eq!(
+            usage("ephemeral-storage", &scratch).unwrap(),
+            usage("requests.ephemeral-storage", &scratch).unwrap()
+        );
         assert_eq!(
             usage("requests.memory", &pod).unwrap_err(),
             "must specify requests.memory"

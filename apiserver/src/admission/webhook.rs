@@ -76,7 +76,7 @@ impl Rule {
 
 /// Where a webhook is served.
 #[derive(Debug, Clone)]
-enum Target {
+pub(crate) enum Target {
     Url(String),
     Service {
         namespace: String,
@@ -84,6 +84,31 @@ enum Target {
         path: String,
         port: u16,
     },
+}
+
+/// A webhook `clientConfig` (admission and CRD conversion share it): where to call, and the
+/// CA bundle (PEM) that verifies it.
+pub(crate) fn client_config(cc: &Value) -> Option<(Target, Vec<u8>)> {
+    let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
+        (Some(url), _) => Target::Url(url.to_owned()),
+        (None, Some(s)) => Target::Service {
+            namespace: s.get("namespace")?.as_str()?.to_owned(),
+            name: s.get("name")?.as_str()?.to_owned(),
+            path: s
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("/")
+                .to_owned(),
+            port: s.get("port").and_then(Value::as_u64).unwrap_or(443) as u16,
+        },
+        _ => return None,
+    };
+    let ca = cc
+        .get("caBundle")
+        .and_then(Value::as_str)
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .unwrap_or_default();
+    Some((target, ca))
 }
 
 /// One webhook of a configuration.
@@ -103,26 +128,7 @@ struct Hook {
 
 impl Hook {
     fn from(config: &str, v: &Value) -> Option<Self> {
-        let cc = v.get("clientConfig")?;
-        let target = match (cc.get("url").and_then(Value::as_str), cc.get("service")) {
-            (Some(url), _) => Target::Url(url.to_owned()),
-            (None, Some(s)) => Target::Service {
-                namespace: s.get("namespace")?.as_str()?.to_owned(),
-                name: s.get("name")?.as_str()?.to_owned(),
-                path: s
-                    .get("path")
-                    .and_then(Value::as_str)
-                    .unwrap_or("/")
-                    .to_owned(),
-                port: s.get("port").and_then(Value::as_u64).unwrap_or(443) as u16,
-            },
-            _ => return None,
-        };
-        let ca = cc
-            .get("caBundle")
-            .and_then(Value::as_str)
-            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-            .unwrap_or_default();
+        let (target, ca) = client_config(v.get("clientConfig")?)?;
         let selector = |k: &str| {
             v.get(k)
                 .map(LabelSelector::from_json)
@@ -290,7 +296,10 @@ fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) ->
 }
 
 /// Host, port, TLS server name and path of a webhook.
-async fn endpoint(api: &Api, target: &Target) -> Result<(String, u16, String, String), String> {
+async fn endpoint(
+    store: &minik8s_storage::Storage,
+    target: &Target,
+) -> Result<(String, u16, String, String), String> {
     match target {
         Target::Url(url) => {
             let uri: Uri = url
@@ -316,8 +325,7 @@ async fn endpoint(api: &Api, target: &Target) -> Result<(String, u16, String, St
             port,
         } => {
             // Upstream's default resolver: the Service's ClusterIP, TLS name <svc>.<ns>.svc.
-            let kv = api
-                .store
+            let kv = store
                 .get(&format!("/registry/core/services/{namespace}/{name}"))
                 .await
                 .map_err(|e| e.to_string())?
@@ -338,11 +346,59 @@ async fn endpoint(api: &Api, target: &Target) -> Result<(String, u16, String, St
     }
 }
 
-/// POSTs a review to a webhook over TLS verified against its `caBundle`.
+/// POSTs a review to a webhook over TLS verified against its `caBundle`, within its timeout
+/// (sent as `?timeout=`, as upstream's client does).
 async fn post(api: &Api, hook: &Hook, body: Vec<u8>) -> Result<Value, String> {
-    let (host, port, server_name, path) = endpoint(api, &hook.target).await?;
+    post_review(
+        &api.store,
+        &api.tasks,
+        &hook.target,
+        &hook.ca,
+        body,
+        Some(hook.timeout),
+    )
+    .await
+}
+
+/// POSTs a JSON review to `target` over TLS verified against `ca` (within `timeout`, also
+/// sent as the `timeout` query parameter); the answer's JSON. Errors read as Go's client
+/// reports them: `Post "URL": why`.
+pub(crate) async fn post_review(
+    store: &minik8s_storage::Storage,
+    tasks: &tokio_util::task::TaskTracker,
+    target: &Target,
+    ca: &[u8],
+    body: Vec<u8>,
+    timeout: Option<Duration>,
+) -> Result<Value, String> {
+    let (host, port, server_name, mut path) = endpoint(store, target).await?;
+    if let Some(t) = timeout {
+        path.push(if path.contains('?') { '&' } else { '?' });
+        path.push_str(&format!("timeout={}s", t.as_secs().max(1)));
+    }
+    let url = format!("https://{server_name}:{port}{path}");
+    let exchange = exchange(&host, port, &server_name, &path, ca, body, tasks);
+    match timeout {
+        Some(t) => match tokio::time::timeout(t, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err("context deadline exceeded".to_owned()),
+        },
+        None => exchange.await,
+    }
+    .map_err(|e| format!("Post \"{url}\": {e}"))
+}
+
+async fn exchange(
+    host: &str,
+    port: u16,
+    server_name: &str,
+    path: &str,
+    ca: &[u8],
+    body: Vec<u8>,
+    tasks: &tokio_util::task::TaskTracker,
+) -> Result<Value, String> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&hook.ca).flatten() {
+    for cert in CertificateDer::pem_slice_iter(ca).flatten() {
         let _ = roots.add(cert);
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
@@ -353,7 +409,7 @@ async fn post(api: &Api, hook: &Hook, body: Vec<u8>) -> Result<Value, String> {
     .with_root_certificates(roots)
     .with_no_client_auth();
     let mut sender =
-        crate::server::dial_https(Arc::new(tls), &host, port, &server_name, &api.tasks).await?;
+        crate::server::dial_https(Arc::new(tls), host, port, server_name, tasks).await?;
     let req = Request::post(path)
         .header(header::HOST, format!("{host}:{port}"))
         .header(header::CONTENT_TYPE, "application/json")
@@ -371,7 +427,7 @@ async fn post(api: &Api, hook: &Hook, body: Vec<u8>) -> Result<Value, String> {
     if !status.is_success() {
         return Err(format!("webhook answered {status}"));
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("invalid AdmissionReview: {e}"))
+    serde_json::from_slice(&bytes).map_err(|e| format!("invalid review: {e}"))
 }
 
 /// Status reasons a webhook may give that the API knows by name.
@@ -402,14 +458,7 @@ async fn call(ctx: &Ctx, hook: &Hook, review: Value) -> ApiResult<Option<Value>>
     }
     let body = serde_json::to_vec(&review).map_err(ApiError::internal)?;
     let sent_uid = review.pointer("/request/uid").cloned();
-    let answer = match tokio::time::timeout(hook.timeout, post(&ctx.api, hook, body)).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(format!(
-            "context deadline exceeded after {:?}",
-            hook.timeout
-        )),
-    };
+    let answer = post(&ctx.api, hook, body).await;
     let response = answer.and_then(|v| {
         let r = v
             .get("response")

@@ -181,7 +181,7 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         match ctx
             .api
             .store
-            .update(&ctx.key(), ctx.res.encode(&mut new), expected)
+            .update(&ctx.key(), ctx.res.encode(&mut new)?, expected)
             .await
         {
             Ok(kv) => {
@@ -253,7 +253,7 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         match ctx
             .api
             .store
-            .update(&ctx.key(), ctx.res.encode(&mut pod), revision)
+            .update(&ctx.key(), ctx.res.encode(&mut pod)?, revision)
             .await
         {
             Ok(_) => {
@@ -371,7 +371,7 @@ async fn eviction(ctx: Ctx) -> ApiResult<Response> {
         match ctx
             .api
             .store
-            .update(&key, budgets.encode(&mut pdb), revision)
+            .update(&key, budgets.encode(&mut pdb)?, revision)
             .await
         {
             Ok(_) => return evict(ctx).await,

@@ -420,7 +420,7 @@ async fn create_object(
             }
             return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
         }
-        match ctx.api.store.create(&key, ctx.res.encode(&mut obj)).await {
+        match ctx.api.store.create(&key, ctx.res.encode(&mut obj)?).await {
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
                 if ctx.res.group.is_empty() && ctx.res.kind == "Namespace" {
@@ -660,7 +660,7 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
     let kv = ctx
         .api
         .store
-        .update(&key, ctx.res.encode(&mut new), expected)
+        .update(&key, ctx.res.encode(&mut new)?, expected)
         .await
         .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut new, &kv);
@@ -1087,7 +1087,7 @@ async fn try_delete(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<Option<(Status
     let kv = match ctx
         .api
         .store
-        .update(&ctx.key(), ctx.res.encode(&mut obj), stored)
+        .update(&ctx.key(), ctx.res.encode(&mut obj)?, stored)
         .await
     {
         Err(minik8s_storage::Error::Conflict { .. }) if opts.resource_version.is_none() => {

@@ -83,6 +83,7 @@ where
         crd_schema: None,
         read_defaults: false,
         serving: Serving::Stored,
+        conversion: None,
     }
 }
 
@@ -117,6 +118,7 @@ fn unstored(
         crd_schema: None,
         read_defaults: false,
         serving,
+        conversion: None,
     }
 }
 

@@ -91,6 +91,8 @@ pub struct ResourceInfo {
     pub read_defaults: bool,
     /// How the resource is served: stored, or answered without storage.
     pub serving: Serving,
+    /// A custom resource's conversion webhook (`None`: conversion only sets `apiVersion`).
+    pub conversion: Option<Arc<crate::conversion::Webhook>>,
 }
 
 /// How a resource's requests are answered.
@@ -187,7 +189,7 @@ impl ResourceInfo {
     pub fn read(&self, kv: &minik8s_storage::KeyValue) -> ApiResult<Value> {
         let obj = crate::object::from_store(kv)?;
         let mut obj = match &self.storage {
-            Some(_) => crate::convert::convert(obj, &self.api_version()),
+            Some(_) => self.convert(obj, &self.api_version())?,
             None => obj,
         };
         // A CRD's defaults apply to what is read from storage too (upstream's defaulting on
@@ -201,12 +203,27 @@ impl ResourceInfo {
     }
 
     /// Encodes an object of this resource's version for storage (in the storage version).
-    pub fn encode(&self, obj: &mut Value) -> bytes::Bytes {
-        match &self.storage {
-            Some((version, _)) => {
-                crate::object::to_store(&mut crate::convert::convert(obj.clone(), version))
-            }
+    pub fn encode(&self, obj: &mut Value) -> ApiResult<bytes::Bytes> {
+        Ok(match &self.storage {
+            Some((version, _)) => crate::object::to_store(&mut self.convert(obj.clone(), version)?),
             None => crate::object::to_store(obj),
+        })
+    }
+
+    /// Converts an object to apiVersion `to`: by the CRD's conversion webhook when it has one
+    /// (500 when the webhook fails, as upstream), else by the built-in conversions.
+    fn convert(&self, obj: Value, to: &str) -> ApiResult<Value> {
+        match &self.conversion {
+            Some(hook) if obj.get("apiVersion").and_then(Value::as_str) != Some(to) => {
+                hook.convert(obj, to).map_err(|e| {
+                    crate::error::ApiError::internal(format!(
+                        "conversion webhook for {}, Kind={} failed: {e}",
+                        self.api_version(),
+                        self.kind
+                    ))
+                })
+            }
+            _ => Ok(crate::convert::convert(obj, to)),
         }
     }
 
