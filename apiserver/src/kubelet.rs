@@ -143,12 +143,57 @@ fn stream_options(ctx: &mut Ctx, sub: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// The options object of a connect request, as admission sees it (`PodExecOptions`,
+/// `PodAttachOptions`, `PodPortForwardOptions`).
+fn connect_options(ctx: &Ctx, sub: &str) -> serde_json::Value {
+    let params = &ctx.params.streaming;
+    let all = |k: &str| -> Vec<String> {
+        params
+            .iter()
+            .filter(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let flag = |k: &str| params.iter().any(|(key, v)| key == k && v == "true");
+    let kind = match sub {
+        "exec" => "PodExecOptions",
+        "attach" => "PodAttachOptions",
+        _ => "PodPortForwardOptions",
+    };
+    let mut o = serde_json::json!({"kind": kind, "apiVersion": "v1"});
+    if sub == "portforward" {
+        let ports: Vec<i64> = all("ports")
+            .iter()
+            .flat_map(|p| {
+                p.split(',')
+                    .filter_map(|p| p.trim().parse().ok())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        o["ports"] = serde_json::json!(ports);
+        return o;
+    }
+    for k in ["stdin", "stdout", "stderr", "tty"] {
+        if flag(k) {
+            o[k] = serde_json::json!(true);
+        }
+    }
+    if let Some(c) = all("container").into_iter().next() {
+        o["container"] = serde_json::json!(c);
+    }
+    if sub == "exec" {
+        o["command"] = serde_json::json!(all("command"));
+    }
+    o
+}
+
 /// `pods/exec`, `pods/attach`, `pods/portforward`: the client's upgraded connection (WebSocket
 /// or SPDY) relayed to the pod's kubelet, which relays it on to the runtime.
 pub async fn stream(mut ctx: Ctx, sub: &str) -> ApiResult<Response> {
     if sub != "portforward" {
         stream_options(&mut ctx, sub)?;
     }
+    crate::admission::connect(&ctx, &connect_options(&ctx, sub)).await?;
     let Some(client) = ctx.api.kubelet.as_ref() else {
         return Err(ApiError::unavailable(
             "this apiserver has no kubelet client certificate",

@@ -641,3 +641,66 @@ fn custom_resources_convert_through_a_conversion_webhook() {
         "localhost:8080"
     );
 }
+
+/// Denies a CONNECT to `pods/exec` that would run `forbidden`, explained by `reason` only
+/// (as upstream's e2e webhook explains some denials).
+fn deny_forbidden_exec(request: &Value) -> Value {
+    let ok = request["operation"] == "CONNECT"
+        && request["kind"]["kind"] == "PodExecOptions"
+        && request["subResource"] == "exec"
+        && request["object"]["kind"] == "PodExecOptions";
+    let forbidden = request["object"]["command"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|a| a == "forbidden"));
+    if ok && forbidden {
+        return json!({"allowed": false, "status": {"reason": "exec of forbidden is not allowed"}});
+    }
+    json!({"allowed": ok})
+}
+
+/// A validating webhook on CONNECT sees `kubectl exec`'s PodExecOptions and can deny it
+/// before any connection is made (upstream's "should be able to deny attaching pod").
+#[test]
+fn webhooks_see_and_deny_connect_operations() {
+    let c = Cluster::start();
+    let url = c.webhook(deny_forbidden_exec);
+    let mut config: Value = serde_json::from_str(&webhook_config(
+        "ValidatingWebhookConfiguration",
+        "exec.minik8s.test",
+        &url,
+        &c.ca_bundle(),
+        json!({"rules": [{"operations": ["CONNECT"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods/exec"]}],
+               "namespaceSelector": {}}),
+    ))
+    .unwrap();
+    config["webhooks"][0]["failurePolicy"] = json!("Fail");
+    assert!(c.with_manifest(&["create"], &config.to_string()).ok);
+    c.ok(&[
+        "run",
+        "p",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sleep",
+        "1d",
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let denied = loop {
+        let r = c.kubectl(&["exec", "p", "--", "forbidden"]);
+        if r.stderr.contains("denied the request") || std::time::Instant::now() > deadline {
+            break r;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        !denied.ok
+            && denied.stderr.contains(
+                "admission webhook \"exec.minik8s.test\" denied the request: exec of forbidden is not allowed"
+            ),
+        "{}",
+        denied.stderr
+    );
+    // Allowed connects go on to the node (this cluster has none to reach).
+    let r = c.kubectl(&["exec", "p", "--", "true"]);
+    assert!(!r.stderr.contains("denied the request"), "{}", r.stderr);
+}

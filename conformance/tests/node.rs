@@ -99,6 +99,24 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
             .lines()
             .all(|l| l.contains("Z line "))
     );
+    // Output without a final newline is shown too, followed or not (upstream's projected
+    // volume spec reads `cat a && cat b` output this way).
+    c.ok(&[
+        "run",
+        "unterminated",
+        "--image=busybox",
+        "--restart=Never",
+        "--",
+        "sh",
+        "-c",
+        "printf one && sleep 1 && printf two",
+    ]);
+    c.eventually(
+        &["get", "pod", "unterminated", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Succeeded",
+    );
+    assert_eq!(c.ok(&["logs", "unterminated"]), "onetwo");
+    assert_eq!(c.ok(&["logs", "-f", "unterminated"]), "onetwo");
 
     // kubectl exec runs commands in the container (WebSocket v5 through the apiserver to the
     // kubelet, SPDY from there to the runtime), with stdin, and reports the exit code.

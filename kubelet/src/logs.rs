@@ -47,6 +47,26 @@ pub fn parse(text: &str) -> (Vec<Line>, usize) {
     (out, consumed)
 }
 
+/// The line still being written at the end of a log (the text after what [`parse`]
+/// consumed): its partial entries joined, without a newline. Upstream shows partial output at
+/// once, so a container whose last output has no newline (`printf abc`) still shows it.
+pub fn unfinished(rest: &str) -> Option<Line> {
+    let mut line: Option<Line> = None;
+    for raw in rest.split_inclusive('\n').filter(|r| r.ends_with('\n')) {
+        let mut parts = raw.trim_end_matches('\n').splitn(4, ' ');
+        let (Some(time), Some(_stream), Some(_tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        let l = line.get_or_insert_with(|| Line {
+            time: time.to_owned(),
+            text: String::new(),
+        });
+        l.text.push_str(parts.next().unwrap_or(""));
+    }
+    line
+}
+
 /// What the client asked for.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -109,6 +129,19 @@ mod tests {
             &LOG[consumed..],
             "2026-01-01T00:00:04.000000001Z stdout P fo"
         );
+    }
+
+    #[test]
+    fn output_without_a_final_newline_is_shown() {
+        let log = "2026-01-01T00:00:01.000000001Z stdout F one\n\
+2026-01-01T00:00:02.000000001Z stdout P abc\n\
+2026-01-01T00:00:02.000000002Z stdout P def\n";
+        let (lines, consumed) = parse(log);
+        assert_eq!(lines.len(), 1);
+        let last = unfinished(&log[consumed..]).expect("the unfinished line");
+        assert_eq!(last.text, "abcdef");
+        assert_eq!(last.time, "2026-01-01T00:00:02.000000001Z");
+        assert!(unfinished("").is_none());
     }
 
     #[test]

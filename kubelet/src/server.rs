@@ -394,14 +394,16 @@ async fn container_logs(
         limit_bytes: q.get("limitBytes").and_then(|n| n.parse().ok()),
     };
     let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
-    let (lines, consumed) = logs::parse(&text);
-    let first = logs::render(&lines, &opts);
+    let (mut lines, consumed) = logs::parse(&text);
     if !truthy("follow") {
+        lines.extend(logs::unfinished(&text[consumed..]));
+        let first = logs::render(&lines, &opts);
         if let Some(ws) = ws {
             return websocket_log(ws, futures::stream::iter([Ok(bytes::Bytes::from(first))]));
         }
         return (StatusCode::OK, [("content-type", "text/plain")], first).into_response();
     }
+    let first = logs::render(&lines, &opts);
     // Follow: what is there now, then new lines as they come, until the container stops.
     let cri = s.cri.clone();
     let stream = futures::stream::unfold(
@@ -441,7 +443,20 @@ async fn container_logs(
                         Ok(Some(st)) if st.state == crate::cri::ContainerState::ContainerRunning as i32
                     );
                     if !running {
-                        return None;
+                        // What came before the container stopped, the unfinished last
+                        // line included, then the end.
+                        let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+                        let rest = text.get(offset..).unwrap_or_default();
+                        let (mut lines, consumed) = logs::parse(rest);
+                        lines.extend(logs::unfinished(&rest[consumed..]));
+                        if lines.is_empty() {
+                            return None;
+                        }
+                        let chunk = logs::render(&lines, &opts);
+                        return Some((
+                            Ok(bytes::Bytes::from(chunk)),
+                            (None, text.len(), path, true),
+                        ));
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }

@@ -25,6 +25,9 @@ pub enum Operation {
     Update,
     /// A deletion.
     Delete,
+    /// A connection to a subresource (`pods/exec`, `pods/attach`, `pods/portforward`, the
+    /// proxies); the object is its options (`PodExecOptions`, …).
+    Connect,
 }
 
 impl Operation {
@@ -34,6 +37,7 @@ impl Operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
         }
     }
 }
@@ -70,10 +74,34 @@ pub async fn mutate(
         protection::admit(&ctx.res.kind, obj);
     }
     if webhook::mutate(ctx, op, obj, old).await? {
-        // Patched objects are defaulted again, as upstream's decode after a webhook does.
+        // Patched objects are defaulted again (and custom resources pruned and checked
+        // against their schema), as upstream's decode after a webhook does.
         crate::defaults::apply(&ctx.res.group, &ctx.res.kind, obj);
+        if let Some(schema) = &ctx.res.crd_schema {
+            let out = crate::structural::apply(schema, obj);
+            if !out.causes.is_empty() {
+                let name = crate::object::meta_str(obj, "name")
+                    .unwrap_or_default()
+                    .to_owned();
+                return Err(crate::error::ApiError::invalid(
+                    &ctx.res.group,
+                    &ctx.res.kind,
+                    &name,
+                    out.causes,
+                ));
+            }
+        }
     }
     Ok(())
+}
+
+/// Admission of a CONNECT (exec, attach, port-forward): webhooks whose rules name the
+/// operation and subresource see the request's options and may deny it, as upstream's
+/// connect handler runs them.
+pub async fn connect(ctx: &Ctx, options: &Value) -> ApiResult<()> {
+    let mut shown = options.clone();
+    webhook::mutate(ctx, Operation::Connect, &mut shown, None).await?;
+    webhook::validate(ctx, Operation::Connect, Some(options), None).await
 }
 
 /// DefaultTolerationSeconds: a pod that does not tolerate the not-ready and unreachable

@@ -260,17 +260,29 @@ async fn applies(
 /// The AdmissionReview sent to a webhook.
 fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) -> Value {
     let res = &ctx.res;
-    let kind = json!({"group": res.group, "version": res.version, "kind": res.kind});
+    // A CONNECT's kind is its options' (`PodAttachOptions`), as upstream's connect scope.
+    let kind_name = match op {
+        Operation::Connect => obj
+            .and_then(|o| o.get("kind"))
+            .and_then(Value::as_str)
+            .unwrap_or(&res.kind),
+        _ => &res.kind,
+    };
+    let kind = json!({"group": res.group, "version": res.version, "kind": kind_name});
     let resource = json!({"group": res.group, "version": res.version, "resource": res.plural});
     let options_kind = match op {
-        Operation::Create => "CreateOptions",
-        Operation::Update => "UpdateOptions",
-        Operation::Delete => "DeleteOptions",
+        Operation::Create => Some("CreateOptions"),
+        Operation::Update => Some("UpdateOptions"),
+        Operation::Delete => Some("DeleteOptions"),
+        Operation::Connect => None,
     };
-    let name = obj
-        .or(old)
-        .and_then(|o| meta_str(o, "name"))
-        .unwrap_or(ctx.name());
+    let name = match op {
+        Operation::Connect => ctx.name(),
+        _ => obj
+            .or(old)
+            .and_then(|o| meta_str(o, "name"))
+            .unwrap_or(ctx.name()),
+    };
     let mut request = json!({
         "uid": uuid::Uuid::new_v4().to_string(),
         "kind": kind,
@@ -283,7 +295,7 @@ fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) ->
         "object": obj.cloned().unwrap_or(Value::Null),
         "oldObject": old.cloned().unwrap_or(Value::Null),
         "dryRun": ctx.params.dry_run,
-        "options": {"kind": options_kind, "apiVersion": "meta.k8s.io/v1"},
+        "options": options_kind.map_or(Value::Null, |k| json!({"kind": k, "apiVersion": "meta.k8s.io/v1"})),
     });
     if let Some(ns) = ctx.namespace() {
         request["namespace"] = json!(ns);
@@ -485,9 +497,16 @@ async fn call(ctx: &Ctx, hook: &Hook, review: Value) -> ApiResult<Option<Value>>
     if response.get("allowed").and_then(Value::as_bool) != Some(true) {
         let status = response.get("status").cloned().unwrap_or_default();
         let denied = format!("admission webhook \"{}\" denied the request", hook.name);
-        let message = match status.get("message").and_then(Value::as_str) {
-            Some(m) if !m.is_empty() => format!("{denied}: {m}"),
-            _ => format!("{denied} without explanation"),
+        // Upstream's ToStatusErr: the message, else the reason, explains the denial.
+        let text = |k: &str| {
+            status
+                .get(k)
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+        };
+        let message = match text("message").or_else(|| text("reason")) {
+            Some(m) => format!("{denied}: {m}"),
+            None => format!("{denied} without explanation"),
         };
         let mut e = ApiError::bad_request(message);
         if let Some(code) = status.get("code").and_then(Value::as_u64)
