@@ -684,6 +684,13 @@ fn a_crd_serves_its_resource_with_schema_columns_subresources_and_cleanup() {
         "the schema default is filled"
     );
     assert!(c.ok(&["explain", "crontab.spec"]).contains("the schedule"));
+    // A custom resource's metadata is described as upstream's (its CRD publish spec reads
+    // "Standard object's metadata" from `kubectl explain <crd>.metadata`).
+    let meta = c.ok(&["explain", "crontab.metadata"]);
+    assert!(
+        meta.contains("Standard object's metadata") && meta.contains("creationTimestamp"),
+        "{meta}"
+    );
     // A wrong type is 422; an unknown field is pruned when validation is off, rejected when strict.
     let wrong = "apiVersion: stable.example.com/v1\nkind: CronTab\nmetadata: {name: c2}\nspec: {cronSpec: 5}\n";
     let r = c.with_manifest(&["apply"], wrong);

@@ -112,7 +112,13 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "printf one && sleep 1 && printf two",
     ]);
     c.eventually(
-        &["get", "pod", "unterminated", "-o", "jsonpath={.status.phase}"],
+        &[
+            "get",
+            "pod",
+            "unterminated",
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
         |s| s == "Succeeded",
     );
     assert_eq!(c.ok(&["logs", "unterminated"]), "onetwo");

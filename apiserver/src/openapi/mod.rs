@@ -345,12 +345,12 @@ pub fn build(api: &Api) -> Docs {
             } else {
                 let mut v2 = schema.clone();
                 to_v2_structural(&mut v2);
-                kube_native(&mut v2, res);
+                kube_native(&mut v2, res, true);
                 v2
             };
             v2["x-kubernetes-group-version-kind"] =
                 json!([{"group": res.group, "version": res.version, "kind": res.kind}]);
-            kube_native(&mut schema, res);
+            kube_native(&mut schema, res, false);
             custom_v2.push((name.clone(), v2));
             refs.push((
                 res.clone(),
@@ -421,12 +421,18 @@ pub fn build(api: &Api) -> Docs {
 }
 
 /// The properties every custom resource has, and its group/version/kind (upstream's
-/// `buildKubeNative`).
-fn kube_native(schema: &mut Value, res: &ResourceInfo) {
+/// `buildKubeNative`): `metadata` is described as upstream does, as a `$ref` with a
+/// description in v2 and an `allOf` in v3.
+fn kube_native(schema: &mut Value, res: &ResourceInfo, v2: bool) {
+    const META: &str = "Standard object's metadata. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
+    const REF: &str = "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
     schema["properties"]["apiVersion"] = json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."});
     schema["properties"]["kind"] = json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."});
-    schema["properties"]["metadata"] =
-        json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"});
+    schema["properties"]["metadata"] = if v2 {
+        json!({"$ref": REF, "description": META})
+    } else {
+        json!({"allOf": [{"$ref": REF}], "default": {}, "description": META})
+    };
     schema["x-kubernetes-group-version-kind"] =
         json!([{"group": res.group, "version": res.version, "kind": res.kind}]);
 }
