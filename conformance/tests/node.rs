@@ -606,6 +606,42 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "true true"
     );
 
+    // A pod bound straight to the node whose host port another pod holds is rejected by the
+    // kubelet as upstream's: Failed with reason NodePorts, and a NodePorts event.
+    let host_port = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  nodeName: n1\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, 1d]\n    ports: [{{containerPort: 21017, hostPort: 21017}}]\n"
+        )
+    };
+    assert!(c.with_manifest(&["create"], &host_port("holder")).ok);
+    c.eventually(
+        &["get", "pod", "holder", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    assert!(c.with_manifest(&["create"], &host_port("clash")).ok);
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "clash",
+            "-o",
+            "jsonpath={.status.phase}/{.status.reason}/{.status.message}",
+        ],
+        |s| s == "Failed/NodePorts/Pod Predicate NodePorts failed",
+    );
+    c.eventually(
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=clash,reason=NodePorts",
+            "-o",
+            "name",
+        ],
+        |s| !s.is_empty(),
+    );
+    c.ok(&["delete", "pod", "holder", "clash", "--grace-period=1"]);
+
     // Images come from the local registry through the CRI's PullImage: a tag pushed only
     // there is pulled by its docker.io name; a missing one waits in ErrImagePull and then
     // ImagePullBackOff.

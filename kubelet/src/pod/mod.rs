@@ -56,6 +56,58 @@ pub struct Worker {
     recorder: minik8s_events::Recorder,
     /// Device plugins and the devices containers were given.
     pub devices: std::sync::Arc<crate::devices::Devices>,
+    /// The pods this kubelet admitted (by uid, the latest copy seen), which a new pod's
+    /// host ports must not collide with.
+    admitted: Mutex<HashMap<String, Arc<Pod>>>,
+}
+
+/// A pod's host ports: (host IP, `0.0.0.0` when unset; protocol; port).
+fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
+    pod.spec
+        .iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.is_some_and(|h| h > 0))
+        .map(|p| {
+            (
+                p.host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| "0.0.0.0".into()),
+                p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                p.host_port.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Whether two host ports collide (the same protocol and port on the same or any address),
+/// as upstream's NodePorts predicate.
+fn ports_collide(a: &(String, String, i32), b: &(String, String, i32)) -> bool {
+    a.1 == b.1 && a.2 == b.2 && (a.0 == b.0 || a.0 == "0.0.0.0" || b.0 == "0.0.0.0")
+}
+
+/// Whether a pod may run beside the admitted ones: its host ports are free (upstream's
+/// kubelet admission, the NodePorts part of GeneralPredicates; the scheduler checked the
+/// rest, and a pod bound by name skips it).
+fn ports_free(pod: &Pod, admitted: &[Arc<Pod>]) -> bool {
+    let wanted = host_ports(pod);
+    wanted.is_empty()
+        || admitted
+            .iter()
+            .filter(|p| p.uid() != pod.uid() && p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            })
+            .flat_map(|p| host_ports(p))
+            .all(|used| !wanted.iter().any(|w| ports_collide(w, &used)))
 }
 
 impl Worker {
@@ -79,7 +131,43 @@ impl Worker {
             refreshed: Mutex::new(HashMap::new()),
             written: Mutex::new(HashMap::new()),
             probes: probe::Probes::default(),
+            admitted: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Admits a pod that has not run here yet, or rejects it as upstream's kubelet does: a
+    /// `NodePorts` warning event and the pod Failed with reason `NodePorts`. A pod already
+    /// running (a sandbox exists) is admitted as it is. `false`: rejected.
+    async fn admit(&self, pod: &Arc<Pod>, has_sandbox: bool) -> Result<bool> {
+        let uid = pod.uid().unwrap_or_default();
+        {
+            let mut admitted = self.admitted.lock().expect("admitted lock");
+            if has_sandbox || admitted.contains_key(&uid) {
+                admitted.insert(uid, pod.clone());
+                return Ok(true);
+            }
+            let others: Vec<Arc<Pod>> = admitted.values().cloned().collect();
+            if ports_free(pod, &others) {
+                admitted.insert(uid, pod.clone());
+                return Ok(true);
+            }
+        }
+        const REASON: &str = "NodePorts";
+        const MESSAGE: &str = "Predicate NodePorts failed";
+        tracing::info!(pod = %pod.name_any(), "rejected: its host ports are in use on this node");
+        self.recorder.warning(
+            &kube::Resource::object_ref(pod.as_ref(), &()),
+            REASON,
+            MESSAGE.to_owned(),
+        );
+        let status = k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some(REASON.into()),
+            message: Some(format!("Pod {MESSAGE}")),
+            ..Default::default()
+        };
+        self.write_status(pod, status).await?;
+        Ok(false)
     }
 
     fn failures(&self, uid: &str) -> Failures {
@@ -648,6 +736,10 @@ impl Worker {
 
     /// Removes the pod from the API (grace 0, this very pod only) once it has stopped.
     pub(crate) async fn remove(&self, pod: &Pod) -> Result<()> {
+        self.admitted
+            .lock()
+            .expect("admitted lock")
+            .remove(&pod.uid().unwrap_or_default());
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         let dp = DeleteParams {
@@ -801,6 +893,12 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     let mut prepared: Option<volumes::Prepared> = None;
     let mut requeue = Some(deadline.map_or(RELIST, |d| d.min(RELIST)));
     let mut observed = Observed::read(&w.cri, &uid).await?;
+    let rejected = pod.status.as_ref().is_some_and(|s| {
+        s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("NodePorts")
+    });
+    if rejected || !w.admit(&pod, observed.sandbox.is_some()).await? {
+        return Ok(Action::await_change());
+    }
     // A few steps per pass: sandbox, then init containers or the app containers, so that a
     // new pod reaches Running in one pass.
     for _ in 0..8 {
@@ -985,4 +1083,43 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     }
     w.write_status(&pod, new).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_port(uid: &str, host_ip: Option<&str>, port: i32, phase: Option<&str>) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": uid, "uid": uid},
+                "spec": {"containers": [{"name": "c", "ports": [
+                    {"containerPort": 80, "hostPort": port, "hostIP": host_ip, "protocol": "TCP"}]}]},
+                "status": {"phase": phase},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_pod_whose_host_port_is_taken_is_not_admitted() {
+        let running = with_port("a", None, 21017, Some("Running"));
+        let admitted = vec![running.clone()];
+        assert!(!ports_free(&with_port("b", None, 21017, None), &admitted));
+        assert!(!ports_free(
+            &with_port("b", Some("10.0.0.1"), 21017, None),
+            &admitted
+        ));
+        assert!(ports_free(&with_port("b", None, 21018, None), &admitted));
+        // A pod does not collide with itself, nor with finished pods.
+        assert!(ports_free(&running, &admitted));
+        let done = vec![with_port("a", None, 21017, Some("Failed"))];
+        assert!(ports_free(&with_port("b", None, 21017, None), &done));
+        // Different addresses do not collide.
+        let one = vec![with_port("a", Some("10.0.0.1"), 21017, Some("Running"))];
+        assert!(ports_free(
+            &with_port("b", Some("10.0.0.2"), 21017, None),
+            &one
+        ));
+    }
 }
