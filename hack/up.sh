@@ -15,4 +15,6 @@ cargo build --release -p minik8s -p minik8s-serverless --bin minik8s --bin kubec
 # kubectl finds plugins on the PATH by name: `kubectl fn …` runs kubectl-fn.
 install -m 0755 "$ROOT/target/release/kubectl-fn" /usr/local/bin/kubectl-fn
 log "starting minik8s (data in $DATA_DIR)"
-exec "$ROOT/target/release/minik8s" up --data-dir "$DATA_DIR" --port "${PORT:-6443}" --storage "${STORAGE:-embedded}"
+# Bound to every address (as k3s and kubeadm's apiservers are), so pods reach the API through
+# the `kubernetes` Service; BIND=127.0.0.1 keeps it to this machine.
+exec "$ROOT/target/release/minik8s" up --data-dir "$DATA_DIR" --bind "${BIND:-0.0.0.0}" --port "${PORT:-6443}" --storage "${STORAGE:-embedded}"

@@ -195,6 +195,20 @@ fn machines_join_with_a_token_and_share_pods_services_and_maintenance() {
         }
     }
     assert_eq!(seen, names, "the Service reaches the pods on every node");
+    // Pods reach the apiserver through the `kubernetes` Service (its endpoint is the control
+    // plane's node address, and its certificate names the Service IP).
+    let healthz = c.ok(&[
+        "exec",
+        &from,
+        "--",
+        "wget",
+        "-qO-",
+        "-T",
+        "5",
+        "--no-check-certificate",
+        "https://kubernetes.default.svc/healthz",
+    ]);
+    assert_eq!(healthz.trim(), "ok");
     // A NodePort answers on every node, with every backend behind it.
     let port = c.ok(&[
         "get",

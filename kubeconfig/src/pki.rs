@@ -290,8 +290,13 @@ impl Pki {
         names.sort();
         names.dedup();
         names.retain(|n| !n.is_empty());
-        let mut ips: Vec<IpAddr> =
-            vec!["127.0.0.1".parse().expect("ip"), "::1".parse().expect("ip")];
+        // The `kubernetes` Service's ClusterIP (the first of 10.96.0.0/12) too: pods reach the
+        // apiserver there (upstream's apiserver puts its service IP in its certificate).
+        let mut ips: Vec<IpAddr> = vec![
+            "127.0.0.1".parse().expect("ip"),
+            "::1".parse().expect("ip"),
+            "10.96.0.1".parse().expect("ip"),
+        ];
         ips.extend(self.options.ips.iter().copied());
         ips.sort();
         ips.dedup();

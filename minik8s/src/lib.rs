@@ -199,16 +199,34 @@ async fn wait_for_apiserver(
 /// Runs the cluster until `shutdown`; `ready` is called with the admin kubeconfig's path once
 /// the apiserver answers.
 pub async fn up(
-    cfg: UpConfig,
+    mut cfg: UpConfig,
     shutdown: CancellationToken,
     ready: impl FnOnce(&std::path::Path),
 ) -> Result<(), UpError> {
+    // Bound to every address, the apiserver is advertised (the `kubernetes` Service's
+    // endpoint, and its certificate) at this machine's node address, so pods reach it.
+    let advertise = if cfg.bind.is_unspecified() {
+        let ip = match &cfg.node_ip {
+            Some(ip) => ip.clone(),
+            None => minik8s_kubelet::node::default_ip().await,
+        };
+        if let Ok(parsed) = ip.parse() {
+            cfg.ips.push(parsed);
+        }
+        Some(format!("{ip}:{}", cfg.port))
+    } else {
+        None
+    };
     let (pki, admin) = init_pki(&cfg)?;
     let dir = cfg.data_dir.join("pki");
     let tasks = tokio_util::task::TaskTracker::new();
     let server = match &cfg.static_control_plane {
         None => {
-            Some(minik8s_apiserver::start(apiserver_config(&cfg, &pki)?, shutdown.clone()).await?)
+            let mut config = apiserver_config(&cfg, &pki)?;
+            if advertise.is_some() {
+                config.advertise = advertise;
+            }
+            Some(minik8s_apiserver::start(config, shutdown.clone()).await?)
         }
         Some(plane) => {
             // The kubelet runs the apiserver and the controller manager from their
