@@ -210,6 +210,82 @@ fn packed(kind: &str, b: &[u8]) -> Result<Vec<Value>, ProtoError> {
 }
 
 /// Pointer-typed booleans whose `false` differs from absent.
+/// Non-pointer numbers Go's JSON omits when zero (`omitempty`), which the binary form always
+/// carries: kept, a zero would read as set (a `hostPort: 0` in a stored template, for one, which
+/// Go's encoding of the same object leaves out, so revisions would not compare equal). Pointer
+/// numbers (`replicas`, `runAsUser`, …) are sent only when set, and a zero there is meant.
+const DROP_ZERO: &[(&str, &[&str])] = &[
+    ("api.core.v1.ContainerPort", &["hostPort"]),
+    (
+        "api.core.v1.Probe",
+        &[
+            "initialDelaySeconds",
+            "timeoutSeconds",
+            "periodSeconds",
+            "successThreshold",
+            "failureThreshold",
+        ],
+    ),
+    ("api.core.v1.ServicePort", &["nodePort"]),
+    ("apimachinery.pkg.apis.meta.v1.ObjectMeta", &["generation"]),
+    ("api.apps.v1.DeploymentSpec", &["minReadySeconds"]),
+    ("api.apps.v1.DaemonSetSpec", &["minReadySeconds"]),
+    ("api.apps.v1.ReplicaSetSpec", &["minReadySeconds"]),
+    ("api.apps.v1.StatefulSetSpec", &["minReadySeconds"]),
+    (
+        "api.core.v1.ReplicationControllerSpec",
+        &["minReadySeconds"],
+    ),
+    (
+        "api.apps.v1.DeploymentStatus",
+        &[
+            "observedGeneration",
+            "replicas",
+            "updatedReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "unavailableReplicas",
+        ],
+    ),
+    (
+        "api.apps.v1.ReplicaSetStatus",
+        &[
+            "fullyLabeledReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "observedGeneration",
+        ],
+    ),
+    (
+        "api.core.v1.ReplicationControllerStatus",
+        &[
+            "fullyLabeledReplicas",
+            "readyReplicas",
+            "availableReplicas",
+            "observedGeneration",
+        ],
+    ),
+    (
+        "api.apps.v1.DaemonSetStatus",
+        &[
+            "observedGeneration",
+            "updatedNumberScheduled",
+            "numberAvailable",
+            "numberUnavailable",
+        ],
+    ),
+    (
+        "api.apps.v1.StatefulSetStatus",
+        &[
+            "observedGeneration",
+            "readyReplicas",
+            "currentReplicas",
+            "updatedReplicas",
+        ],
+    ),
+    ("api.batch.v1.JobStatus", &["active", "succeeded", "failed"]),
+];
+
 const KEEP_FALSE: &[&str] = &[
     "automountServiceAccountToken",
     "allowPrivilegeEscalation",
@@ -322,10 +398,15 @@ fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, ProtoEr
         }
     }
     // Go's JSON omits empty non-pointer fields; drop what the binary form always carries.
+    let drop_zero = DROP_ZERO
+        .iter()
+        .find(|(m, _)| *m == name)
+        .map_or(&[][..], |(_, f)| *f);
     out.retain(|k, v| match v {
         Value::Null => false,
         Value::String(s) => !s.is_empty(),
         Value::Bool(false) => KEEP_FALSE.contains(&k.as_str()),
+        Value::Number(n) if n.as_i64() == Some(0) => !drop_zero.contains(&k.as_str()),
         _ => true,
     });
     Ok(Value::Object(out))
@@ -457,6 +538,30 @@ mod tests {
         assert_eq!(
             v,
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1"}, "data": {"a": "b"}})
+        );
+    }
+
+    #[test]
+    fn zero_numbers_go_omits_are_dropped_and_pointer_zeros_kept() {
+        fn int(tag: u32, v: u64, out: &mut Vec<u8>) {
+            varint(u64::from(tag) << 3, out);
+            varint(v, out);
+        }
+        // ContainerPort{hostPort: 0, containerPort: 9376}: Go's JSON has no hostPort.
+        let mut port = Vec::new();
+        int(2, 0, &mut port);
+        int(3, 9376, &mut port);
+        assert_eq!(
+            decode_message(&port, "api.core.v1.ContainerPort", 0).unwrap(),
+            serde_json::json!({"containerPort": 9376})
+        );
+        // DaemonSetSpec{minReadySeconds: 0, revisionHistoryLimit: &0}: the pointer's zero stays.
+        let mut spec = Vec::new();
+        int(4, 0, &mut spec);
+        int(6, 0, &mut spec);
+        assert_eq!(
+            decode_message(&spec, "api.apps.v1.DaemonSetSpec", 0).unwrap(),
+            serde_json::json!({"revisionHistoryLimit": 0})
         );
     }
 
