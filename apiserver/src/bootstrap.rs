@@ -29,16 +29,23 @@ async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
 
 /// Creates `obj` at `key`, or brings a stored copy's `data` up to date (the CAs it carries
 /// may have been replaced since it was written).
-async fn ensure_data(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
+async fn ensure_data(api: &Api, key: &str, obj: Value) -> ApiResult<()> {
+    ensure_fields(api, key, obj, &["data"]).await
+}
+
+/// Creates `obj` at `key`, or brings the stored copy's `fields` up to date.
+async fn ensure_fields(api: &Api, key: &str, mut obj: Value, fields: &[&str]) -> ApiResult<()> {
     let Some(kv) = api.store.get(key).await? else {
         return ensure(api, key, obj).await;
     };
     let mut stored: Value =
         serde_json::from_slice(&kv.value).map_err(crate::error::ApiError::internal)?;
-    if stored.get("data") == obj.get("data") {
+    if fields.iter().all(|f| stored.get(*f) == obj.get(*f)) {
         return Ok(());
     }
-    stored["data"] = obj["data"].take();
+    for f in fields {
+        stored[*f] = obj[*f].take();
+    }
     match api
         .store
         .update(key, object::to_store(&mut stored), kv.mod_revision)
@@ -141,7 +148,31 @@ pub async fn run(api: &Api) -> ApiResult<()> {
             "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
         "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
     });
-    ensure(api, "/registry/core/endpoints/default/kubernetes", ep).await?;
+    // Kept at this apiserver's advertised address (it changes with `--bind`), as upstream's
+    // endpoint reconciler keeps them; the EndpointSlice is the one kube-proxy reads (the
+    // Endpoints are not mirrored: they carry the skip-mirror label, as upstream's).
+    ensure_fields(
+        api,
+        "/registry/core/endpoints/default/kubernetes",
+        ep,
+        &["subsets"],
+    )
+    .await?;
+    let slice = json!({
+        "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {"name": "kubernetes", "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"}},
+        "addressType": if host.contains(':') { "IPv6" } else { "IPv4" },
+        "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
+        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+    });
+    ensure_fields(
+        api,
+        "/registry/discovery.k8s.io/endpointslices/default/kubernetes",
+        slice,
+        &["addressType", "endpoints", "ports"],
+    )
+    .await?;
     // The built-in PriorityClasses (upstream's scheduling storage post-start hook).
     for class in crate::admission::priority::system_classes() {
         let name = class["metadata"]["name"]

@@ -728,3 +728,30 @@ fn crd_defaults_apply_on_requests_and_on_read_from_storage() {
     let list = c.ok(&["get", "widgets", "-o", "jsonpath={.items[0].spec.b}"]);
     assert_eq!(list, "B");
 }
+
+/// The `kubernetes` Service has an EndpointSlice as well as Endpoints, both at the
+/// apiserver's advertised address: kube-proxy reads the slice, and without it pods could not
+/// reach the API through the Service (upstream's sample-apiserver spec).
+#[test]
+fn the_kubernetes_service_has_endpoints_and_an_endpointslice() {
+    let c = Cluster::start();
+    let ep = c.ok(&[
+        "get",
+        "endpoints",
+        "kubernetes",
+        "-o",
+        "jsonpath={.subsets[0].addresses[0].ip}:{.subsets[0].ports[0].port}",
+    ]);
+    let slice = c.ok(&[
+        "get",
+        "endpointslices",
+        "-n",
+        "default",
+        "-l",
+        "kubernetes.io/service-name=kubernetes",
+        "-o",
+        "jsonpath={.items[0].endpoints[0].addresses[0]}:{.items[0].ports[0].port}",
+    ]);
+    assert_eq!(slice, ep);
+    assert!(ep.starts_with("127.0.0.1:"), "{ep}");
+}
