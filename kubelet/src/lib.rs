@@ -280,6 +280,7 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
                     store.state().iter().filter_map(|p| p.uid()).collect();
                 live.extend(running.uids());
                 worker.devices.release_except(&live);
+                worker.retain_admitted(&live);
                 if let Err(e) = remove_orphans(&worker, &live).await {
                     tracing::warn!(error = %e, "removing orphaned sandboxes");
                 }

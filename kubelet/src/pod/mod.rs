@@ -135,6 +135,15 @@ impl Worker {
         }
     }
 
+    /// Forgets admitted pods that are no longer the node's (`live`: the uids of its pods): a
+    /// pod deleted at once (grace period 0) never reaches a sync that would forget it.
+    pub fn retain_admitted(&self, live: &std::collections::HashSet<String>) {
+        self.admitted
+            .lock()
+            .expect("admitted lock")
+            .retain(|uid, _| live.contains(uid));
+    }
+
     /// Admits a pod that has not run here yet, or rejects it as upstream's kubelet does: a
     /// `NodePorts` warning event and the pod Failed with reason `NodePorts`. A pod already
     /// running (a sandbox exists) is admitted as it is. `false`: rejected.
