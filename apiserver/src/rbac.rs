@@ -42,7 +42,11 @@ impl Attributes {
             resource: req.resource.clone(),
             subresource: req.subresource.clone().unwrap_or_default(),
             namespace: req.namespace.clone().unwrap_or_default(),
-            name: req.name.clone().unwrap_or_default(),
+            name: req
+                .name
+                .clone()
+                .or_else(|| req.selected_name.clone())
+                .unwrap_or_default(),
             path: None,
         }
     }

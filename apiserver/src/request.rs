@@ -60,6 +60,23 @@ pub struct ResourceRequest {
     /// For the `proxy` subresource, the path after it (`stats/summary`), without the
     /// leading slash; a trailing slash is kept.
     pub proxy_path: Option<String>,
+    /// For a list or watch whose field selector requires `metadata.name=N`: N, which
+    /// authorization treats as the request's name (upstream's RequestInfoFactory), so a
+    /// role limited by `resourceNames` allows watching that one object.
+    pub selected_name: Option<String>,
+}
+
+/// The name a field selector requires (`metadata.name=N`, alone or among other terms).
+fn selected_name(query: Option<&str>) -> Option<String> {
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(query?).ok()?;
+    let selector = pairs.into_iter().find(|(k, _)| k == "fieldSelector")?.1;
+    selector.split(',').find_map(|term| {
+        let (k, v) = term.split_once("==").or_else(|| {
+            let (k, v) = term.split_once('=')?;
+            (!k.ends_with('!')).then_some((k, v))
+        })?;
+        (k.trim() == "metadata.name" && !v.trim().is_empty()).then(|| v.trim().to_owned())
+    })
 }
 
 /// What a request is about.
@@ -150,6 +167,9 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         Method::DELETE => Verb::DeleteCollection,
         _ => return non_resource(),
     };
+    let selected_name = matches!(verb, Verb::List | Verb::Watch)
+        .then(|| selected_name(query))
+        .flatten();
     RequestInfo::Resource(ResourceRequest {
         verb,
         group: group.to_owned(),
@@ -159,6 +179,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         name,
         subresource,
         proxy_path,
+        selected_name,
     })
 }
 
@@ -183,7 +204,35 @@ mod tests {
             name: name.map(Into::into),
             subresource: sub.map(Into::into),
             proxy_path: None,
+            selected_name: None,
         })
+    }
+
+    #[test]
+    fn a_field_selector_on_the_name_names_a_list_for_authorization() {
+        let q = Some("fieldSelector=metadata.name%3Dextension-apiserver-authentication&watch=true");
+        let RequestInfo::Resource(r) =
+            parse(&Method::GET, "/api/v1/namespaces/kube-system/configmaps", q)
+        else {
+            panic!("a resource request")
+        };
+        assert_eq!(r.verb, Verb::Watch);
+        assert_eq!(r.name, None);
+        assert_eq!(
+            r.selected_name.as_deref(),
+            Some("extension-apiserver-authentication")
+        );
+        assert_eq!(
+            selected_name(Some("fieldSelector=metadata.name!%3Dx")),
+            None
+        );
+        assert_eq!(
+            selected_name(Some(
+                "fieldSelector=status.phase%3DRunning,metadata.name%3D%3Dp"
+            ))
+            .as_deref(),
+            Some("p")
+        );
     }
 
     #[test]

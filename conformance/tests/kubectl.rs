@@ -821,6 +821,60 @@ fn rbac_forbids_unbound_users_and_a_rolebinding_grants_view_in_one_namespace() {
         !r.ok && r.stderr.contains("cannot impersonate resource \"users\""),
         "{r:?}"
     );
+    // A role limited to one ConfigMap by name allows listing (and watching) it through a
+    // field selector on its name, and nothing wider (upstream's extension apiservers read
+    // kube-system/extension-apiserver-authentication this way).
+    c.ok(&["create", "configmap", "one", "-n", "team"]);
+    c.ok(&["create", "configmap", "other", "-n", "team"]);
+    c.ok(&[
+        "create",
+        "role",
+        "one-reader",
+        "--verb=get,list,watch",
+        "--resource=configmaps",
+        "--resource-name=one",
+        "-n",
+        "team",
+    ]);
+    c.ok(&[
+        "create",
+        "rolebinding",
+        "bob-one",
+        "--role=one-reader",
+        "--user=bob",
+        "-n",
+        "team",
+    ]);
+    let bob = c.user_kubeconfig("bob", &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let one = c.kubectl_as(
+        &bob,
+        &[
+            "get",
+            "configmaps",
+            "-n",
+            "team",
+            "--field-selector",
+            "metadata.name=one",
+            "-o",
+            "name",
+        ],
+    );
+    assert_eq!(one.stdout.trim(), "configmap/one", "{one:?}");
+    let all = c.kubectl_as(&bob, &["get", "configmaps", "-n", "team"]);
+    assert!(!all.ok && all.stderr.contains("Forbidden"), "{all:?}");
+    let other = c.kubectl_as(
+        &bob,
+        &[
+            "get",
+            "configmaps",
+            "-n",
+            "team",
+            "--field-selector",
+            "metadata.name=other",
+        ],
+    );
+    assert!(!other.ok && other.stderr.contains("Forbidden"), "{other:?}");
 }
 
 #[test]
