@@ -11,7 +11,8 @@
 #                    upstream's alpine image has them; no iperf or coredns.
 # - busybox:1.29     the node's busybox image.
 # - pause:3.2        the node's static pause.
-# - httpd, nginx     stand-ins: busybox httpd on port 80 serving the image's usual docroot.
+# - httpd, nginx     stand-ins: busybox httpd on port 80 serving the image's usual docroot,
+#                    stopping on SIGTERM as upstream's do.
 # - nonroot:1.0      busybox run as uid 1234, as upstream's.
 # - nonewprivs:1.0   upstream's nnp (Go), setuid root, on busybox.
 # - kitten, nautilus agnhost test-webserver serving the images' html folders, as upstream's.
@@ -39,7 +40,7 @@ dockerGluster: docker.io/gluster
 sampleRegistry: docker.io/e2e
 EOF
 # Bump when the set of images changes, so an older set is rebuilt.
-VERSION=5
+VERSION=6
 [ "$(head -1 "$OUT/.done" 2>/dev/null)" = "$VERSION" ] && exit 0
 for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
@@ -159,7 +160,10 @@ for web in httpd:2.4.38-alpine:/usr/local/apache2/htdocs httpd:2.4.39-alpine:/us
   else
     echo '<!DOCTYPE html><html><head><title>Welcome to nginx!</title></head><body><h1>Welcome to nginx!</h1></body></html>' > "b-$n/rootfs$root/index.html"
   fi
-  image "$n" "docker.io/library/$name:$tag" --config.cmd httpd --config.cmd=-f --config.cmd=-p --config.cmd=80 --config.cmd=-h --config.cmd="$root" --config.exposedports 80/tcp
+  # Under a shell that stops on SIGTERM, as upstream's httpd and nginx do: busybox httpd as
+  # PID 1 ignores it and a deleted pod would wait out its whole grace period.
+  image "$n" "docker.io/library/$name:$tag" --config.cmd sh --config.cmd=-c \
+    --config.cmd="trap 'exit 0' TERM INT; httpd -f -p 80 -h $root & wait" --config.exposedports 80/tcp
 done
 
 log "nonroot, nonewprivs, kitten, nautilus"
