@@ -126,12 +126,25 @@ pub fn plan(spec: &StatefulSetSpec, pods: &BTreeMap<i32, Arc<Pod>>, update: &str
     if ordered && !all_healthy {
         return out;
     }
+    // Upstream's firstUnhealthyPod: the lowest unhealthy pod, in range first, then condemned.
+    // In order, an unhealthy condemned pod is deleted only when it is that one, so a scale
+    // down halts while pods are unhealthy.
+    let healthy = |p: &Pod| running_and_ready(p) && !terminating(p);
+    let first_unhealthy = pods
+        .iter()
+        .filter(|(o, _)| **o >= start && **o < end)
+        .chain(pods.iter().filter(|(o, _)| **o < start || **o >= end))
+        .find(|(_, p)| !healthy(p))
+        .map(|(o, _)| *o);
     for (ord, p) in &condemned {
         if terminating(p) {
             if ordered {
                 return out;
             }
             continue;
+        }
+        if ordered && !running_and_ready(p) && first_unhealthy != Some(**ord) {
+            return out;
         }
         out.delete.push(**ord);
         out.condemned.push(**ord);
@@ -516,6 +529,26 @@ mod tests {
             plan(&parallel, &BTreeMap::new(), "r1").create,
             vec![(0, true), (1, true), (2, true)]
         );
+    }
+
+    #[test]
+    fn scale_down_halts_while_condemned_pods_are_unhealthy() {
+        // Upstream's "Scaling should happen in predictable order and halt if any stateful pod
+        // is unhealthy": all three unready, scaled to 0: nothing is deleted, because web-2 is
+        // not the first unhealthy pod.
+        let s = spec(json!({"replicas": 0}));
+        let unready = BTreeMap::from([
+            pod(0, "r1", false),
+            pod(1, "r1", false),
+            pod(2, "r1", false),
+        ]);
+        assert_eq!(plan(&s, &unready, "r1"), Plan::default());
+        // Once web-2 is the first unhealthy one (the others ready), it goes.
+        let last = BTreeMap::from([pod(0, "r1", true), pod(1, "r1", true), pod(2, "r1", false)]);
+        assert_eq!(plan(&s, &last, "r1").delete, vec![2]);
+        // In parallel, unhealthy pods go regardless.
+        let parallel = spec(json!({"replicas": 0, "podManagementPolicy": "Parallel"}));
+        assert_eq!(plan(&parallel, &unready, "r1").delete, vec![2, 1, 0]);
     }
 
     #[test]
