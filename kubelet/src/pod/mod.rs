@@ -61,15 +61,14 @@ pub struct Worker {
     admitted: Mutex<HashMap<String, Arc<Pod>>>,
 }
 
-/// A pod's host ports: (host IP, `0.0.0.0` when unset; protocol; port).
+/// A pod's host ports: (host IP, `0.0.0.0` when unset; protocol; port). The app containers'
+/// only, as upstream's NodePorts predicate counts them. The scheduler has the same pair of
+/// functions (`controllers/src/scheduler.rs`): the kubelet cannot use the controllers crate,
+/// and the shared crate (`types`) has no Kubernetes types.
 fn host_ports(pod: &Pod) -> Vec<(String, String, i32)> {
     pod.spec
         .iter()
-        .flat_map(|s| {
-            s.containers
-                .iter()
-                .chain(s.init_containers.iter().flatten())
-        })
+        .flat_map(|s| s.containers.iter())
         .flat_map(|c| c.ports.iter().flatten())
         .filter(|p| p.host_port.is_some_and(|h| h > 0))
         .map(|p| {
