@@ -113,6 +113,7 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                 crd_schema: v.pointer("/schema/openAPIV3Schema").cloned(),
                 serving: Serving::Stored,
                 conversion: None,
+                strategy: &crate::kinds::custom::CustomResource,
             }
         })
         .collect()

@@ -1,9 +1,11 @@
-//! Defaulting of built-in kinds as upstream does it on create and update (the values a user
-//! sees in `kubectl get -o yaml` without having written them).
+//! The defaulting helpers of built-in kinds, as upstream's `SetDefaults_*` (the values a user
+//! sees in `kubectl get -o yaml` without having written them). Each kind's strategy
+//! (`kinds/`) applies them; the pod spec's defaults here serve pods and every template.
 
 use serde_json::{Value, json};
 
-fn set_default(obj: &mut Value, key: &str, value: Value) {
+/// Sets `key` unless it has a value.
+pub(crate) fn set_default(obj: &mut Value, key: &str, value: Value) {
     if let Some(m) = obj.as_object_mut()
         && m.get(key).is_none_or(Value::is_null)
     {
@@ -11,12 +13,13 @@ fn set_default(obj: &mut Value, key: &str, value: Value) {
     }
 }
 
-fn child<'a>(obj: &'a mut Value, key: &str) -> &'a mut Value {
+/// The object at `key`, made an empty object first if unset.
+pub(crate) fn child<'a>(obj: &'a mut Value, key: &str) -> &'a mut Value {
     set_default(obj, key, json!({}));
     &mut obj[key]
 }
 
-fn image_pull_policy(image: &str) -> &'static str {
+pub(crate) fn image_pull_policy(image: &str) -> &'static str {
     let last = image.rsplit('/').next().unwrap_or(image);
     let tag = if last.contains('@') {
         None
@@ -94,7 +97,7 @@ pub fn pod_spec(spec: &mut Value) {
 }
 
 /// SetDefaults_HTTPGetAction: path `/`, scheme HTTP.
-fn http_get(handler: &mut Value) {
+pub(crate) fn http_get(handler: &mut Value) {
     if let Some(h) = handler.get_mut("httpGet").filter(|h| h.is_object()) {
         set_default(h, "path", json!("/"));
         set_default(h, "scheme", json!("HTTP"));
@@ -137,7 +140,7 @@ const VOLUME_SOURCES: &[&str] = &[
 
 /// A volume's defaults: file modes 0644 for secret, configMap, downwardAPI and projected;
 /// fieldRef apiVersion v1; token expiry 3600 s; hostPath type ""; no source is an emptyDir.
-fn volume(v: &mut Value) {
+pub(crate) fn volume(v: &mut Value) {
     if !v.is_object() {
         return;
     }
@@ -181,7 +184,7 @@ fn volume(v: &mut Value) {
 }
 
 /// A pod's container with a limit but no request for a resource requests its limit.
-fn requests_from_limits(spec: &mut Value) {
+pub(crate) fn requests_from_limits(spec: &mut Value) {
     for key in ["containers", "initContainers"] {
         let Some(cs) = spec.get_mut(key).and_then(Value::as_array_mut) else {
             continue;
@@ -202,171 +205,9 @@ fn requests_from_limits(spec: &mut Value) {
     }
 }
 
-fn template(obj: &mut Value) {
+pub(crate) fn template(obj: &mut Value) {
     if let Some(spec) = obj.pointer_mut("/spec/template/spec") {
         pod_spec(spec);
-    }
-}
-
-/// Applies the defaults of `kind` (group-qualified by `group`) to an object.
-pub fn apply(group: &str, kind: &str, obj: &mut Value) {
-    match (group, kind) {
-        ("", "Pod") => {
-            let spec = child(obj, "spec");
-            pod_spec(spec);
-            set_default(spec, "serviceAccountName", json!("default"));
-            set_default(spec, "enableServiceLinks", json!(true));
-            requests_from_limits(spec);
-        }
-        ("", "Service") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "type", json!("ClusterIP"));
-            set_default(spec, "sessionAffinity", json!("None"));
-            if spec.get("sessionAffinity").and_then(Value::as_str) == Some("ClientIP") {
-                let config = child(child(spec, "sessionAffinityConfig"), "clientIP");
-                set_default(config, "timeoutSeconds", json!(10800));
-            }
-            if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
-                for p in ports {
-                    set_default(p, "protocol", json!("TCP"));
-                    // Upstream: an unset, 0 or "" targetPort is the port (clients built on
-                    // Go structs send 0 for unset).
-                    if matches!(p.get("targetPort"), Some(t) if *t == json!(0) || *t == json!("")) {
-                        p.as_object_mut().map(|m| m.remove("targetPort"));
-                    }
-                    let port = p.get("port").cloned().unwrap_or(Value::Null);
-                    set_default(p, "targetPort", port);
-                }
-            }
-            if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
-                set_default(spec, "internalTrafficPolicy", json!("Cluster"));
-            }
-        }
-        ("", "Secret") => {
-            set_default(obj, "type", json!("Opaque"));
-            string_data(obj);
-        }
-        ("", "Namespace") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "finalizers", json!(["kubernetes"]));
-            // Upstream labels every namespace with its own name (namespaceSelectors use it).
-            if let Some(name) = obj.pointer("/metadata/name").cloned() {
-                let labels = child(child(obj, "metadata"), "labels");
-                labels["kubernetes.io/metadata.name"] = name;
-            }
-        }
-        ("", "ReplicationController") => {
-            // Upstream: an empty selector and the RC's labels default to the template's.
-            let labels = obj.pointer("/spec/template/metadata/labels").cloned();
-            let spec = child(obj, "spec");
-            set_default(spec, "replicas", json!(1));
-            if let Some(l) = &labels
-                && spec
-                    .get("selector")
-                    .is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty()))
-            {
-                spec["selector"] = l.clone();
-            }
-            if let Some(l) = labels {
-                let meta = child(obj, "metadata");
-                if meta
-                    .get("labels")
-                    .is_none_or(|m| m.as_object().is_none_or(|m| m.is_empty()))
-                {
-                    meta["labels"] = l;
-                }
-            }
-            template(obj);
-        }
-        ("apps", "Deployment") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "replicas", json!(1));
-            set_default(spec, "revisionHistoryLimit", json!(10));
-            set_default(spec, "progressDeadlineSeconds", json!(600));
-            let strategy = child(spec, "strategy");
-            set_default(strategy, "type", json!("RollingUpdate"));
-            if strategy.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
-                let ru = child(strategy, "rollingUpdate");
-                set_default(ru, "maxSurge", json!("25%"));
-                set_default(ru, "maxUnavailable", json!("25%"));
-            }
-            template(obj);
-        }
-        ("apps", "ReplicaSet") => {
-            set_default(child(obj, "spec"), "replicas", json!(1));
-            template(obj);
-        }
-        ("", "PersistentVolume") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
-            set_default(spec, "volumeMode", json!("Filesystem"));
-            set_default(child(obj, "status"), "phase", json!("Pending"));
-        }
-        ("", "PersistentVolumeClaim") => {
-            set_default(child(obj, "spec"), "volumeMode", json!("Filesystem"));
-            set_default(child(obj, "status"), "phase", json!("Pending"));
-        }
-        ("scheduling.k8s.io", "PriorityClass") => {
-            set_default(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
-        }
-        ("storage.k8s.io", "StorageClass") => {
-            set_default(obj, "reclaimPolicy", json!("Delete"));
-            set_default(obj, "volumeBindingMode", json!("Immediate"));
-        }
-        ("apps", "StatefulSet") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "replicas", json!(1));
-            set_default(spec, "podManagementPolicy", json!("OrderedReady"));
-            set_default(spec, "revisionHistoryLimit", json!(10));
-            set_default(
-                spec,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-            );
-            template(obj);
-        }
-        ("apps", "DaemonSet") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "revisionHistoryLimit", json!(10));
-            set_default(
-                spec,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}),
-            );
-            template(obj);
-        }
-        ("batch", "Job") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "parallelism", json!(1));
-            set_default(spec, "backoffLimit", json!(6));
-            set_default(spec, "completionMode", json!("NonIndexed"));
-            set_default(spec, "suspend", json!(false));
-            if let Some(t) = obj.pointer_mut("/spec/template/spec") {
-                pod_spec(t);
-            }
-            job_selector(obj);
-            if obj.pointer("/spec/completions").is_none() {
-                let p = obj
-                    .pointer("/spec/parallelism")
-                    .cloned()
-                    .unwrap_or(json!(1));
-                if obj.pointer("/spec/parallelism") == Some(&json!(1)) {
-                    obj["spec"]["completions"] = p;
-                }
-            }
-        }
-        ("batch", "CronJob") => {
-            let spec = child(obj, "spec");
-            set_default(spec, "concurrencyPolicy", json!("Allow"));
-            set_default(spec, "suspend", json!(false));
-            set_default(spec, "successfulJobsHistoryLimit", json!(3));
-            set_default(spec, "failedJobsHistoryLimit", json!(1));
-            if let Some(t) = obj.pointer_mut("/spec/jobTemplate/spec/template/spec") {
-                pod_spec(t);
-            }
-        }
-        ("autoscaling", "HorizontalPodAutoscaler") => hpa(obj),
-        _ => {}
     }
 }
 
@@ -374,7 +215,7 @@ pub fn apply(group: &str, kind: &str, obj: &mut Value) {
 /// is given, and, when `behavior` is given, its missing rules from the defaults (scale up: no
 /// stabilization, 4 pods or 100 % per 15 s, the larger; scale down: 100 % per 15 s, its window
 /// left to the controller's 300 s).
-fn hpa(obj: &mut Value) {
+pub(crate) fn hpa(obj: &mut Value) {
     let v2 = obj.get("apiVersion") == Some(&json!("autoscaling/v2"));
     let spec = child(obj, "spec");
     set_default(spec, "minReplicas", json!(1));
@@ -416,7 +257,7 @@ fn hpa(obj: &mut Value) {
 
 /// A Secret's `stringData` is write-only: its entries are merged into `data` (base64, taking
 /// precedence over `data`'s own) and the field is never stored or returned.
-fn string_data(obj: &mut Value) {
+pub(crate) fn string_data(obj: &mut Value) {
     use base64::Engine;
     let Some(Value::Object(plain)) = obj.as_object_mut().and_then(|m| m.remove("stringData"))
     else {
@@ -432,7 +273,7 @@ fn string_data(obj: &mut Value) {
 /// A Job without `manualSelector` selects its pods by its uid, and its template carries the
 /// labels upstream puts there (`batch.kubernetes.io/controller-uid`, `job-name`, and the
 /// legacy unprefixed pair).
-fn job_selector(obj: &mut Value) {
+pub(crate) fn job_selector(obj: &mut Value) {
     if obj.pointer("/spec/manualSelector") == Some(&json!(true)) {
         return;
     }
@@ -465,28 +306,8 @@ fn job_selector(obj: &mut Value) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn secret_string_data_is_merged_into_data_and_dropped() {
-        let mut s =
-            json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "two", "c": "three"}});
-        apply("", "Secret", &mut s);
-        assert_eq!(
-            s["data"],
-            json!({"a": "eA==", "b": "dHdv", "c": "dGhyZWU="})
-        );
-        assert!(s.get("stringData").is_none());
-        assert_eq!(s["type"], "Opaque");
-    }
-
-    #[test]
-    fn namespaces_are_labelled_with_their_name() {
-        let mut ns = json!({"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "other"}}});
-        apply("", "Namespace", &mut ns);
-        assert_eq!(
-            ns["metadata"]["labels"]["kubernetes.io/metadata.name"],
-            "team"
-        );
-        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+    fn apply(group: &str, kind: &str, obj: &mut Value) {
+        crate::kinds::builtin(group, kind).default(obj);
     }
 
     #[test]
@@ -549,17 +370,5 @@ mod tests {
         let mut bare = json!({"apiVersion": "autoscaling/v2", "spec": {"maxReplicas": 3}});
         apply("autoscaling", "HorizontalPodAutoscaler", &mut bare);
         assert!(bare["spec"].get("behavior").is_none());
-    }
-
-    #[test]
-    fn deployments_get_upstream_defaults() {
-        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}]}}}});
-        apply("apps", "Deployment", &mut d);
-        assert_eq!(d["spec"]["replicas"], 1);
-        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
-        let c = &d["spec"]["template"]["spec"]["containers"][0];
-        assert_eq!(c["imagePullPolicy"], "Always");
-        assert_eq!(c["ports"][0]["protocol"], "TCP");
-        assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
     }
 }

@@ -76,7 +76,7 @@ pub async fn mutate(
     if webhook::mutate(ctx, op, obj, old).await? {
         // Patched objects are defaulted again (and custom resources pruned and checked
         // against their schema), as upstream's decode after a webhook does.
-        crate::defaults::apply(&ctx.res.group, &ctx.res.kind, obj);
+        ctx.res.strategy.default(obj);
         if let Some(schema) = &ctx.res.crd_schema {
             let out = crate::structural::apply(schema, obj);
             if !out.causes.is_empty() {

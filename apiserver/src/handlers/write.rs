@@ -244,71 +244,21 @@ fn prepare_create(ctx: &Ctx, obj: &mut Value) -> ApiResult<()> {
     {
         m.remove("status");
     }
-    crate::defaults::apply(&res.group, &res.kind, obj);
-    crate::strategy::prepare_create(res, obj, &ctx.user);
-    initial_status(res, obj);
-    if is_crd(res) {
-        crate::crd::set_status(obj);
-    }
+    res.strategy.default(obj);
+    res.strategy.prepare_for_create(obj, &ctx.user);
+    res.strategy.initial_status(obj);
     record_manager(ctx, None, obj, None);
     Ok(())
-}
-
-/// The status a new object starts with, where upstream sets one.
-fn initial_status(res: &ResourceInfo, obj: &mut Value) {
-    match (res.group.as_str(), res.kind.as_str()) {
-        ("", "Pod") => {
-            obj["status"] = json!({"phase": "Pending", "qosClass": qos_class(obj)});
-        }
-        ("", "Namespace") => obj["status"] = json!({"phase": "Active"}),
-        ("", "PersistentVolumeClaim" | "PersistentVolume") => {
-            obj["status"] = json!({"phase": "Pending"})
-        }
-        ("", "Service") => obj["status"] = json!({"loadBalancer": {}}),
-        _ => {}
-    }
-}
-
-/// A pod's QoS class from its containers' requests and limits.
-fn qos_class(pod: &Value) -> &'static str {
-    let containers: Vec<&Value> = pod
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .map(|c| c.iter().collect())
-        .unwrap_or_default();
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in &containers {
-        let limits = c.pointer("/resources/limits").and_then(Value::as_object);
-        let requests = c.pointer("/resources/requests").and_then(Value::as_object);
-        if limits.is_some_and(|l| !l.is_empty()) || requests.is_some_and(|r| !r.is_empty()) {
-            any = true;
-        }
-        for r in ["cpu", "memory"] {
-            let l = limits.and_then(|l| l.get(r));
-            let q = requests.and_then(|q| q.get(r)).or(l);
-            if l.is_none() || q != l {
-                guaranteed = false;
-            }
-        }
-    }
-    match (any, guaranteed) {
-        (false, _) => "BestEffort",
-        (true, true) => "Guaranteed",
-        (true, false) => "Burstable",
-    }
 }
 
 /// Metadata and kind validation → 422.
 fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
     let res = &ctx.res;
     let mut causes = validation::validate_meta(res, obj);
-    causes.extend(validation::validate_kind(res, obj));
-    if is_crd(res) {
-        causes.extend(crate::crd::validate(obj));
-    }
+    res.strategy.validate(obj, &mut causes);
     if let Some(old) = old {
-        causes.extend(crate::strategy::validate_update(res, obj, old));
+        crate::kinds::no_new_finalizers(obj, old, &mut causes);
+        res.strategy.validate_update(obj, old, &mut causes);
     }
     if causes.is_empty() {
         return Ok(());
@@ -345,18 +295,6 @@ async fn check_namespace(ctx: &Ctx, obj: &Value) -> ApiResult<()> {
     Ok(())
 }
 
-fn is_crd(res: &ResourceInfo) -> bool {
-    res.group == "apiextensions.k8s.io" && res.kind == "CustomResourceDefinition"
-}
-
-fn is_quota(res: &ResourceInfo) -> bool {
-    res.group.is_empty() && res.plural == "resourcequotas"
-}
-
-fn is_service(res: &ResourceInfo) -> bool {
-    res.group.is_empty() && res.kind == "Service"
-}
-
 /// POST: create an object.
 pub async fn create(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let (obj, warnings) = decode(&ctx, &body)?;
@@ -386,8 +324,8 @@ async fn create_object(
     }
     check_namespace(&ctx, &obj).await?;
     admission::mutate(&ctx, Operation::Create, &mut obj, None).await?;
-    // Admission may have set requests and limits: the QoS class follows them.
-    initial_status(&ctx.res, &mut obj);
+    // Admission may have changed what the status follows (a pod's QoS class).
+    ctx.res.strategy.initial_status(&mut obj);
     validate(&ctx, &obj, None)?;
     admission::validate(&ctx, Operation::Create, Some(&obj), None).await?;
     let ns = ctx.namespace().unwrap_or_default().to_owned();
@@ -397,18 +335,16 @@ async fn create_object(
     };
     let generated = meta_str(&obj, "generateName").is_some_and(|g| !g.is_empty())
         && ctx.params.dry_run.then_some(()).is_none();
-    let _guard = match is_service(&ctx.res) {
+    let strategy = ctx.res.strategy;
+    let _guard = match strategy.allocates() {
         true => Some(ctx.api.alloc.lock().await),
         false => None,
     };
     for attempt in 0..8 {
         let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
         let key = ctx.res.key(ctx.namespace(), &name);
-        if is_service(&ctx.res) && !ctx.params.dry_run {
-            ctx.api
-                .alloc
-                .assign(&ctx.api.store, &key, &mut obj, None)
-                .await?;
+        if !ctx.params.dry_run {
+            strategy.allocate(&ctx.api, &key, &mut obj, None).await?;
         }
         if ctx.params.dry_run {
             if ctx.api.store.get(&key).await?.is_some() {
@@ -423,12 +359,11 @@ async fn create_object(
         match ctx.api.store.create(&key, ctx.res.encode(&mut obj)?).await {
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
-                if ctx.res.group.is_empty() && ctx.res.kind == "Namespace" {
-                    crate::bootstrap::namespace_defaults(&ctx.api, &name).await?;
-                }
-                if quota.is_some() || is_quota(&ctx.res) {
+                strategy.after_create(&ctx.api, &obj).await?;
+                if quota.is_some() {
                     admission::quota::refresh(&ctx.api, &ns).await?;
                 }
+                strategy.after_write(&ctx.api, &obj).await?;
                 return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
             }
             Err(minik8s_storage::Error::AlreadyExists { .. }) if generated && attempt < 7 => {
@@ -508,15 +443,9 @@ pub fn prepare_update(
         // as upstream's status strategies keep the new object's metadata, its labels and
         // annotations.
         let status = new.as_object_mut().and_then(|m| m.remove("status"));
-        // Which metadata a status update may change, per upstream's status strategies:
-        // custom resources and VolumeAttachments none, Deployments their annotations (not
-        // their labels), every other kind both.
-        let (keep_labels, keep_annotations) = match (res.group.as_str(), res.kind.as_str()) {
-            _ if res.is_custom() => (false, false),
-            ("storage.k8s.io", "VolumeAttachment") => (false, false),
-            ("apps", "Deployment") => (false, true),
-            _ => (true, true),
-        };
+        // Which metadata a status update may change is the kind's (upstream's status
+        // strategies).
+        let (keep_labels, keep_annotations) = res.strategy.status_keeps_metadata();
         let labels = if keep_labels {
             meta(new).get("labels").cloned()
         } else {
@@ -556,12 +485,12 @@ pub fn prepare_update(
                 object::meta_mut(&mut merged).remove("resourceVersion");
             }
         }
-        crate::strategy::prepare_status(&res, &mut merged, old, subresource);
+        res.strategy
+            .prepare_for_status(&mut merged, old, subresource);
         *new = merged;
         record_manager(ctx, Some(old), new, subresource);
         return Ok(());
     }
-    crate::strategy::prepare_update(&res, new, old, subresource);
     let old_meta = meta(old).clone();
     {
         let m = object::meta_mut(new);
@@ -595,10 +524,8 @@ pub fn prepare_update(
             }
         }
     }
-    crate::defaults::apply(&res.group, &res.kind, new);
-    if is_crd(&res) {
-        crate::crd::set_status(new);
-    }
+    res.strategy.prepare_for_update(new, old, subresource);
+    res.strategy.default(new);
     if res.generation && spec_changed(new, old) {
         let g = old_meta
             .get("generation")
@@ -617,21 +544,22 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
     validate(ctx, &new, Some(old))?;
     admission::validate(ctx, Operation::Update, Some(&new), Some(old)).await?;
     let key = ctx.key();
-    let _guard = match is_service(&ctx.res) && ctx.req.subresource.is_none() {
+    let strategy = ctx.res.strategy;
+    let main = ctx.req.subresource.is_none();
+    let _guard = match strategy.allocates() && main {
         true => Some(ctx.api.alloc.lock().await),
         false => None,
     };
-    if is_service(&ctx.res) && ctx.req.subresource.is_none() {
-        ctx.api
-            .alloc
-            .assign(&ctx.api.store, &key, &mut new, Some(old))
+    if main {
+        strategy
+            .allocate(&ctx.api, &key, &mut new, Some(old))
             .await?;
     }
     // As upstream's ShouldDeleteDuringUpdate: the last finalizer gone from an object being
     // deleted ends it, unless it is still in its grace period (a terminating pod whose
     // kubelet writes status keeps existing until the kubelet deletes it).
     let finished = meta(&new).get("deletionTimestamp").is_some()
-        && crate::strategy::finalized(&ctx.res, &new)
+        && crate::kinds::finalized(&ctx.res, &new)
         && meta(old)
             .get("deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
@@ -664,8 +592,7 @@ async fn save(ctx: &Ctx, mut new: Value, old: &Value, expected: i64) -> ApiResul
         .await
         .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut new, &kv);
-    if is_quota(&ctx.res) && ctx.req.subresource.is_none() {
-        admission::quota::refresh(&ctx.api, ctx.namespace().unwrap_or_default()).await?;
+    if main && strategy.after_write(&ctx.api, &new).await? {
         return Ok(current(ctx).await?.0);
     }
     Ok(new)
@@ -1020,32 +947,9 @@ async fn try_delete(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<Option<(Status
     {
         finalizers.push(json!(f));
     }
-    let is_pod = ctx.res.group.is_empty() && ctx.res.kind == "Pod";
-    let grace = if is_pod {
-        let node = obj
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty());
-        let phase = obj
-            .pointer("/status/phase")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let default = obj
-            .pointer("/spec/terminationGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            .unwrap_or(30);
-        let g = opts.grace.unwrap_or(default);
-        // Pods that never ran on a node, or already ended, go at once.
-        if node && !matches!(phase, "Succeeded" | "Failed") {
-            g
-        } else {
-            0
-        }
-    } else {
-        0
-    };
+    let grace = ctx.res.strategy.deletion_grace(&obj, opts.grace);
     let already = meta(&obj).get("deletionTimestamp").is_some();
-    if finalizers.is_empty() && grace == 0 && !crate::strategy::held_by_spec(&ctx.res, &obj) {
+    if finalizers.is_empty() && grace == 0 && !ctx.res.strategy.held_by_spec(&obj) {
         if opts.dry_run {
             return Ok(Some((StatusCode::OK, obj)));
         }
@@ -1078,9 +982,7 @@ async fn try_delete(ctx: &Ctx, opts: &DeleteOptions) -> ApiResult<Option<(Status
         m.insert("deletionGracePeriodSeconds".into(), json!(grace));
         m.insert("finalizers".into(), Value::Array(finalizers));
     }
-    if ctx.res.group.is_empty() && ctx.res.kind == "Namespace" {
-        obj["status"]["phase"] = json!("Terminating");
-    }
+    ctx.res.strategy.begin_deletion(&mut obj);
     if opts.dry_run {
         return Ok(Some((StatusCode::OK, obj)));
     }
@@ -1162,15 +1064,5 @@ mod tests {
         let mut out = Vec::new();
         unknown_fields(&input, &typed, "", &mut out);
         assert_eq!(out, ["spec.x", "z[0].b"]);
-    }
-
-    #[test]
-    fn qos_classes_follow_requests_and_limits() {
-        let be = json!({"spec": {"containers": [{"name": "a"}]}});
-        let g = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}});
-        let b = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "1"}}}]}});
-        assert_eq!(qos_class(&be), "BestEffort");
-        assert_eq!(qos_class(&g), "Guaranteed");
-        assert_eq!(qos_class(&b), "Burstable");
     }
 }

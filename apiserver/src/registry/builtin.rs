@@ -3,6 +3,7 @@
 //! carry (short names, categories, subresources, field selectors) as data.
 
 use super::{NameRule, ResourceInfo, ScaleInfo, Serving};
+use crate::kinds::{self, Strategy};
 use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
     autoscaling::v2 as autoscaling2, batch::v1 as batch, certificates::v1 as certificates,
@@ -45,7 +46,7 @@ struct Extra {
     fields: &'static [&'static str],
 }
 
-fn row<K>(extra: Extra) -> ResourceInfo
+fn row<K>(strategy: &'static dyn Strategy, extra: Extra) -> ResourceInfo
 where
     K: Resource + ListableResource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
     K::Scope: Scope,
@@ -84,6 +85,7 @@ where
         read_defaults: false,
         serving: Serving::Stored,
         conversion: None,
+        strategy,
     }
 }
 
@@ -119,6 +121,7 @@ fn unstored(
         read_defaults: false,
         serving,
         conversion: None,
+        strategy: &kinds::Plain,
     }
 }
 
@@ -158,212 +161,305 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
     };
     vec![
         // core/v1
-        row::<core::Namespace>(Extra {
-            short: &["ns"],
-            status: true,
-            subresources: &["finalize"],
-            name_rule: Some(NameRule::Label),
-            fields: &["status.phase"],
-            ..Default::default()
-        }),
-        row::<core::Pod>(Extra {
-            short: &["po"],
-            all: true,
-            status: true,
-            subresources: &[
-                "attach",
-                "binding",
-                "ephemeralcontainers",
-                "eviction",
-                "exec",
-                "log",
-                "portforward",
-                "proxy",
-            ],
-            fields: &[
-                "spec.nodeName",
-                "spec.restartPolicy",
-                "spec.schedulerName",
-                "spec.serviceAccountName",
-                "spec.hostNetwork",
-                "status.phase",
-                "status.podIP",
-                "status.nominatedNodeName",
-            ],
-            ..Default::default()
-        }),
-        row::<core::Service>(Extra {
-            short: &["svc"],
-            all: true,
-            status: true,
-            subresources: &["proxy"],
-            name_rule: Some(NameRule::Label),
-            ..Default::default()
-        }),
-        row::<core::Endpoints>(Extra {
-            short: &["ep"],
-            ..Default::default()
-        }),
-        row::<core::ConfigMap>(Extra {
-            short: &["cm"],
-            ..Default::default()
-        }),
-        row::<core::Secret>(Extra {
-            fields: &["type"],
-            ..Default::default()
-        }),
-        row::<core::ServiceAccount>(Extra {
-            short: &["sa"],
-            subresources: &["token"],
-            ..Default::default()
-        }),
-        row::<core::Node>(Extra {
-            short: &["no"],
-            status: true,
-            subresources: &["proxy"],
-            keep_status: true,
-            fields: &["spec.unschedulable"],
-            ..Default::default()
-        }),
-        row::<core::Event>(Extra {
-            short: &["ev"],
-            fields: &[
-                "involvedObject.kind",
-                "involvedObject.namespace",
-                "involvedObject.name",
-                "involvedObject.uid",
-                "involvedObject.apiVersion",
-                "involvedObject.resourceVersion",
-                "involvedObject.fieldPath",
-                "reason",
-                "reportingComponent",
-                "source",
-                "type",
-            ],
-            ..Default::default()
-        }),
-        row::<core::LimitRange>(Extra {
-            short: &["limits"],
-            ..Default::default()
-        }),
-        row::<core::ResourceQuota>(Extra {
-            short: &["quota"],
-            status: true,
-            ..Default::default()
-        }),
-        row::<core::PersistentVolume>(Extra {
-            short: &["pv"],
-            status: true,
-            ..Default::default()
-        }),
-        row::<core::PersistentVolumeClaim>(Extra {
-            short: &["pvc"],
-            status: true,
-            ..Default::default()
-        }),
-        row::<core::PodTemplate>(Extra::default()),
-        row::<core::ReplicationController>(Extra {
-            fields: &["status.replicas"],
-            ..workload(&["rc"], true)
-        }),
+        row::<core::Namespace>(
+            &kinds::namespace::Namespace,
+            Extra {
+                short: &["ns"],
+                status: true,
+                subresources: &["finalize"],
+                name_rule: Some(NameRule::Label),
+                fields: &["status.phase"],
+                ..Default::default()
+            },
+        ),
+        row::<core::Pod>(
+            &kinds::pod::Pod,
+            Extra {
+                short: &["po"],
+                all: true,
+                status: true,
+                subresources: &[
+                    "attach",
+                    "binding",
+                    "ephemeralcontainers",
+                    "eviction",
+                    "exec",
+                    "log",
+                    "portforward",
+                    "proxy",
+                ],
+                fields: &[
+                    "spec.nodeName",
+                    "spec.restartPolicy",
+                    "spec.schedulerName",
+                    "spec.serviceAccountName",
+                    "spec.hostNetwork",
+                    "status.phase",
+                    "status.podIP",
+                    "status.nominatedNodeName",
+                ],
+                ..Default::default()
+            },
+        ),
+        row::<core::Service>(
+            &kinds::service::Service,
+            Extra {
+                short: &["svc"],
+                all: true,
+                status: true,
+                subresources: &["proxy"],
+                name_rule: Some(NameRule::Dns1035Label),
+                ..Default::default()
+            },
+        ),
+        row::<core::Endpoints>(
+            &kinds::discovery::Endpoints,
+            Extra {
+                short: &["ep"],
+                ..Default::default()
+            },
+        ),
+        row::<core::ConfigMap>(
+            &kinds::config::ConfigMap,
+            Extra {
+                short: &["cm"],
+                ..Default::default()
+            },
+        ),
+        row::<core::Secret>(
+            &kinds::config::Secret,
+            Extra {
+                fields: &["type"],
+                ..Default::default()
+            },
+        ),
+        row::<core::ServiceAccount>(
+            &kinds::config::ServiceAccount,
+            Extra {
+                short: &["sa"],
+                subresources: &["token"],
+                ..Default::default()
+            },
+        ),
+        row::<core::Node>(
+            &kinds::node::Node,
+            Extra {
+                short: &["no"],
+                status: true,
+                subresources: &["proxy"],
+                keep_status: true,
+                fields: &["spec.unschedulable"],
+                ..Default::default()
+            },
+        ),
+        row::<core::Event>(
+            &kinds::event::Event,
+            Extra {
+                short: &["ev"],
+                fields: &[
+                    "involvedObject.kind",
+                    "involvedObject.namespace",
+                    "involvedObject.name",
+                    "involvedObject.uid",
+                    "involvedObject.apiVersion",
+                    "involvedObject.resourceVersion",
+                    "involvedObject.fieldPath",
+                    "reason",
+                    "reportingComponent",
+                    "source",
+                    "type",
+                ],
+                ..Default::default()
+            },
+        ),
+        row::<core::LimitRange>(
+            &kinds::quota::LimitRange,
+            Extra {
+                short: &["limits"],
+                ..Default::default()
+            },
+        ),
+        row::<core::ResourceQuota>(
+            &kinds::quota::ResourceQuota,
+            Extra {
+                short: &["quota"],
+                status: true,
+                ..Default::default()
+            },
+        ),
+        row::<core::PersistentVolume>(
+            &kinds::storage::PersistentVolume,
+            Extra {
+                short: &["pv"],
+                status: true,
+                ..Default::default()
+            },
+        ),
+        row::<core::PersistentVolumeClaim>(
+            &kinds::storage::PersistentVolumeClaim,
+            Extra {
+                short: &["pvc"],
+                status: true,
+                ..Default::default()
+            },
+        ),
+        row::<core::PodTemplate>(&kinds::pod::PodTemplate, Extra::default()),
+        row::<core::ReplicationController>(
+            &kinds::apps::ReplicationController,
+            Extra {
+                fields: &["status.replicas"],
+                ..workload(&["rc"], true)
+            },
+        ),
         // apps/v1
-        row::<apps::Deployment>(workload(&["deploy"], true)),
-        row::<apps::ReplicaSet>(Extra {
-            fields: &["status.replicas"],
-            ..workload(&["rs"], true)
-        }),
-        row::<apps::StatefulSet>(workload(&["sts"], true)),
-        row::<apps::DaemonSet>(workload(&["ds"], false)),
-        row::<apps::ControllerRevision>(Extra::default()),
+        row::<apps::Deployment>(&kinds::apps::Deployment, workload(&["deploy"], true)),
+        row::<apps::ReplicaSet>(
+            &kinds::apps::ReplicaSet,
+            Extra {
+                fields: &["status.replicas"],
+                ..workload(&["rs"], true)
+            },
+        ),
+        row::<apps::StatefulSet>(&kinds::apps::StatefulSet, workload(&["sts"], true)),
+        row::<apps::DaemonSet>(&kinds::apps::DaemonSet, workload(&["ds"], false)),
+        row::<apps::ControllerRevision>(&kinds::apps::ControllerRevision, Extra::default()),
         // batch/v1
-        row::<batch::Job>(Extra {
-            fields: &["status.successful"],
-            ..workload(&[], false)
-        }),
-        row::<batch::CronJob>(workload(&["cj"], false)),
+        row::<batch::Job>(
+            &kinds::batch::Job,
+            Extra {
+                fields: &["status.successful"],
+                ..workload(&[], false)
+            },
+        ),
+        row::<batch::CronJob>(&kinds::batch::CronJob, workload(&["cj"], false)),
         // autoscaling
-        row::<autoscaling1::HorizontalPodAutoscaler>(workload(&["hpa"], false)),
-        row::<autoscaling2::HorizontalPodAutoscaler>(workload(&["hpa"], false)),
+        row::<autoscaling1::HorizontalPodAutoscaler>(
+            &kinds::hpa::HorizontalPodAutoscaler,
+            workload(&["hpa"], false),
+        ),
+        row::<autoscaling2::HorizontalPodAutoscaler>(
+            &kinds::hpa::HorizontalPodAutoscaler,
+            workload(&["hpa"], false),
+        ),
         // discovery, coordination, events, policy
-        row::<discovery::EndpointSlice>(Extra::default()),
-        row::<coordination::Lease>(Extra::default()),
-        row::<events::Event>(Extra {
-            short: &["ev"],
-            // Upstream's field label conversions of events.k8s.io/v1 (read on the served object).
-            fields: &[
-                "reason",
-                "regarding.kind",
-                "regarding.namespace",
-                "regarding.name",
-                "regarding.uid",
-                "regarding.apiVersion",
-                "regarding.resourceVersion",
-                "regarding.fieldPath",
-                "reportingController",
-                "type",
-            ],
-            ..Default::default()
-        }),
-        row::<certificates::CertificateSigningRequest>(Extra {
-            short: &["csr"],
-            status: true,
-            subresources: &["approval"],
-            fields: &["spec.signerName"],
-            ..Default::default()
-        }),
-        row::<policy::PodDisruptionBudget>(Extra {
-            short: &["pdb"],
-            status: true,
-            generation: true,
-            ..Default::default()
-        }),
+        row::<discovery::EndpointSlice>(&kinds::discovery::EndpointSlice, Extra::default()),
+        row::<coordination::Lease>(&kinds::discovery::Lease, Extra::default()),
+        row::<events::Event>(
+            &kinds::Plain,
+            Extra {
+                short: &["ev"],
+                // Upstream's field label conversions of events.k8s.io/v1 (read on the served object).
+                fields: &[
+                    "reason",
+                    "regarding.kind",
+                    "regarding.namespace",
+                    "regarding.name",
+                    "regarding.uid",
+                    "regarding.apiVersion",
+                    "regarding.resourceVersion",
+                    "regarding.fieldPath",
+                    "reportingController",
+                    "type",
+                ],
+                ..Default::default()
+            },
+        ),
+        row::<certificates::CertificateSigningRequest>(
+            &kinds::certificates::CertificateSigningRequest,
+            Extra {
+                short: &["csr"],
+                status: true,
+                subresources: &["approval"],
+                fields: &["spec.signerName"],
+                ..Default::default()
+            },
+        ),
+        row::<policy::PodDisruptionBudget>(
+            &kinds::policy::PodDisruptionBudget,
+            Extra {
+                short: &["pdb"],
+                status: true,
+                generation: true,
+                ..Default::default()
+            },
+        ),
         // rbac
-        row::<rbac::Role>(rbac_names()),
-        row::<rbac::RoleBinding>(rbac_names()),
-        row::<rbac::ClusterRole>(rbac_names()),
-        row::<rbac::ClusterRoleBinding>(rbac_names()),
+        row::<rbac::Role>(&kinds::rbac::Role, rbac_names()),
+        row::<rbac::RoleBinding>(&kinds::rbac::RoleBinding, rbac_names()),
+        row::<rbac::ClusterRole>(&kinds::rbac::Role, rbac_names()),
+        row::<rbac::ClusterRoleBinding>(&kinds::rbac::RoleBinding, rbac_names()),
         // apiextensions
-        row::<apiextensions::CustomResourceDefinition>(Extra {
-            short: &["crd", "crds"],
-            generation: true,
-            ..status()
-        }),
+        row::<apiextensions::CustomResourceDefinition>(
+            &kinds::custom::CustomResourceDefinition,
+            Extra {
+                short: &["crd", "crds"],
+                generation: true,
+                ..status()
+            },
+        ),
         // admission webhooks
-        row::<admission::MutatingWebhookConfiguration>(Extra {
-            generation: true,
-            ..Default::default()
-        }),
-        row::<admission::ValidatingWebhookConfiguration>(Extra {
-            generation: true,
-            ..Default::default()
-        }),
+        row::<admission::MutatingWebhookConfiguration>(
+            &kinds::Plain,
+            Extra {
+                generation: true,
+                ..Default::default()
+            },
+        ),
+        row::<admission::ValidatingWebhookConfiguration>(
+            &kinds::Plain,
+            Extra {
+                generation: true,
+                ..Default::default()
+            },
+        ),
         // the aggregation layer
-        row::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(status()),
+        row::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
+            &kinds::discovery::ApiService,
+            status(),
+        ),
         // networking, storage, scheduling
-        row::<networking::Ingress>(Extra {
-            short: &["ing"],
-            generation: true,
-            ..status()
-        }),
-        row::<networking::IngressClass>(Extra {
-            generation: true,
-            ..Default::default()
-        }),
-        row::<networking::NetworkPolicy>(Extra {
-            short: &["netpol"],
-            generation: true,
-            ..Default::default()
-        }),
-        row::<storage::StorageClass>(Extra {
-            short: &["sc"],
-            ..Default::default()
-        }),
-        row::<scheduling::PriorityClass>(Extra {
-            short: &["pc"],
-            ..Default::default()
-        }),
+        row::<networking::Ingress>(
+            &kinds::networking::Ingress,
+            Extra {
+                short: &["ing"],
+                generation: true,
+                ..status()
+            },
+        ),
+        row::<networking::IngressClass>(
+            &kinds::networking::IngressClass,
+            Extra {
+                generation: true,
+                ..Default::default()
+            },
+        ),
+        row::<networking::NetworkPolicy>(
+            &kinds::networking::NetworkPolicy,
+            Extra {
+                short: &["netpol"],
+                generation: true,
+                ..Default::default()
+            },
+        ),
+        row::<storage::StorageClass>(
+            &kinds::storage::StorageClass,
+            Extra {
+                short: &["sc"],
+                ..Default::default()
+            },
+        ),
+        row::<scheduling::PriorityClass>(
+            &kinds::scheduling::PriorityClass,
+            Extra {
+                short: &["pc"],
+                ..Default::default()
+            },
+        ),
         // node.k8s.io/v1: RuntimeClasses name the node's runtime handler (runc only here).
-        row::<k8s_openapi::api::node::v1::RuntimeClass>(Extra::default()),
+        row::<k8s_openapi::api::node::v1::RuntimeClass>(
+            &kinds::scheduling::RuntimeClass,
+            Extra::default(),
+        ),
         // reviews
         review::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(false),
         review::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(false),

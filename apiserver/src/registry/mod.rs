@@ -1,6 +1,7 @@
 //! The resource registry: one [`ResourceInfo`] row per served resource. Built-in kinds are
 //! rows made from k8s-openapi's type constants (`builtin.rs`); custom resources will add rows
-//! at run time. Handlers look rows up here and never name a kind.
+//! at run time. Handlers look rows up here and never name a kind: each row points at its
+//! kind's strategy (`kinds/`).
 
 mod builtin;
 
@@ -16,8 +17,10 @@ pub use builtin::builtin_resources;
 pub enum NameRule {
     /// A lowercase RFC 1123 subdomain (most kinds).
     Subdomain,
-    /// A lowercase RFC 1123 label (namespaces, services).
+    /// A lowercase RFC 1123 label (namespaces).
     Label,
+    /// A DNS-1035 label: an RFC 1123 label starting with a letter (services).
+    Dns1035Label,
     /// Any name without `/` or `%` and not `.`/`..` (RBAC kinds).
     Path,
 }
@@ -93,6 +96,8 @@ pub struct ResourceInfo {
     pub serving: Serving,
     /// A custom resource's conversion webhook (`None`: conversion only sets `apiVersion`).
     pub conversion: Option<Arc<crate::conversion::Webhook>>,
+    /// The kind's rules: defaults, validation, update rules, hooks and table (`kinds/`).
+    pub strategy: &'static dyn crate::kinds::Strategy,
 }
 
 /// How a resource's requests are answered.

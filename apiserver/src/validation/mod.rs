@@ -2,7 +2,7 @@
 //! per-kind rules of upstream's `ValidateX` functions (`kinds`), each producing upstream's
 //! field causes.
 
-mod kinds;
+pub(crate) mod specs;
 
 use crate::error::Cause;
 use crate::registry::{NameRule, ResourceInfo};
@@ -139,10 +139,10 @@ pub fn label_selector(sel: Option<&Value>, field: &str, causes: &mut Vec<Cause>)
 }
 
 /// Validates `name` by the kind's rule; returns the causes.
-pub fn check_name(rule: NameRule, field: &str, name: &str, dns1035: bool) -> Vec<Cause> {
+pub fn check_name(rule: NameRule, field: &str, name: &str) -> Vec<Cause> {
     let ok = match rule {
         NameRule::Subdomain => is_subdomain(name),
-        NameRule::Label if dns1035 => is_dns1035(name),
+        NameRule::Dns1035Label => is_dns1035(name),
         NameRule::Label => is_label(name),
         NameRule::Path => {
             !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%'])
@@ -153,7 +153,7 @@ pub fn check_name(rule: NameRule, field: &str, name: &str, dns1035: bool) -> Vec
     }
     let msg = match rule {
         NameRule::Subdomain => SUBDOMAIN_MSG.to_owned(),
-        NameRule::Label if dns1035 => DNS1035_MSG.to_owned(),
+        NameRule::Dns1035Label => DNS1035_MSG.to_owned(),
         NameRule::Label => LABEL_MSG.to_owned(),
         NameRule::Path => "may not be '.' or '..' and may not contain '/' or '%'".to_owned(),
     };
@@ -169,12 +169,7 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
             "metadata.name",
             "name or generateName is required",
         )),
-        Some(name) => causes.extend(check_name(
-            info.name_rule,
-            "metadata.name",
-            name,
-            info.kind == "Service",
-        )),
+        Some(name) => causes.extend(check_name(info.name_rule, "metadata.name", name)),
     }
     labels(meta.get("labels"), "metadata.labels", &mut causes);
     if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
@@ -194,13 +189,6 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     causes
 }
 
-/// The per-kind rules of an object (upstream's `ValidateX` of its kind).
-pub fn validate_kind(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    kinds::validate(&info.group, &info.kind, obj, &mut causes);
-    causes
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,8 +203,8 @@ mod tests {
         assert!(!is_subdomain(&"a".repeat(254)));
         assert!(is_dns1035("web"));
         assert!(!is_dns1035("1web"));
-        assert!(check_name(NameRule::Path, "metadata.name", "system:admin", false).is_empty());
-        let causes = check_name(NameRule::Subdomain, "metadata.name", "Bad_Name", false);
+        assert!(check_name(NameRule::Path, "metadata.name", "system:admin").is_empty());
+        let causes = check_name(NameRule::Subdomain, "metadata.name", "Bad_Name");
         assert_eq!(causes[0].field, "metadata.name");
         assert!(causes[0].message.contains("RFC 1123 subdomain"));
     }

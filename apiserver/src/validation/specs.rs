@@ -1,4 +1,4 @@
-//! Per-kind validation of built-in kinds, following upstream's `pkg/apis/*/validation`:
+//! The validators of built-in kinds' specs, following upstream's `pkg/apis/*/validation`:
 //! the rules users meet (ranges, enums, required references, cross-field constraints), each
 //! reported with upstream's field path and message.
 
@@ -8,113 +8,12 @@ use minik8s_types::{LabelSelector, Quantity};
 use serde_json::Value;
 use std::collections::HashSet;
 
-/// Appends the causes of `obj` (of `group`/`kind`) to `causes`.
-pub fn validate(group: &str, kind: &str, obj: &Value, causes: &mut Vec<Cause>) {
-    let spec = obj.get("spec");
-    match (group, kind) {
-        ("", "Pod") => pod_spec(spec, "spec", causes),
-        ("", "PodTemplate") => pod_spec(obj.pointer("/template/spec"), "template.spec", causes),
-        ("", "ReplicationController") => {
-            replicas(spec, causes);
-            pod_spec(
-                spec.and_then(|s| s.pointer("/template/spec")),
-                "spec.template.spec",
-                causes,
-            );
-        }
-        ("apps", "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet") => {
-            workload(kind, spec, causes)
-        }
-        ("batch", "Job") => job_spec(spec, "spec", causes),
-        ("batch", "CronJob") => cronjob(spec, causes),
-        ("autoscaling", "HorizontalPodAutoscaler") => hpa(spec, causes),
-        ("policy", "PodDisruptionBudget") => pdb(spec, causes),
-        ("", "PersistentVolumeClaim") => claim(spec, causes),
-        ("", "PersistentVolume") => volume(spec, causes),
-        ("storage.k8s.io", "StorageClass") => {
-            one_of(
-                Some(obj),
-                "reclaimPolicy",
-                "",
-                &["Delete", "Retain"],
-                causes,
-            );
-            one_of(
-                Some(obj),
-                "volumeBindingMode",
-                "",
-                &["Immediate", "WaitForFirstConsumer"],
-                causes,
-            );
-        }
-        ("scheduling.k8s.io", "PriorityClass") => priority_class(obj, causes),
-        ("", "Service") => service(spec, causes),
-        ("node.k8s.io", "RuntimeClass") => match obj.get("handler").and_then(Value::as_str) {
-            None | Some("") => causes.push(Cause::required("handler", "")),
-            Some(h) if !is_label(h) => causes.push(Cause::invalid("handler", h, LABEL_MSG)),
-            Some(_) => {}
-        },
-        ("networking.k8s.io", "Ingress") => ingress(spec, causes),
-        ("networking.k8s.io", "NetworkPolicy") => {
-            label_selector(
-                spec.and_then(|s| s.get("podSelector")),
-                "spec.podSelector",
-                causes,
-            );
-            for dir in ["ingress", "egress"] {
-                let peers = if dir == "ingress" { "from" } else { "to" };
-                for (i, rule) in spec.map(|s| items(s, dir)).into_iter().flatten() {
-                    for (j, peer) in items(rule, peers) {
-                        for sel in ["podSelector", "namespaceSelector"] {
-                            label_selector(
-                                peer.get(sel),
-                                &format!("spec.{dir}[{i}].{peers}[{j}].{sel}"),
-                                causes,
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        ("certificates.k8s.io", "CertificateSigningRequest") => csr(obj, causes),
-        ("", "ConfigMap") | ("", "Secret") => {
-            let fields: &[&str] = if kind == "ConfigMap" {
-                &["data", "binaryData"]
-            } else {
-                &["data"]
-            };
-            for field in fields {
-                data_keys(obj.get(*field), field, causes);
-            }
-        }
-        ("", "ResourceQuota") => {
-            quantities(obj.pointer("/spec/hard"), "spec.hard", causes);
-        }
-        ("", "LimitRange") => {
-            if let Some(limits) = obj.pointer("/spec/limits").and_then(Value::as_array) {
-                for (i, l) in limits.iter().enumerate() {
-                    for f in [
-                        "max",
-                        "min",
-                        "default",
-                        "defaultRequest",
-                        "maxLimitRequestRatio",
-                    ] {
-                        quantities(l.get(f), &format!("spec.limits[{i}].{f}"), causes);
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-fn int(v: Option<&Value>, key: &str) -> Option<i64> {
+pub(crate) fn int(v: Option<&Value>, key: &str) -> Option<i64> {
     v.and_then(|v| v.get(key)).and_then(Value::as_i64)
 }
 
 /// The elements of the array at `key` of `v`, numbered (none if absent or not an array).
-fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
+pub(crate) fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)> {
     v.get(key)
         .and_then(Value::as_array)
         .into_iter()
@@ -122,19 +21,31 @@ fn items<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = (usize, &'a Value)
         .enumerate()
 }
 
-fn str_at<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(v: Option<&'a Value>, key: &str) -> Option<&'a str> {
     v.and_then(|v| v.get(key)).and_then(Value::as_str)
 }
 
 /// `key` of `v` is a non-empty string, else a Required cause at `path.key`.
-fn require(v: Option<&Value>, key: &str, path: &str, detail: &str, causes: &mut Vec<Cause>) {
+pub(crate) fn require(
+    v: Option<&Value>,
+    key: &str,
+    path: &str,
+    detail: &str,
+    causes: &mut Vec<Cause>,
+) {
     if str_at(v, key).is_none_or(str::is_empty) {
         causes.push(Cause::required(&format!("{path}.{key}"), detail));
     }
 }
 
 /// `key` of `v`, when set, is at least `min`.
-fn at_least(v: Option<&Value>, key: &str, path: &str, min: i64, causes: &mut Vec<Cause>) {
+pub(crate) fn at_least(
+    v: Option<&Value>,
+    key: &str,
+    path: &str,
+    min: i64,
+    causes: &mut Vec<Cause>,
+) {
     if let Some(n) = int(v, key)
         && n < min
     {
@@ -153,7 +64,7 @@ fn at_least(v: Option<&Value>, key: &str, path: &str, min: i64, causes: &mut Vec
 
 /// Upstream's `ValidatePriorityClass`: `system-` names are the built-in classes only, and
 /// a user's class is at most 1000000000.
-fn priority_class(obj: &Value, causes: &mut Vec<Cause>) {
+pub(crate) fn priority_class(obj: &Value, causes: &mut Vec<Cause>) {
     let name = obj
         .pointer("/metadata/name")
         .and_then(Value::as_str)
@@ -193,7 +104,13 @@ fn priority_class(obj: &Value, causes: &mut Vec<Cause>) {
     );
 }
 
-fn one_of(v: Option<&Value>, key: &str, path: &str, allowed: &[&str], causes: &mut Vec<Cause>) {
+pub(crate) fn one_of(
+    v: Option<&Value>,
+    key: &str,
+    path: &str,
+    allowed: &[&str],
+    causes: &mut Vec<Cause>,
+) {
     if let Some(s) = str_at(v, key)
         && !allowed.contains(&s)
     {
@@ -206,11 +123,11 @@ fn one_of(v: Option<&Value>, key: &str, path: &str, allowed: &[&str], causes: &m
     }
 }
 
-fn replicas(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn replicas(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     at_least(spec, "replicas", "spec", 0, causes);
 }
 
-fn data_keys(map: Option<&Value>, field: &str, causes: &mut Vec<Cause>) {
+pub(crate) fn data_keys(map: Option<&Value>, field: &str, causes: &mut Vec<Cause>) {
     let Some(m) = map.and_then(Value::as_object) else {
         return;
     };
@@ -226,7 +143,7 @@ fn data_keys(map: Option<&Value>, field: &str, causes: &mut Vec<Cause>) {
 }
 
 /// Every value of a resource list is a non-negative quantity.
-fn quantities(
+pub(crate) fn quantities(
     list: Option<&Value>,
     path: &str,
     causes: &mut Vec<Cause>,
@@ -255,7 +172,7 @@ fn quantities(
     out
 }
 
-fn workload(kind: &str, spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn workload(kind: &str, spec: Option<&Value>, causes: &mut Vec<Cause>) {
     let selector = spec.and_then(|s| s.get("selector"));
     if selector.is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty())) {
         causes.push(Cause::required("spec.selector", ""));
@@ -402,7 +319,7 @@ fn workload(kind: &str, spec: Option<&Value>, causes: &mut Vec<Cause>) {
 }
 
 /// An int-or-percent value: its number, or its percentage (`Err` when malformed).
-fn int_or_percent(v: &Value) -> Result<(i64, bool), String> {
+pub(crate) fn int_or_percent(v: &Value) -> Result<(i64, bool), String> {
     match v {
         Value::Number(n) => n.as_i64().map(|n| (n, false)).ok_or_else(|| n.to_string()),
         Value::String(s) => match s.strip_suffix('%').map(str::parse::<i64>) {
@@ -413,7 +330,7 @@ fn int_or_percent(v: &Value) -> Result<(i64, bool), String> {
     }
 }
 
-fn rolling_update(ru: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+pub(crate) fn rolling_update(ru: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     let Some(ru) = ru else {
         return;
     };
@@ -457,7 +374,7 @@ fn rolling_update(ru: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn job_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+pub(crate) fn job_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     label_selector(
         spec.and_then(|s| s.get("selector")),
         &format!("{path}.selector"),
@@ -495,7 +412,7 @@ fn job_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn cronjob(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn cronjob(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     match str_at(spec, "schedule") {
         None | Some("") => causes.push(Cause::required("spec.schedule", "")),
         Some(s) => {
@@ -552,7 +469,7 @@ fn cronjob(spec: Option<&Value>, causes: &mut Vec<Cause>) {
 
 /// Upstream's Ingress rules: hosts are DNS names (a leading `*.` allowed), not IPs; paths of
 /// `Exact` and `Prefix` type are absolute; `pathType` is one of the three.
-fn ingress(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn ingress(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     let Some(spec) = spec else { return };
     for (i, rule) in spec
         .get("rules")
@@ -636,7 +553,7 @@ const KEY_USAGES: [&str; 22] = [
 ];
 
 /// The PEM blocks of base64-encoded `field` (a `[]byte` in JSON): their labels and DER.
-fn pem_blocks(v: &Value) -> Option<Vec<(String, Vec<u8>)>> {
+pub(crate) fn pem_blocks(v: &Value) -> Option<Vec<(String, Vec<u8>)>> {
     use base64::Engine;
     let raw = base64::engine::general_purpose::STANDARD
         .decode(v.as_str()?)
@@ -656,7 +573,7 @@ fn pem_blocks(v: &Value) -> Option<Vec<(String, Vec<u8>)>> {
 
 /// A CertificateSigningRequest (upstream's `ValidateCertificateSigningRequestCreate` and the
 /// condition rules of its status and approval updates).
-fn csr(obj: &Value, causes: &mut Vec<Cause>) {
+pub(crate) fn csr(obj: &Value, causes: &mut Vec<Cause>) {
     use x509_parser::prelude::FromDer;
     let spec = obj.get("spec");
     match spec.and_then(|s| s.get("request")) {
@@ -777,7 +694,7 @@ fn csr(obj: &Value, causes: &mut Vec<Cause>) {
     }
 }
 
-fn hpa(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn hpa(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     let target = spec.and_then(|s| s.get("scaleTargetRef"));
     require(target, "kind", "spec.scaleTargetRef", "", causes);
     match str_at(target, "name") {
@@ -786,7 +703,6 @@ fn hpa(spec: Option<&Value>, causes: &mut Vec<Cause>) {
             crate::registry::NameRule::Path,
             "spec.scaleTargetRef.name",
             n,
-            false,
         )),
     }
     let min = int(spec, "minReplicas");
@@ -894,7 +810,7 @@ fn hpa(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     }
 }
 
-fn hpa_metric(m: &Value, path: &str, causes: &mut Vec<Cause>) {
+pub(crate) fn hpa_metric(m: &Value, path: &str, causes: &mut Vec<Cause>) {
     const TYPES: [(&str, &str); 5] = [
         ("Object", "object"),
         ("Pods", "pods"),
@@ -975,7 +891,7 @@ fn hpa_metric(m: &Value, path: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn pdb(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn pdb(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     let min = spec
         .and_then(|s| s.get("minAvailable"))
         .filter(|v| !v.is_null());
@@ -1025,7 +941,7 @@ fn pdb(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     );
 }
 
-fn service(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn service(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     labels(
         spec.and_then(|s| s.get("selector")),
         "spec.selector",
@@ -1128,7 +1044,7 @@ fn service(spec: Option<&Value>, causes: &mut Vec<Cause>) {
 }
 
 /// An IANA service name, as container port names and named target ports must be.
-fn is_port_name(s: &str) -> bool {
+pub(crate) fn is_port_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 15
         && s.bytes()
@@ -1141,11 +1057,11 @@ fn is_port_name(s: &str) -> bool {
 
 /// Whether `s` is a valid environment variable name (upstream's relaxed rule: printable
 /// ASCII but `=`).
-fn is_env_name(s: &str) -> bool {
+pub(crate) fn is_env_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'=')
 }
 
-fn pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
+pub(crate) fn pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     let Some(spec) = spec else {
         causes.push(Cause::required(&format!("{path}.containers"), ""));
         return;
@@ -1241,7 +1157,7 @@ fn pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     }
 }
 
-fn container(
+pub(crate) fn container(
     c: &Value,
     path: &str,
     volumes: &HashSet<String>,
@@ -1363,7 +1279,7 @@ const ACCESS_MODES: &[&str] = &[
     "ReadWriteOncePod",
 ];
 
-fn access_modes(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn access_modes(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     let modes = spec
         .and_then(|s| s.get("accessModes"))
         .and_then(Value::as_array);
@@ -1385,7 +1301,7 @@ fn access_modes(spec: Option<&Value>, causes: &mut Vec<Cause>) {
 }
 
 /// A PersistentVolumeClaim: access modes and a storage request.
-fn claim(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn claim(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     access_modes(spec, causes);
     match spec.and_then(|s| s.pointer("/resources/requests/storage")) {
         None => causes.push(Cause::required("spec.resources[storage]", "")),
@@ -1407,7 +1323,7 @@ fn claim(spec: Option<&Value>, causes: &mut Vec<Cause>) {
 const PV_SOURCES: &[&str] = &["hostPath", "local"];
 
 /// A PersistentVolume: capacity, access modes, exactly one (supported) source.
-fn volume(spec: Option<&Value>, causes: &mut Vec<Cause>) {
+pub(crate) fn volume(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     access_modes(spec, causes);
     if spec.and_then(|s| s.pointer("/capacity/storage")).is_none() {
         causes.push(Cause::required("spec.capacity", ""));
@@ -1456,7 +1372,7 @@ mod tests {
 
     fn causes(group: &str, kind: &str, obj: Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate(group, kind, &obj, &mut out);
+        crate::kinds::builtin(group, kind).validate(&obj, &mut out);
         out.iter().map(Cause::line).collect()
     }
 
