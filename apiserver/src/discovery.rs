@@ -25,14 +25,14 @@ const VERBS: [&str; 8] = [
 
 fn verbs_of(res: &ResourceInfo) -> Vec<&'static str> {
     match res.serving {
-        crate::registry::Serving::Review => vec!["create"],
+        crate::registry::Serving::Review(_) => vec!["create"],
         crate::registry::Serving::Metrics => vec!["get", "list"],
         crate::registry::Serving::Stored => VERBS.to_vec(),
     }
 }
 
 fn json_ok(v: &Value) -> Response {
-    super::handlers::json_response(StatusCode::OK, v, &[])
+    crate::context::json_response(StatusCode::OK, v, &[])
 }
 
 /// Serves `path` if it is a non-resource endpoint.

@@ -2,8 +2,8 @@
 //! node's kubelet endpoint, calls the kubelet over HTTPS with the apiserver's kubelet-client
 //! certificate, and streams the answer back (`pods/log` as upstream's `kubectl logs` uses it).
 
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::Ctx;
 use crate::object;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
@@ -275,7 +275,7 @@ async fn relay_upgrade(
 
 /// The pod (from the store) and where its kubelet listens: (pod, host, port).
 async fn kubelet_of(ctx: &Ctx) -> ApiResult<(Value, String, u16)> {
-    let (pod, _) = crate::handlers::write::current(ctx).await?;
+    let (pod, _) = ctx.current().await?;
     let node = pod
         .pointer("/spec/nodeName")
         .and_then(Value::as_str)

@@ -13,6 +13,7 @@ pub mod apply;
 pub mod audit;
 pub mod auth;
 pub mod bootstrap;
+pub mod context;
 pub mod conversion;
 mod convert;
 pub mod crd;

@@ -7,8 +7,8 @@
 //! new pod's metrics appear within one window), as metrics-server does. `kubectl top` and the
 //! HPA read it; requests are answered from these samples, without calling the kubelets.
 
+use crate::context::{Ctx, json_response};
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::{Ctx, json_response};
 use crate::object;
 use axum::http::StatusCode;
 use axum::response::Response;

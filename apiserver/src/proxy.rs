@@ -3,8 +3,8 @@
 //! the pod's IP, or to one of the Service's ready endpoints, and the answer streams back.
 //! The name may carry a scheme and a port, as upstream's: `[https:]name[:port]`.
 
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::Ctx;
 use crate::object;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, header};

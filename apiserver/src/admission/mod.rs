@@ -12,8 +12,8 @@ pub mod serviceaccount;
 pub mod storageclass;
 pub mod webhook;
 
+use crate::context::Ctx;
 use crate::error::ApiResult;
-use crate::handlers::Ctx;
 use serde_json::Value;
 
 /// The operation being admitted, as AdmissionReview names it.

@@ -7,8 +7,8 @@
 
 use super::Operation;
 use crate::Api;
+use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
-use crate::handlers::Ctx;
 use crate::object::meta_str;
 use axum::http::{Request, Uri, header};
 use base64::Engine;

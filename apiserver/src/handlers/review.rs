@@ -6,6 +6,7 @@ use super::{Ctx, json_response};
 use crate::auth::User;
 use crate::error::{ApiError, ApiResult};
 use crate::rbac::Attributes;
+use crate::registry::Review;
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
@@ -55,18 +56,18 @@ fn attributes(spec: &Value, namespace: Option<&str>) -> ApiResult<Attributes> {
 }
 
 /// Answers a review.
-pub async fn handle(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
+pub async fn handle(ctx: Ctx, answers: Review, body: Bytes) -> ApiResult<Response> {
     let mut obj = crate::object::decode_body(ctx.content_type(), &body)?;
     super::write::default_kind(&ctx.res, &mut obj);
     let (obj, _) = super::write::typed(&ctx, std::mem::take(&mut obj))?;
     let mut obj = obj;
     let spec = obj.get("spec").cloned().unwrap_or(json!({}));
-    let status = match ctx.res.kind.as_str() {
-        "SelfSubjectReview" => {
+    let status = match answers {
+        Review::SelfSubject => {
             json!({"userInfo": {"username": ctx.user.name, "groups": ctx.user.groups}})
         }
-        kind => {
-            let user = if kind == "SelfSubjectAccessReview" {
+        Review::SelfAccess | Review::Access => {
+            let user = if answers == Review::SelfAccess {
                 ctx.user.clone()
             } else {
                 let groups = spec

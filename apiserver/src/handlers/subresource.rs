@@ -32,12 +32,12 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
             }
         }
         ("token", Verb::Create) => token(ctx, body).await,
-        ("log", Verb::Get) if ctx.res.group.is_empty() && ctx.res.kind == "Pod" => {
+        ("log", Verb::Get) if ctx.res.extra_subresources.iter().any(|s| s == "log") => {
             crate::kubelet::log(ctx).await
         }
         ("proxy", _) => crate::proxy::serve(ctx, body).await,
         ("exec" | "attach" | "portforward", Verb::Get | Verb::Create)
-            if ctx.res.group.is_empty() && ctx.res.kind == "Pod" =>
+            if ctx.res.extra_subresources.iter().any(|s| s == sub) =>
         {
             crate::kubelet::stream(ctx, sub).await
         }
@@ -52,7 +52,7 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
 /// Deciding a CSR also needs `approve` on its signer (`signers`, named by the signerName or
 /// its `<domain>/*`), as upstream's CertificateApproval admission plugin checks.
 async fn may_approve(ctx: &Ctx) -> ApiResult<()> {
-    let (csr, _) = write::current(ctx).await?;
+    let (csr, _) = ctx.current().await?;
     let signer = csr
         .pointer("/spec/signerName")
         .and_then(Value::as_str)
@@ -116,7 +116,7 @@ fn scale_of(ctx: &Ctx, obj: &Value) -> Value {
 async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let info = ctx.res.scale.clone().expect("scale subresource");
     for _ in 0..16 {
-        let (obj, revision) = write::current(&ctx).await?;
+        let (obj, revision) = ctx.current().await?;
         let current = scale_of(&ctx, &obj);
         if ctx.req.verb == Verb::Get {
             return Ok(json_response(StatusCode::OK, &current, &[]));
@@ -214,7 +214,7 @@ async fn binding(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         })?
         .to_owned();
     for _ in 0..16 {
-        let (mut pod, revision) = write::current(&ctx).await?;
+        let (mut pod, revision) = ctx.current().await?;
         if let Some(existing) = pod
             .pointer("/spec/nodeName")
             .and_then(Value::as_str)

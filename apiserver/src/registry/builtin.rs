@@ -2,7 +2,7 @@
 //! (group, version, kind, plural, scope), plus the per-resource facts k8s-openapi does not
 //! carry (short names, categories, subresources, field selectors) as data.
 
-use super::{NameRule, ResourceInfo, ScaleInfo, Serving};
+use super::{NameRule, ResourceInfo, Review, ScaleInfo, Serving};
 use crate::kinds::{self, Strategy};
 use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
@@ -126,7 +126,7 @@ fn unstored(
 }
 
 /// A review resource: created and answered at once, never stored.
-fn review<K>(namespaced: bool) -> ResourceInfo
+fn review<K>(namespaced: bool, answers: Review) -> ResourceInfo
 where
     K: Resource + DeserializeOwned + serde::Serialize + schemars::JsonSchema,
 {
@@ -136,7 +136,7 @@ where
         ..unstored(
             (K::GROUP, K::VERSION, K::KIND, K::URL_PATH_SEGMENT),
             namespaced,
-            Serving::Review,
+            Serving::Review(answers),
         )
     }
 }
@@ -461,10 +461,19 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             Extra::default(),
         ),
         // reviews
-        review::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(false),
-        review::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(false),
-        review::<k8s_openapi::api::authorization::v1::LocalSubjectAccessReview>(true),
-        review::<k8s_openapi::api::authentication::v1::SelfSubjectReview>(false),
+        review::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>(
+            false,
+            Review::SelfAccess,
+        ),
+        review::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(false, Review::Access),
+        review::<k8s_openapi::api::authorization::v1::LocalSubjectAccessReview>(
+            true,
+            Review::Access,
+        ),
+        review::<k8s_openapi::api::authentication::v1::SelfSubjectReview>(
+            false,
+            Review::SelfSubject,
+        ),
         // resource metrics, gathered from the kubelets
         metrics("NodeMetrics", "nodes", false),
         metrics("PodMetrics", "pods", true),

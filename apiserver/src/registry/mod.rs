@@ -106,9 +106,21 @@ pub enum Serving {
     /// Objects live in the store (every verb).
     Stored,
     /// A review (access reviews, whoami): only `create`, answered, never stored.
-    Review,
+    Review(Review),
     /// Resource metrics (`metrics.k8s.io`): only `get`/`list`, gathered from the kubelets.
     Metrics,
+}
+
+/// What a review resource answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Review {
+    /// Whether the requesting user may do something (SelfSubjectAccessReview).
+    SelfAccess,
+    /// Whether the user the review names may do something (SubjectAccessReview and
+    /// LocalSubjectAccessReview).
+    Access,
+    /// Who the requesting user is (SelfSubjectReview, `kubectl auth whoami`).
+    SelfSubject,
 }
 
 /// One `additionalPrinterColumns` entry of a CRD.
