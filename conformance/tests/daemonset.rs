@@ -172,7 +172,9 @@ fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
     );
 
     // maxSurge: the new pod starts next to the old one, which goes once the new is ready
-    // (one node at a time), so the pods never fall below one per node.
+    // (one node at a time), so the pods never fall below one per node. A watch sees every
+    // step of the rollout, however fast it goes.
+    let most = live_pods_high_water_mark(&c);
     c.ok(&[
         "patch",
         "ds",
@@ -182,12 +184,10 @@ fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
         r#"{"spec":{"updateStrategy":{"rollingUpdate":{"maxSurge":1,"maxUnavailable":0}},"template":{"metadata":{"annotations":{"rev":"surge"}}}}}"#,
     ]);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let mut most = 0;
     loop {
         let pods = c.ok(&["get", "pods", "-l", "app=agent", "-o", "jsonpath={range .items[*]}{.metadata.annotations.rev},{.status.conditions[?(@.type==\"Ready\")].status},{.metadata.deletionTimestamp}{\"\\n\"}{end}"]);
         // Live pods (not being deleted): `rev,ready,`.
         let lines: Vec<&str> = pods.lines().filter(|l| l.ends_with(',')).collect();
-        most = most.max(lines.len());
         if lines.len() == 2 && lines.iter().all(|l| l.starts_with("surge,True")) {
             break;
         }
@@ -197,5 +197,52 @@ fn a_daemonset_runs_on_every_eligible_node_rolls_and_rolls_back() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(most, 3, "one surge pod at a time");
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        3,
+        "one surge pod at a time"
+    );
+}
+
+/// Watches the agent pods from now on; the returned count is the most pods alive (not
+/// being deleted) at once.
+fn live_pods_high_water_mark(c: &Cluster) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let most = std::sync::Arc::new(AtomicUsize::new(0));
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::default_namespaced(c.client());
+    let (seen, out) = (std::sync::Arc::new(AtomicUsize::new(0)), most.clone());
+    let started = seen.clone();
+    c.spawn(async move {
+        let mut live = std::collections::BTreeSet::new();
+        let events = watcher(pods, watcher::Config::default().labels("app=agent"));
+        futures::pin_mut!(events);
+        while let Some(Ok(ev)) = events.next().await {
+            match ev {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    if p.metadata.deletion_timestamp.is_none() {
+                        live.insert(name);
+                    } else {
+                        live.remove(&name);
+                    }
+                }
+                watcher::Event::Delete(p) => {
+                    live.remove(&p.metadata.name.clone().unwrap_or_default());
+                }
+                watcher::Event::InitDone => {
+                    started.store(1, Ordering::SeqCst);
+                }
+                watcher::Event::Init => {}
+            }
+            out.fetch_max(live.len(), Ordering::SeqCst);
+        }
+    });
+    while seen.load(Ordering::SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    most.store(0, Ordering::SeqCst);
+    most
 }

@@ -5,15 +5,14 @@
 //! `lastSuccessfulTime`, and deletes finished Jobs beyond the history limits.
 
 use crate::cron::Schedule;
+use crate::driver::Driver;
 use crate::util::{self, controller_of, owner_ref};
 use crate::{Error, Result};
-use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
@@ -276,11 +275,6 @@ async fn reconcile(cj: Arc<CronJob>, ctx: Arc<Ctx>) -> Result<Action> {
     Ok(Action::requeue(Duration::from_secs(next.min(10))))
 }
 
-fn error_policy(cj: Arc<CronJob>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(cronjob = %util::key(cj.as_ref()), error = %e, "reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(10))
-}
-
 /// Runs the CronJob controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -293,15 +287,11 @@ pub async fn run(
         jobs,
         recorder: minik8s_events::Recorder::new(client.clone(), "cronjob-controller", None),
     });
-    Controller::new(
-        Api::<CronJob>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns_shared_stream(informers.subscribe::<Job>())
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(crate::util::timed("cronjob", reconcile), error_policy, ctx)
-    .for_each(|_| async {})
-    .await;
+    Driver::<CronJob>::new("cronjob", &informers)
+        .await
+        .owns::<Job>()
+        .run(reconcile, ctx, shutdown)
+        .await;
 }
 
 #[cfg(test)]

@@ -10,16 +10,18 @@
 //! nodes at a time and removes the old one once the new one is ready; `OnDelete` waits for
 //! the user to delete them.
 
+use crate::driver::Driver;
+use crate::expectations::Expectations;
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
 use k8s_openapi::api::core::v1::{Node, Pod, Toleration};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::history::HASH_LABEL;
@@ -101,32 +103,61 @@ pub async fn run(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let sets = informers.all::<DaemonSet>().await;
-    let pods = informers.all::<Pod>().await;
-    let nodes = informers.all::<Node>().await;
-    let revisions = informers.all::<ControllerRevision>().await;
-    let recorder = minik8s_events::Recorder::new(client.clone(), "daemonset-controller", None);
-    loop {
-        for ds in sets.state() {
-            if ds.metadata.deletion_timestamp.is_none() {
-                let sync = reconcile(&client, &recorder, &ds, &pods, &nodes, &revisions);
-                crate::util::run_pass("daemonset", Some(&ds.name_any()), sync).await;
-            }
-        }
-        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
-            return;
-        }
-    }
+    let ctx = Arc::new(Ctx {
+        recorder: minik8s_events::Recorder::new(client.clone(), "daemonset-controller", None),
+        client,
+        pods: informers.all::<Pod>().await,
+        nodes: informers.all::<Node>().await,
+        revisions: informers.all::<ControllerRevision>().await,
+        expectations: Expectations::default(),
+    });
+    Driver::<DaemonSet>::new("daemonset", &informers)
+        .await
+        .owns::<Pod>()
+        .owns::<ControllerRevision>()
+        .watches_all::<Node>()
+        .run(sync, ctx, shutdown)
+        .await;
 }
 
-async fn reconcile(
-    client: &Client,
-    recorder: &minik8s_events::Recorder,
-    ds: &DaemonSet,
-    pods: &Store<Pod>,
-    nodes: &Store<Node>,
-    revisions: &Store<ControllerRevision>,
-) -> crate::Result<()> {
+struct Ctx {
+    client: Client,
+    recorder: minik8s_events::Recorder,
+    pods: Store<Pod>,
+    nodes: Store<Node>,
+    revisions: Store<ControllerRevision>,
+    expectations: Expectations,
+}
+
+/// One DaemonSet's sync; while it has not converged (pods to start, become available or
+/// roll), it is looked at again shortly, as time alone moves it (`minReadySeconds`).
+async fn sync(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> crate::Result<Action> {
+    if ds.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    reconcile(&ctx, &ds).await?;
+    let settled = ds.status.as_ref().is_some_and(|s| {
+        s.observed_generation == ds.metadata.generation
+            && s.number_misscheduled == 0
+            && [
+                s.current_number_scheduled,
+                s.number_ready,
+                s.updated_number_scheduled.unwrap_or(0),
+                s.number_available.unwrap_or(0),
+            ]
+            .iter()
+            .all(|n| *n == s.desired_number_scheduled)
+    });
+    Ok(if settled {
+        Action::await_change()
+    } else {
+        Action::requeue(crate::driver::BUSY)
+    })
+}
+
+async fn reconcile(ctx: &Ctx, ds: &DaemonSet) -> crate::Result<()> {
+    let (client, recorder, pods, nodes) = (&ctx.client, &ctx.recorder, &ctx.pods, &ctx.nodes);
+    let (revisions, exp) = (&ctx.revisions, &ctx.expectations);
     let ns = ds.namespace().unwrap_or_default();
     let uid = ds.uid().unwrap_or_default();
     let spec = ds.spec.clone().unwrap_or_default();
@@ -146,6 +177,19 @@ async fn reconcile(
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .filter(|p| crate::util::controller_of(&p.metadata).is_some_and(|o| o.uid == uid))
         .collect();
+    // Until the pods it created and deleted show in the cache, the cache is behind this
+    // controller's own writes: acting on it could start a second pod on a node.
+    let seen: BTreeMap<String, bool> = mine
+        .iter()
+        .map(|p| (p.name_any(), p.metadata.deletion_timestamp.is_some()))
+        .collect();
+    let observed = |n: &str| match n.strip_prefix('-') {
+        Some(gone) => seen.get(gone).is_none_or(|deleting| *deleting),
+        None => seen.contains_key(n),
+    };
+    if !exp.satisfied(&uid, observed) {
+        return Ok(());
+    }
     let mut by_node: BTreeMap<String, Vec<Arc<Pod>>> = BTreeMap::new();
     for p in &mine {
         if let Some(n) = node_of(p) {
@@ -176,7 +220,7 @@ async fn reconcile(
                 .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
                 .count();
             for p in on_node {
-                delete(&pod_api, recorder, ds, &p).await?;
+                delete(&pod_api, recorder, exp, ds, &p).await?;
             }
             continue;
         }
@@ -194,7 +238,7 @@ async fn reconcile(
                     p.name_any()
                 ),
             );
-            delete(&pod_api, recorder, ds, &p).await?;
+            delete(&pod_api, recorder, exp, ds, &p).await?;
         }
         live.sort_by_key(|p| {
             (
@@ -214,7 +258,7 @@ async fn reconcile(
             && crate::util::is_ready(&live[1]);
         let keep = if surge_pair { 2 } else { 1 };
         for extra in live.iter().skip(keep) {
-            delete(&pod_api, recorder, ds, extra).await?;
+            delete(&pod_api, recorder, exp, ds, extra).await?;
         }
         if surge_pair {
             surging += 1;
@@ -226,7 +270,7 @@ async fn reconcile(
         match live.first() {
             None => {
                 unavailable += 1;
-                create(&pod_api, recorder, ds, &template, &hash, &name).await?;
+                create(&pod_api, recorder, exp, ds, &template, &hash, &name).await?;
             }
             Some(p) => {
                 if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
@@ -245,7 +289,7 @@ async fn reconcile(
                     unavailable += 1;
                     if !is_new && is_rolling(&spec) {
                         // An old pod that is not ready anyway goes first.
-                        delete(&pod_api, recorder, ds, p).await?;
+                        delete(&pod_api, recorder, exp, ds, p).await?;
                     }
                 }
             }
@@ -253,20 +297,20 @@ async fn reconcile(
     }
     // Pods on nodes that are gone.
     for p in by_node.into_values().flatten() {
-        delete(&pod_api, recorder, ds, &p).await?;
+        delete(&pod_api, recorder, exp, ds, &p).await?;
     }
     if surge_on {
         // Surge: start new pods next to ready old ones, `maxSurge` nodes at a time.
         let surge = rolling_param(&spec, |r| r.max_surge.clone(), desired, 0);
         let budget = (surge - surging).max(0) as usize;
         for (node, _) in old_ready.iter().take(budget) {
-            create(&pod_api, recorder, ds, &template, &hash, node).await?;
+            create(&pod_api, recorder, exp, ds, &template, &hash, node).await?;
         }
     } else if is_rolling(&spec) {
         let max = rolling_param(&spec, |r| r.max_unavailable.clone(), desired, 1).max(1);
         let budget = (max - unavailable).max(0) as usize;
         for (_, p) in old_ready.iter().take(budget) {
-            delete(&pod_api, recorder, ds, p).await?;
+            delete(&pod_api, recorder, exp, ds, p).await?;
         }
     }
     let generation = ds.metadata.generation.unwrap_or(0);
@@ -331,10 +375,16 @@ fn is_rolling(spec: &k8s_openapi::api::apps::v1::DaemonSetSpec) -> bool {
 async fn delete(
     api: &Api<Pod>,
     recorder: &minik8s_events::Recorder,
+    exp: &Expectations,
     ds: &DaemonSet,
     pod: &Pod,
 ) -> crate::Result<()> {
-    crate::util::delete_pod(api, pod).await?;
+    let (uid, gone) = (ds.uid().unwrap_or_default(), format!("-{}", pod.name_any()));
+    exp.expect(&uid, [gone.clone()]);
+    if let Err(e) = crate::util::delete_pod(api, pod).await {
+        exp.forget(&uid, &gone);
+        return Err(e);
+    }
     recorder.normal(
         &ds.object_ref(&()),
         "SuccessfulDelete",
@@ -346,6 +396,7 @@ async fn delete(
 async fn create(
     api: &Api<Pod>,
     recorder: &minik8s_events::Recorder,
+    exp: &Expectations,
     ds: &DaemonSet,
     template: &k8s_openapi::api::core::v1::PodTemplateSpec,
     hash: &str,
@@ -386,7 +437,13 @@ async fn create(
         },
         "spec": spec,
     }))?;
-    match api.create(&PostParams::default(), &pod).await {
+    let (uid, name) = (ds.uid().unwrap_or_default(), pod.name_any());
+    exp.expect(&uid, [name.clone()]);
+    let created = api.create(&PostParams::default(), &pod).await;
+    if created.is_err() {
+        exp.forget(&uid, &name);
+    }
+    match created {
         Ok(created) => {
             recorder.normal(
                 &ds.object_ref(&()),

@@ -5,16 +5,15 @@
 //! ReplicaSets when replicas change mid-rollout, `revisionHistoryLimit` clean-up and the
 //! Available/Progressing conditions (including `ProgressDeadlineExceeded`).
 
+use crate::driver::Driver;
 use crate::util::{self, owner_ref};
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
@@ -709,11 +708,6 @@ async fn write_status(
     })
 }
 
-fn error_policy(d: Arc<Deployment>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(deployment = %util::key(d.as_ref()), error = %e, "reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the Deployment controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -726,26 +720,14 @@ pub async fn run(
         sets,
         recorder: minik8s_events::Recorder::new(client.clone(), "deployment-controller", None),
     });
-    let controller = Controller::new(
-        Api::<Deployment>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let deployments = controller.store();
-    controller
-        .owns_shared_stream(informers.subscribe::<ReplicaSet>())
-        .watches_shared_stream(
-            informers.subscribe::<ReplicaSet>(),
-            util::orphan_owners(deployments, |d: &Deployment| {
-                d.spec.as_ref().map(|s| s.selector.clone())
-            }),
-        )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(
-            crate::util::timed("deployment", reconcile),
-            error_policy,
-            ctx,
-        )
-        .for_each(|_| async {})
+    let driver = Driver::<Deployment>::new("deployment", &informers).await;
+    let deployments = driver.store();
+    driver
+        .owns::<ReplicaSet>()
+        .watches::<ReplicaSet, _>(util::orphan_owners(deployments, |d: &Deployment| {
+            d.spec.as_ref().map(|s| s.selector.clone())
+        }))
+        .run(reconcile, ctx, shutdown)
         .await;
 }
 

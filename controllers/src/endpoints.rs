@@ -4,21 +4,19 @@
 //! legacy Endpoints object (ready addresses and notReadyAddresses). Headless services too.
 //! Both are written by server-side apply, so repeated reconciles are cheap and idempotent.
 
+use crate::Result;
+use crate::driver::Driver;
 use crate::util::{self, owner_ref};
-use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Field manager and `managed-by` label value.
@@ -206,11 +204,6 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-fn error_policy(svc: Arc<Service>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(service = %util::key(svc.as_ref()), error = %e, "endpoints reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the endpoints controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -218,17 +211,14 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let pods = informers.all::<Pod>().await;
-    let controller = Controller::new(
-        Api::<Service>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let services = controller.store();
+    let driver = Driver::<Service>::new("endpoints", &informers).await;
+    let services = driver.store();
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,
     });
-    controller
-        .watches_shared_stream(informers.subscribe::<Pod>(), move |pod: Arc<Pod>| {
+    driver
+        .watches::<Pod, _>(move |pod: Arc<Pod>| {
             // A pod change concerns the services of its namespace that select it.
             let ns = pod.namespace();
             let labels = pod.labels().clone();
@@ -247,13 +237,7 @@ pub async fn run(
                 .map(|s| ObjectRef::from_obj(s.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(
-            crate::util::timed("endpoints", reconcile),
-            error_policy,
-            ctx,
-        )
-        .for_each(|_| async {})
+        .run(reconcile, ctx, shutdown)
         .await;
 }
 

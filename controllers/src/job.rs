@@ -8,16 +8,15 @@
 //! Counts never go down: a finished pod that is deleted stays counted, because status keeps
 //! the highest count seen (upstream uses a tracking finalizer for the same end).
 
-use crate::replicaset::Expectations;
+use crate::driver::Driver;
+use crate::expectations::Expectations;
 use crate::util::{self, controller_of, owner_ref};
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use std::collections::HashSet;
@@ -432,11 +431,6 @@ pub fn status_of(
     Value::Object(status)
 }
 
-fn error_policy(job: Arc<Job>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(job = %util::key(job.as_ref()), error = %e, "reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(2))
-}
-
 /// Runs the Job controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -450,17 +444,14 @@ pub async fn run(
         expectations: Expectations::default(),
         recorder: minik8s_events::Recorder::new(client.clone(), "job-controller", None),
     });
-    let controller = Controller::new(Api::<Job>::all(client.clone()), watcher::Config::default());
-    let jobs = controller.store();
-    controller
-        .owns_shared_stream(informers.subscribe::<Pod>())
-        .watches_shared_stream(
-            informers.subscribe::<Pod>(),
-            util::orphan_owners(jobs, |j: &Job| j.spec.as_ref()?.selector.clone()),
-        )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(crate::util::timed("job", reconcile), error_policy, ctx)
-        .for_each(|_| async {})
+    let driver = Driver::<Job>::new("job", &informers).await;
+    let jobs = driver.store();
+    driver
+        .owns::<Pod>()
+        .watches::<Pod, _>(util::orphan_owners(jobs, |j: &Job| {
+            j.spec.as_ref()?.selector.clone()
+        }))
+        .run(reconcile, ctx, shutdown)
         .await;
 }
 

@@ -1,6 +1,7 @@
 //! minik8s controllers: ordinary API clients on kube-runtime. One `controller-manager`
-//! runs them all (see [`manager`]); each controller is a module with a `run` function and
-//! pure decision functions that the unit tests exercise without a cluster.
+//! runs them all (see [`manager`]); each controller is a module with a reconcile function,
+//! a `run` function that hands it to the one [`driver`], and pure decision functions that
+//! the unit tests exercise without a cluster.
 
 pub mod bootstrap;
 pub mod certificates;
@@ -10,7 +11,9 @@ pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
+pub mod driver;
 pub mod endpoints;
+pub mod expectations;
 pub mod gc;
 pub mod history;
 pub mod hpa;

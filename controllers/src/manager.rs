@@ -82,7 +82,7 @@ pub async fn run_with(
             "replicationcontroller" => tasks.spawn(crate::replicaset::run_replication(c, t, s)),
             "deployment" => tasks.spawn(crate::deployment::run(c, t, s)),
             "garbagecollector" => tasks.spawn(crate::gc::run(c, tasks.clone(), s)),
-            "namespace" => tasks.spawn(crate::namespace::run(c, s)),
+            "namespace" => tasks.spawn(crate::namespace::run(c, t, s)),
             "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
             "job" => tasks.spawn(crate::job::run(c, t, s)),
             "cronjob" => tasks.spawn(crate::cronjob::run(c, t, s)),

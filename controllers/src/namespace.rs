@@ -3,13 +3,13 @@
 //! nothing is left its `kubernetes` finalizer is removed through the `finalize`
 //! subresource, which lets the apiserver remove it.
 
+use crate::Result;
+use crate::driver::Driver;
 use crate::gc::{Served, served};
-use crate::{Error, Result};
-use futures::StreamExt;
+use crate::informer::Informers;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,23 +93,10 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-fn error_policy(ns: Arc<Namespace>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(namespace = %ns.name_any(), error = %e, "namespace clean-up failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the namespace controller until `shutdown`.
-pub async fn run(client: Client, shutdown: CancellationToken) {
-    Controller::new(
-        Api::<Namespace>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .graceful_shutdown_on(async move { shutdown.cancelled().await })
-    .run(
-        crate::util::timed("namespace", reconcile),
-        error_policy,
-        Arc::new(Ctx { client }),
-    )
-    .for_each(|_| async {})
-    .await;
+pub async fn run(client: Client, informers: Informers, shutdown: CancellationToken) {
+    Driver::<Namespace>::new("namespace", &informers)
+        .await
+        .run(reconcile, Arc::new(Ctx { client }), shutdown)
+        .await;
 }

@@ -9,12 +9,15 @@
 //! `<pod>-<volume>`); a pod being deleted still uses it until it is gone, as its containers
 //! may still run.
 
+use crate::driver::Driver;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_types::finalizers;
 use minik8s_types::storage::{PV_PROTECTION, PVC_PROTECTION};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -53,8 +56,9 @@ fn release<K: Resource>(o: &K, finalizer: &str, in_use: bool) -> Option<serde_js
     finalizers::removal(held, finalizer, m.resource_version.as_deref())
 }
 
-/// Applies a release; a conflict or a vanished object waits for the next pass.
-async fn patch_finalizers<K>(api: Api<K>, o: &K, patch: serde_json::Value) -> crate::Result<()>
+/// Applies a release; a vanished object is done, and a conflict (the cache was behind) looks
+/// again shortly.
+async fn patch_finalizers<K>(api: Api<K>, o: &K, patch: serde_json::Value) -> crate::Result<Action>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -68,51 +72,70 @@ where
     {
         Ok(_) => {
             tracing::info!(object = %crate::util::key(o), "no longer in use; protection released");
-            Ok(())
+            Ok(Action::await_change())
         }
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Action::await_change()),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            Ok(Action::requeue(Duration::from_millis(500)))
+        }
         Err(e) => Err(e.into()),
     }
 }
 
-async fn claims_pass(
-    client: &Client,
-    claims: &Store<PersistentVolumeClaim>,
-    pods: &Store<Pod>,
-) -> crate::Result<()> {
-    for c in claims.state() {
-        if c.metadata.deletion_timestamp.is_none() {
-            continue;
-        }
-        let ns = c.namespace().unwrap_or_default();
-        let name = c.name_any();
-        let used = pods
-            .state()
-            .iter()
-            .any(|p| p.namespace().as_deref() == Some(&ns) && pod_uses_claim(p, &name));
-        if release(c.as_ref(), PVC_PROTECTION, used).is_none() {
-            continue;
-        }
-        // The cache may not have a pod scheduled just now yet: ask the apiserver too, as
-        // upstream does, before the claim may go.
-        let live = Api::<Pod>::namespaced(client.clone(), &ns)
-            .list(&Default::default())
-            .await?;
-        let used = live.items.iter().any(|p| pod_uses_claim(p, &name));
-        if let Some(patch) = release(c.as_ref(), PVC_PROTECTION, used) {
-            patch_finalizers(Api::namespaced(client.clone(), &ns), c.as_ref(), patch).await?;
-        }
-    }
-    Ok(())
+struct Claims {
+    client: Client,
+    pods: Store<Pod>,
 }
 
-async fn volumes_pass(client: &Client, volumes: &Store<PersistentVolume>) -> crate::Result<()> {
-    for v in volumes.state() {
-        if let Some(patch) = release(v.as_ref(), PV_PROTECTION, volume_in_use(&v)) {
-            patch_finalizers(Api::all(client.clone()), v.as_ref(), patch).await?;
-        }
+/// Releases a claim being deleted once no pod uses it.
+async fn release_claim(c: Arc<PersistentVolumeClaim>, ctx: Arc<Claims>) -> crate::Result<Action> {
+    if c.metadata.deletion_timestamp.is_none() {
+        return Ok(Action::await_change());
     }
-    Ok(())
+    let ns = c.namespace().unwrap_or_default();
+    let name = c.name_any();
+    let used = ctx
+        .pods
+        .state()
+        .iter()
+        .any(|p| p.namespace().as_deref() == Some(&ns) && pod_uses_claim(p, &name));
+    if release(c.as_ref(), PVC_PROTECTION, used).is_none() {
+        return Ok(Action::await_change());
+    }
+    // The cache may not have a pod scheduled just now yet: ask the apiserver too, as
+    // upstream does, before the claim may go.
+    let live = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .list(&Default::default())
+        .await?;
+    let used = live.items.iter().any(|p| pod_uses_claim(p, &name));
+    match release(c.as_ref(), PVC_PROTECTION, used) {
+        Some(patch) => {
+            patch_finalizers(Api::namespaced(ctx.client.clone(), &ns), c.as_ref(), patch).await
+        }
+        None => Ok(Action::await_change()),
+    }
+}
+
+/// The claims a pod names (a pod that stops using one wakes it).
+fn claims_of(pod: Arc<Pod>) -> Vec<ObjectRef<PersistentVolumeClaim>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    volumes
+        .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => Some(c.claim_name.clone()),
+            (None, Some(_)) => Some(format!("{}-{}", pod.name_any(), v.name)),
+            (None, None) => None,
+        })
+        .map(|claim| ObjectRef::new(&claim).within(&ns))
+        .collect()
+}
+
+/// Releases a volume being deleted once no claim is bound to it.
+async fn release_volume(v: Arc<PersistentVolume>, client: Arc<Client>) -> crate::Result<Action> {
+    match release(v.as_ref(), PV_PROTECTION, volume_in_use(&v)) {
+        Some(patch) => patch_finalizers(Api::all(client.as_ref().clone()), v.as_ref(), patch).await,
+        None => Ok(Action::await_change()),
+    }
 }
 
 /// Runs the `pvc-protection` controller until `shutdown`.
@@ -121,14 +144,15 @@ pub async fn run_claims(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let claims = informers.all::<PersistentVolumeClaim>().await;
-    let pods = informers.all::<Pod>().await;
-    loop {
-        crate::util::run_pass("pvc-protection", None, claims_pass(&client, &claims, &pods)).await;
-        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
-            return;
-        }
-    }
+    let ctx = Arc::new(Claims {
+        client,
+        pods: informers.all::<Pod>().await,
+    });
+    Driver::<PersistentVolumeClaim>::new("pvc-protection", &informers)
+        .await
+        .watches::<Pod, _>(claims_of)
+        .run(release_claim, ctx, shutdown)
+        .await;
 }
 
 /// Runs the `pv-protection` controller until `shutdown`.
@@ -137,13 +161,10 @@ pub async fn run_volumes(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let volumes = informers.all::<PersistentVolume>().await;
-    loop {
-        crate::util::run_pass("pv-protection", None, volumes_pass(&client, &volumes)).await;
-        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
-            return;
-        }
-    }
+    Driver::<PersistentVolume>::new("pv-protection", &informers)
+        .await
+        .run(release_volume, Arc::new(client), shutdown)
+        .await;
 }
 
 #[cfg(test)]

@@ -6,66 +6,26 @@
 //! observedGeneration). Expectations keep it from acting twice on creations or deletions
 //! its informer has not seen yet.
 
+use crate::driver::Driver;
+pub use crate::expectations::Expectations;
 use crate::util::{self, owner_ref};
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use serde_json::json;
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Largest number of pods created per reconcile (upstream's burst).
 const BURST: usize = 500;
-
-/// Creations and deletions made but not yet seen through the informer, per owner uid.
-#[derive(Default)]
-pub struct Expectations {
-    pending: Mutex<HashMap<String, (HashSet<String>, Instant)>>,
-}
-
-impl Expectations {
-    /// Records that these pods (by name) are about to appear or disappear.
-    pub fn expect(&self, owner: &str, names: impl IntoIterator<Item = String>) {
-        let mut p = self.pending.lock().expect("expectations");
-        let e = p
-            .entry(owner.to_owned())
-            .or_insert_with(|| (HashSet::new(), Instant::now()));
-        e.0.extend(names);
-        e.1 = Instant::now();
-    }
-
-    /// Forgets one expectation (the call failed).
-    pub fn forget(&self, owner: &str, name: &str) {
-        if let Some(e) = self.pending.lock().expect("expectations").get_mut(owner) {
-            e.0.remove(name);
-        }
-    }
-
-    /// Whether all expectations are met, given a predicate telling which are observed;
-    /// they expire after 30 s as upstream's do.
-    pub fn satisfied(&self, owner: &str, observed: impl Fn(&str) -> bool) -> bool {
-        let mut p = self.pending.lock().expect("expectations");
-        let Some((names, since)) = p.get_mut(owner) else {
-            return true;
-        };
-        names.retain(|n| !observed(n));
-        if names.is_empty() || since.elapsed() > Duration::from_secs(30) {
-            p.remove(owner);
-            return true;
-        }
-        false
-    }
-}
 
 /// How much a pod is worth keeping (lower goes first when scaling down).
 pub fn value(pod: &Pod) -> (u8, u8, std::cmp::Reverse<String>) {
@@ -514,7 +474,7 @@ async fn drive<K, F, Fut>(
         + Send
         + Sync
         + 'static,
-    F: Fn(Arc<K>, Arc<Ctx>) -> Fut,
+    F: Fn(Arc<K>, Arc<Ctx>) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Action>> + Send + 'static,
 {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -543,24 +503,12 @@ async fn drive<K, F, Fut>(
         recorder: minik8s_events::Recorder::new(client.clone(), component, None),
         kind,
     });
-    let controller = Controller::new(Api::<K>::all(client), watcher::Config::default());
-    let sets = controller.store();
-    controller
-        .owns_shared_stream(informers.subscribe::<Pod>())
-        .watches_shared_stream(
-            informers.subscribe::<Pod>(),
-            util::orphan_owners(sets, selector_of),
-        )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(
-            crate::util::timed(name, reconcile),
-            move |set: Arc<K>, e: &Error, _: Arc<Ctx>| {
-                tracing::warn!(kind = name, set = %util::key(set.as_ref()), error = %e, "reconcile failed, retrying");
-                Action::requeue(Duration::from_secs(1))
-            },
-            ctx,
-        )
-        .for_each(|_| async {})
+    let driver = Driver::<K>::new(name, &informers).await;
+    let sets = driver.store();
+    driver
+        .owns::<Pod>()
+        .watches::<Pod, _>(util::orphan_owners(sets, selector_of))
+        .run(reconcile, ctx, shutdown)
         .await;
 }
 
@@ -609,15 +557,6 @@ mod tests {
         assert_eq!(plan(4, &all), Scale::Steady);
         assert_eq!(plan(6, &all), Scale::Create(2));
         assert_eq!(plan(10_000, &[]), Scale::Create(BURST));
-    }
-
-    #[test]
-    fn expectations_hold_until_observed_or_expired() {
-        let e = Expectations::default();
-        e.expect("rs", ["a".to_owned(), "b".to_owned()]);
-        assert!(!e.satisfied("rs", |n| n == "a"));
-        assert!(e.satisfied("rs", |n| n == "b"));
-        assert!(e.satisfied("other", |_| false));
     }
 
     #[test]

@@ -25,18 +25,17 @@
 //! pod is nominated there (`status.nominatedNodeName`), and pods of lower priority do not
 //! take the room while it waits.
 
+use crate::Result;
+use crate::driver::Driver;
 use crate::util::{self, pod_requests};
-use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     Binding, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
     PersistentVolume, PersistentVolumeClaim, Pod, Taint, Toleration,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_events::Recorder;
 use minik8s_types::Quantity;
@@ -1065,11 +1064,6 @@ async fn preempt(s: &Scheduler, pod: &Pod, p: &Preempting) -> Result<()> {
     Ok(())
 }
 
-fn error_policy(pod: Arc<Pod>, e: &Error, _: Arc<Scheduler>) -> Action {
-    tracing::warn!(pod = %util::key(pod.as_ref()), error = %e, "scheduling failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the scheduler until `shutdown`.
 pub async fn run(
     client: Client,
@@ -1084,11 +1078,10 @@ pub async fn run(
         classes: informers.all::<StorageClass>().await,
     };
     let s = Arc::new(Scheduler::new(client.clone(), nodes, pods).with_volumes(volumes));
-    let pending: Api<Pod> = Api::all(client);
-    Controller::new(pending, watcher::Config::default().fields("spec.nodeName="))
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(crate::util::timed("scheduler", reconcile), error_policy, s)
-        .for_each(|_| async {})
+    // Every pod change wakes the scheduler; bound and deleted pods end at once.
+    Driver::<Pod>::new("scheduler", &informers)
+        .await
+        .run(reconcile, s, shutdown)
         .await;
 }
 
@@ -1390,7 +1383,7 @@ mod tests {
             .unwrap()
         };
         let (pods, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&watcher::Event::Apply(pod("first")));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod("first")));
         let m = crate::testing::mock(crate::testing::echo);
         let s = Scheduler::new(m.client.clone(), crate::testing::store(vec![n]), pods);
         let first = Arc::new(pod("first"));
@@ -1406,7 +1399,7 @@ mod tests {
                 .is_err()
         );
         // The first pod is deleted before any rebuild saw it bound.
-        writer.apply_watcher_event(&watcher::Event::Delete(pod("first")));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(pod("first")));
         s.state.lock().unwrap().built = None;
         assert_eq!(
             s.decide(&second, Policy::LeastAllocated, &[], true)

@@ -17,16 +17,17 @@
 //!
 //! [`history`]: crate::history
 
+use crate::driver::Driver;
 use crate::history::{self, HASH_LABEL};
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, PodTemplateSpec};
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The label naming a StatefulSet pod.
@@ -175,22 +176,63 @@ pub async fn run(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let sets = informers.all::<StatefulSet>().await;
-    let pods = informers.all::<Pod>().await;
-    let claims = informers.all::<PersistentVolumeClaim>().await;
-    let revisions = informers.all::<ControllerRevision>().await;
-    let recorder = minik8s_events::Recorder::new(client.clone(), "statefulset-controller", None);
-    loop {
-        for set in sets.state() {
-            if set.metadata.deletion_timestamp.is_none() {
-                let sync = reconcile(&client, &recorder, &set, &pods, &claims, &revisions);
-                crate::util::run_pass("statefulset", Some(&set.name_any()), sync).await;
-            }
-        }
-        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
-            return;
-        }
+    let ctx = Arc::new(Ctx {
+        recorder: minik8s_events::Recorder::new(client.clone(), "statefulset-controller", None),
+        client,
+        pods: informers.all::<Pod>().await,
+        claims: informers.all::<PersistentVolumeClaim>().await,
+        revisions: informers.all::<ControllerRevision>().await,
+    });
+    Driver::<StatefulSet>::new("statefulset", &informers)
+        .await
+        .owns::<Pod>()
+        .owns::<ControllerRevision>()
+        .run(sync, ctx, shutdown)
+        .await;
+}
+
+struct Ctx {
+    client: Client,
+    recorder: minik8s_events::Recorder,
+    pods: Store<Pod>,
+    claims: Store<PersistentVolumeClaim>,
+    revisions: Store<ControllerRevision>,
+}
+
+/// One StatefulSet's sync; while it has not converged (pods to create, become ready or
+/// roll), it is looked at again shortly, as time alone moves it (`minReadySeconds`).
+async fn sync(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> crate::Result<Action> {
+    if set.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
     }
+    reconcile(
+        &ctx.client,
+        &ctx.recorder,
+        &set,
+        &ctx.pods,
+        &ctx.claims,
+        &ctx.revisions,
+    )
+    .await?;
+    let want = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let settled = set.status.as_ref().is_some_and(|s| {
+        s.observed_generation == set.metadata.generation
+            && s.current_revision == s.update_revision
+            && [
+                s.replicas,
+                s.ready_replicas.unwrap_or(0),
+                s.current_replicas.unwrap_or(0),
+                s.updated_replicas.unwrap_or(0),
+                s.available_replicas.unwrap_or(0),
+            ]
+            .iter()
+            .all(|n| *n == want)
+    });
+    Ok(if settled {
+        Action::await_change()
+    } else {
+        Action::requeue(crate::driver::BUSY)
+    })
 }
 
 async fn reconcile(

@@ -1,0 +1,210 @@
+//! The one way a controller runs here, as client-go's controller pattern (shared informers,
+//! a rate-limited work queue, workers) and kube-runtime's `Controller` (which it is built
+//! on): a controller is a reconcile function of one object of its kind, and the [`Driver`]
+//! decides when to call it.
+//!
+//! - It reads from the manager's shared [`Informers`] (one watch per kind for all
+//!   controllers), never from a watch of its own.
+//! - Its queue is keyed by object: a key is reconciled by one worker at a time, and changes
+//!   that arrive meanwhile fold into one more reconcile.
+//! - The kind's own changes trigger it, and so do the changes of what it [`owns`] (mapped to
+//!   the controller owner) or [`watches`] (mapped by a function).
+//! - Every object is reconciled once at start and again every [`resync`] period (upstream's
+//!   resync), so a controller that depends on time or on objects it does not watch still
+//!   converges.
+//! - A failed reconcile is retried with per-key exponential back-off (5 ms doubling, at most
+//!   [`MAX_BACKOFF`]), reset by a success.
+//! - Each reconcile is a workqueue item in the metrics (`workqueue_*{name=…}`).
+//! - It stops on shutdown after the reconciles in flight finish.
+//!
+//! Leader election is the manager's (`cli.rs`): a manager that is not leading runs none.
+//!
+//! [`owns`]: Driver::owns
+//! [`watches`]: Driver::watches
+//! [`resync`]: Driver::resync
+
+use crate::informer::Informers;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use kube::Resource;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::fmt::{Debug, Display};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// The longest a failing key waits before its next try (upstream's default limiter allows
+/// 1000 s; a controller here should recover within seconds of the API coming back).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// The first retry's delay; each further failure doubles it.
+const BASE_BACKOFF: Duration = Duration::from_millis(5);
+
+/// How soon a controller looks again at an object that is still converging with no event to
+/// wake it (pods becoming available after `minReadySeconds`): the period of the whole-store
+/// passes this driver replaced.
+pub const BUSY: Duration = Duration::from_millis(500);
+
+/// The default resync period.
+pub const RESYNC: Duration = Duration::from_secs(30);
+
+/// A controller of kind `K` being assembled, then run.
+pub struct Driver<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    name: &'static str,
+    informers: Informers,
+    controller: Controller<K>,
+    store: Store<K>,
+    resync: Duration,
+}
+
+impl<K> Driver<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    /// The controller `name` of every `K`, fed by the shared informer of `K` (waits until it
+    /// has listed them).
+    pub async fn new(name: &'static str, informers: &Informers) -> Self {
+        let store = informers.all::<K>().await;
+        let controller = Controller::for_shared_stream(informers.subscribe::<K>(), store.clone());
+        Driver {
+            name,
+            informers: informers.clone(),
+            controller,
+            store,
+            resync: RESYNC,
+        }
+    }
+
+    /// The store of every `K` (shared with the other controllers).
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Also reconciles the controller owner (a `K`) of every changed `C`.
+    pub fn owns<C>(mut self) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        self.controller = self
+            .controller
+            .owns_shared_stream(self.informers.subscribe::<C>());
+        self
+    }
+
+    /// Also reconciles the objects `map` names for every changed `C`.
+    pub fn watches<C, I>(mut self, map: impl Fn(Arc<C>) -> I + Send + Sync + 'static) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        I: IntoIterator<Item = ObjectRef<K>> + 'static,
+        I::IntoIter: Send,
+    {
+        self.controller = self
+            .controller
+            .watches_shared_stream(self.informers.subscribe::<C>(), map);
+        self
+    }
+
+    /// Also reconciles every `K` whenever a `C` changes (for controllers whose every object
+    /// may depend on any `C`, as DaemonSets on nodes).
+    pub fn watches_all<C>(self) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let store = self.store.clone();
+        self.watches::<C, _>(move |_| {
+            store
+                .state()
+                .iter()
+                .map(|o| ObjectRef::from(o.as_ref()))
+                .collect::<Vec<_>>()
+        })
+    }
+
+    /// Reconciles every object every `period` (default [`RESYNC`]).
+    pub fn resync(mut self, period: Duration) -> Self {
+        self.resync = period;
+        self
+    }
+
+    /// Runs `reconcile` on each key until `shutdown`.
+    pub async fn run<C, E, F, Fut>(self, reconcile: F, ctx: Arc<C>, shutdown: CancellationToken)
+    where
+        C: Send + Sync + 'static,
+        E: Display + std::error::Error + Send + 'static,
+        F: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    {
+        let name = self.name;
+        let failures: Arc<Mutex<HashMap<ObjectRef<K>, u32>>> = Arc::default();
+        let on_success = failures.clone();
+        let reconcile = move |obj: Arc<K>, ctx: Arc<C>| -> BoxFuture<'static, Result<Action, E>> {
+            let item = minik8s_metrics::workqueue().start(name);
+            let key = ObjectRef::from(obj.as_ref());
+            let fut = reconcile(obj, ctx);
+            let failures = on_success.clone();
+            Box::pin(async move {
+                let r = fut.await;
+                item.done(r.is_ok());
+                if r.is_ok() {
+                    failures.lock().expect("failures").remove(&key);
+                }
+                r
+            })
+        };
+        let error_policy = move |obj: Arc<K>, e: &E, _: Arc<C>| -> Action {
+            let key = ObjectRef::from(obj.as_ref());
+            let n = {
+                let mut f = failures.lock().expect("failures");
+                let n = f.entry(key.clone()).or_insert(0);
+                *n += 1;
+                *n
+            };
+            let delay = backoff(n);
+            tracing::warn!(controller = name, object = %key, error = %e, retry_in = ?delay, "reconcile failed, retrying");
+            Action::requeue(delay)
+        };
+        let period = self.resync;
+        // Once at start (the subscription began after the initial list), then every period.
+        let ticks = futures::stream::unfold(true, move |first| async move {
+            if !first {
+                tokio::time::sleep(period).await;
+            }
+            Some(((), false))
+        });
+        self.controller
+            .reconcile_all_on(ticks)
+            .graceful_shutdown_on(async move { shutdown.cancelled().await })
+            .run(reconcile, error_policy, ctx)
+            .for_each(|_| async {})
+            .await;
+        tracing::debug!(controller = name, "stopped");
+    }
+}
+
+/// The delay before the `n`th retry (from 1): 5 ms doubling, at most [`MAX_BACKOFF`].
+pub fn backoff(n: u32) -> Duration {
+    BASE_BACKOFF
+        .saturating_mul(1u32 << n.saturating_sub(1).min(20))
+        .min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_off_doubles_per_failure_up_to_the_cap() {
+        assert_eq!(backoff(1), Duration::from_millis(5));
+        assert_eq!(backoff(2), Duration::from_millis(10));
+        assert_eq!(backoff(5), Duration::from_millis(80));
+        assert_eq!(backoff(12), Duration::from_millis(10_240).min(MAX_BACKOFF));
+        assert_eq!(backoff(100), MAX_BACKOFF);
+    }
+}
