@@ -5,9 +5,11 @@
 //!   cluster's kubeconfig (its server and CA) really comes from this cluster;
 //! - `tokencleaner` deletes bootstrap token Secrets once they expire.
 
+use crate::driver::Driver;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
-use kube::runtime::reflector::Store;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use minik8s_types::bootstrap::{
@@ -15,17 +17,13 @@ use minik8s_types::bootstrap::{
     TokenSecret, sign_detached,
 };
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The bootstrap token Secrets (kube-system, by type).
-fn token_secrets(client: &Client, informers: &crate::informer::Informers) -> Store<Secret> {
-    crate::informer::start(
-        Api::<Secret>::namespaced(client.clone(), NAMESPACE),
-        watcher::Config::default().fields(&format!("type={SECRET_TYPE}")),
-        informers.tasks(),
-        informers.shutdown(),
-    )
+/// What selects bootstrap token Secrets (in kube-system).
+fn token_secrets() -> watcher::Config {
+    watcher::Config::default().fields(&format!("type={SECRET_TYPE}"))
 }
 
 fn decoded(secret: &Secret) -> Option<TokenSecret> {
@@ -52,56 +50,54 @@ pub fn wanted_signatures(
         .collect()
 }
 
-/// Runs the bootstrap signer until `shutdown`.
+/// Runs the bootstrap signer until `shutdown`: `cluster-info` is signed again when it or a
+/// token changes, and when a signing token expires.
 pub async fn run_signer(
     client: Client,
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let secrets = token_secrets(&client, &informers);
-    let configmaps = crate::informer::start(
-        Api::<ConfigMap>::namespaced(client.clone(), CLUSTER_INFO_NAMESPACE),
-        watcher::Config::default().fields(&format!("metadata.name={CLUSTER_INFO}")),
-        informers.tasks(),
-        &shutdown,
-    );
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), CLUSTER_INFO_NAMESPACE);
-    loop {
-        if let Err(e) = sign_pass(&api, &secrets, &configmaps).await {
-            tracing::warn!(error = %e, "bootstrap signer pass failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
+    let configmaps = Api::<ConfigMap>::namespaced(client.clone(), CLUSTER_INFO_NAMESPACE);
+    let cluster_info = watcher::Config::default().fields(&format!("metadata.name={CLUSTER_INFO}"));
+    Driver::filtered("bootstrapsigner", &informers, configmaps, cluster_info)
+        .watches_api(
+            Api::<Secret>::namespaced(client.clone(), NAMESPACE),
+            token_secrets(),
+            |_| Some(ObjectRef::new(CLUSTER_INFO).within(CLUSTER_INFO_NAMESPACE)),
+        )
+        .run(sign, Arc::new(client), shutdown)
+        .await;
 }
 
-async fn sign_pass(
-    api: &Api<ConfigMap>,
-    secrets: &Store<Secret>,
-    configmaps: &Store<ConfigMap>,
-) -> crate::Result<()> {
-    let Some(cm) = configmaps
-        .state()
-        .into_iter()
-        .find(|c| c.name_any() == CLUSTER_INFO)
-    else {
-        return Ok(());
-    };
+/// Signs `cluster-info` with every unexpired signing token (and drops other signatures).
+async fn sign(cm: Arc<ConfigMap>, client: Arc<Client>) -> crate::Result<Action> {
     let data = cm.data.clone().unwrap_or_default();
     let Some(kubeconfig) = data.get(KUBECONFIG_KEY) else {
-        return Ok(());
+        return Ok(Action::await_change());
     };
-    let tokens: Vec<TokenSecret> = secrets.state().iter().filter_map(|s| decoded(s)).collect();
-    let wanted = wanted_signatures(kubeconfig, &tokens, jiff::Timestamp::now().as_second());
+    let secrets = Api::<Secret>::namespaced(client.as_ref().clone(), NAMESPACE)
+        .list(&ListParams::default().fields(&format!("type={SECRET_TYPE}")))
+        .await?;
+    let tokens: Vec<TokenSecret> = secrets.items.iter().filter_map(decoded).collect();
+    let now = jiff::Timestamp::now().as_second();
+    let wanted = wanted_signatures(kubeconfig, &tokens, now);
+    // A signature goes when its token expires.
+    let next = tokens
+        .iter()
+        .filter(|t| t.signing && !t.expired(now))
+        .filter_map(|t| t.expiration.as_deref()?.parse::<jiff::Timestamp>().ok())
+        .map(|at| (at.as_second() - now).max(1) as u64)
+        .min()
+        .map_or(Action::await_change(), |secs| {
+            Action::requeue(Duration::from_secs(secs))
+        });
     let current: BTreeMap<String, String> = data
         .iter()
         .filter(|(k, _)| k.starts_with(JWS_PREFIX))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if wanted == current {
-        return Ok(());
+        return Ok(next);
     }
     let mut patch = serde_json::Map::new();
     for k in current.keys().filter(|k| !wanted.contains_key(*k)) {
@@ -114,15 +110,17 @@ async fn sign_pass(
         "metadata": {"resourceVersion": cm.resource_version()},
         "data": patch,
     });
+    let api = Api::<ConfigMap>::namespaced(client.as_ref().clone(), CLUSTER_INFO_NAMESPACE);
     match api
         .patch(CLUSTER_INFO, &PatchParams::default(), &Patch::Merge(&body))
         .await
     {
         Ok(_) => {
             tracing::info!(tokens = wanted.len(), "signed the cluster-info ConfigMap");
-            Ok(())
+            Ok(next)
         }
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        // It changed meanwhile: its new version comes through the watch.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Action::await_change()),
         Err(e) => Err(e.into()),
     }
 }
@@ -133,38 +131,51 @@ pub async fn run_cleaner(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let secrets = token_secrets(&client, &informers);
-    let api: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    loop {
-        let now = jiff::Timestamp::now().as_second();
-        for s in secrets.state() {
-            if s.metadata.deletion_timestamp.is_some()
-                || !decoded(&s).is_some_and(|t| t.expired(now))
-            {
-                continue;
-            }
-            let dp = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: s.uid(),
-                    resource_version: None,
-                }),
-                ..Default::default()
-            };
-            match api.delete(&s.name_any(), &dp).await {
-                Ok(_) => {
-                    tracing::info!(secret = %s.name_any(), "deleted an expired bootstrap token")
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
-                Err(e) => {
-                    tracing::warn!(secret = %s.name_any(), error = %e, "deleting an expired bootstrap token")
-                }
-            }
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
+    let secrets = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+    Driver::filtered("tokencleaner", &informers, secrets, token_secrets())
+        .run(clean, Arc::new(client), shutdown)
+        .await;
+}
+
+/// Deletes a bootstrap token Secret once it expires.
+async fn clean(s: Arc<Secret>, client: Arc<Client>) -> crate::Result<Action> {
+    let Some(token) = decoded(&s) else {
+        return Ok(Action::await_change());
+    };
+    let now = jiff::Timestamp::now().as_second();
+    if s.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
     }
+    if !token.expired(now) {
+        return Ok(
+            match token
+                .expiration
+                .as_deref()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            {
+                Some(at) => {
+                    Action::requeue(Duration::from_secs((at.as_second() - now).max(1) as u64))
+                }
+                None => Action::await_change(),
+            },
+        );
+    }
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: s.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match Api::<Secret>::namespaced(client.as_ref().clone(), NAMESPACE)
+        .delete(&s.name_any(), &dp)
+        .await
+    {
+        Ok(_) => tracing::info!(secret = %s.name_any(), "deleted an expired bootstrap token"),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
 }
 
 #[cfg(test)]

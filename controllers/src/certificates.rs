@@ -9,13 +9,14 @@
 //!   (`kube-apiserver-client-kubelet`, `kube-apiserver-client`, `kubelet-serving`); a request
 //!   that breaks its signer's rules gets `Failed` with reason `SignerValidationFailure`.
 
+use crate::driver::Driver;
 use base64::Engine;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt};
 use minik8s_kubeconfig::csr::{Request, Signer, parse_request};
 use serde_json::json;
@@ -118,117 +119,93 @@ pub async fn run_approver(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let csrs = informers.all::<CertificateSigningRequest>().await;
-    each_pass(&informers, &shutdown, || approve_pass(&client, &csrs)).await;
+    Driver::<CertificateSigningRequest>::new("csrapproving", &informers)
+        .await
+        .run(approve, Arc::new(client), shutdown)
+        .await;
 }
 
-/// Runs `pass` on every CSR change (coalesced) and every 10 s, until `shutdown`.
-async fn each_pass<F, Fut>(
-    informers: &crate::informer::Informers,
-    shutdown: &CancellationToken,
-    mut pass: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = crate::Result<()>>,
-{
-    use futures::StreamExt;
-    let changes = informers.subscribe::<CertificateSigningRequest>();
-    futures::pin_mut!(changes);
-    loop {
-        if let Err(e) = pass().await {
-            tracing::warn!(error = %e, "certificate controller pass failed");
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = changes.next() => {}
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
-        }
-        // Let a burst of changes settle into one pass.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn approve_pass(
-    client: &Client,
-    csrs: &Store<CertificateSigningRequest>,
-) -> crate::Result<()> {
+/// Approves one kubelet client CSR its requester may create (upstream's csrapproving).
+async fn approve(
+    csr: Arc<CertificateSigningRequest>,
+    client: Arc<Client>,
+) -> crate::Result<Action> {
+    let client = client.as_ref();
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
-    for csr in csrs.state() {
-        let done = conditions(&csr);
-        if csr.spec.signer_name != KUBELET_CLIENT
-            || done.iter().any(|c| *c == "Approved" || *c == "Denied")
-        {
-            continue;
-        }
-        let Ok(req) = parse_request(&request_pem(&csr)) else {
-            continue;
-        };
-        if signer_violation(KUBELET_CLIENT, &req, &usages(&csr)).is_some() {
-            continue;
-        }
-        let user = csr.spec.username.clone().unwrap_or_default();
-        let own = user == req.common_name;
-        let sub = if own { "selfnodeclient" } else { "nodeclient" };
-        let review = SubjectAccessReview {
-            spec: SubjectAccessReviewSpec {
-                user: Some(user.clone()),
-                groups: csr.spec.groups.clone(),
-                uid: csr.spec.uid.clone(),
-                extra: csr.spec.extra.clone(),
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some("certificates.k8s.io".into()),
-                    resource: Some("certificatesigningrequests".into()),
-                    subresource: Some(sub.into()),
-                    verb: Some("create".into()),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = Api::<SubjectAccessReview>::all(client.clone())
-            .create(&PostParams::default(), &review)
-            .await?;
-        if !answer.status.is_some_and(|s| s.allowed) {
-            tracing::debug!(csr = %csr.name_any(), %user, "not approving: the requester may not create {sub}");
-            continue;
-        }
-        let message = if own {
-            "Auto approving self kubelet client certificate after SubjectAccessReview."
-        } else {
-            "Auto approving kubelet client certificate after SubjectAccessReview."
-        };
-        let mut conds: Vec<serde_json::Value> = csr
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .map(|cs| {
-                cs.iter()
-                    .filter_map(|c| serde_json::to_value(c).ok())
-                    .collect()
-            })
-            .unwrap_or_default();
-        conds.push(json!({"type": "Approved", "status": "True", "reason": "AutoApproved",
-                          "message": message, "lastUpdateTime": crate::util::rfc3339(jiff::Timestamp::now())}));
-        let patch = json!({"metadata": {"resourceVersion": csr.resource_version()},
-                           "status": {"conditions": conds}});
-        match api
-            .patch_subresource(
-                "approval",
-                &csr.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(csr = %csr.name_any(), %user, "approved a kubelet client certificate")
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+    let done = conditions(&csr);
+    if csr.spec.signer_name != KUBELET_CLIENT
+        || done.iter().any(|c| *c == "Approved" || *c == "Denied")
+    {
+        return Ok(Action::await_change());
     }
-    Ok(())
+    let Ok(req) = parse_request(&request_pem(&csr)) else {
+        return Ok(Action::await_change());
+    };
+    if signer_violation(KUBELET_CLIENT, &req, &usages(&csr)).is_some() {
+        return Ok(Action::await_change());
+    }
+    let user = csr.spec.username.clone().unwrap_or_default();
+    let own = user == req.common_name;
+    let sub = if own { "selfnodeclient" } else { "nodeclient" };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.clone()),
+            groups: csr.spec.groups.clone(),
+            uid: csr.spec.uid.clone(),
+            extra: csr.spec.extra.clone(),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("certificates.k8s.io".into()),
+                resource: Some("certificatesigningrequests".into()),
+                subresource: Some(sub.into()),
+                verb: Some("create".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    if !answer.status.is_some_and(|s| s.allowed) {
+        tracing::debug!(csr = %csr.name_any(), %user, "not approving: the requester may not create {sub}");
+        return Ok(Action::await_change());
+    }
+    let message = if own {
+        "Auto approving self kubelet client certificate after SubjectAccessReview."
+    } else {
+        "Auto approving kubelet client certificate after SubjectAccessReview."
+    };
+    let mut conds: Vec<serde_json::Value> = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|cs| {
+            cs.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    conds.push(json!({"type": "Approved", "status": "True", "reason": "AutoApproved",
+                      "message": message, "lastUpdateTime": crate::util::rfc3339(jiff::Timestamp::now())}));
+    let patch = json!({"metadata": {"resourceVersion": csr.resource_version()},
+                       "status": {"conditions": conds}});
+    match api
+        .patch_subresource(
+            "approval",
+            &csr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(csr = %csr.name_any(), %user, "approved a kubelet client certificate")
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
 }
 
 /// Runs the signer until `shutdown`.
@@ -245,83 +222,87 @@ pub async fn run_signer(
             return;
         }
     };
-    let csrs = informers.all::<CertificateSigningRequest>().await;
-    each_pass(&informers, &shutdown, || {
-        sign_pass(&client, &cfg, &signer, &csrs)
-    })
-    .await;
+    let ctx = Arc::new(SignCtx {
+        client,
+        cfg,
+        signer,
+    });
+    Driver::<CertificateSigningRequest>::new("csrsigning", &informers)
+        .await
+        .run(sign, ctx, shutdown)
+        .await;
 }
 
-async fn sign_pass(
-    client: &Client,
-    cfg: &SigningConfig,
-    signer: &Signer,
-    csrs: &Store<CertificateSigningRequest>,
-) -> crate::Result<()> {
+struct SignCtx {
+    client: Client,
+    cfg: SigningConfig,
+    signer: Arc<Signer>,
+}
+
+/// Issues (or refuses) the certificate of one approved CSR of a signer it serves.
+async fn sign(csr: Arc<CertificateSigningRequest>, ctx: Arc<SignCtx>) -> crate::Result<Action> {
+    let (client, cfg, signer) = (&ctx.client, &ctx.cfg, &ctx.signer);
     let api: Api<CertificateSigningRequest> = Api::all(client.clone());
-    for csr in csrs.state() {
-        let done = conditions(&csr);
-        let issued = csr
-            .status
-            .as_ref()
-            .and_then(|s| s.certificate.as_ref())
-            .is_some_and(|c| !c.0.is_empty());
-        if ![KUBELET_CLIENT, CLIENT, KUBELET_SERVING].contains(&csr.spec.signer_name.as_str())
-            || !done.contains(&"Approved")
-            || done.contains(&"Denied")
-            || done.contains(&"Failed")
-            || issued
-        {
-            continue;
-        }
-        let pem = request_pem(&csr);
-        let usages = usages(&csr);
-        let outcome = parse_request(&pem)
-            .map_err(|e| e.to_string())
-            .and_then(
-                |req| match signer_violation(&csr.spec.signer_name, &req, &usages) {
-                    Some(why) => Err(why),
-                    None => Ok(()),
-                },
-            )
-            .and_then(|()| {
-                let max = cfg.duration.as_secs() as i64;
-                let secs = csr
-                    .spec
-                    .expiration_seconds
-                    .map_or(max, |s| i64::from(s).min(max));
-                signer.sign(&pem, &usages, secs).map_err(|e| e.to_string())
-            });
-        let status = match &outcome {
-            Ok(cert) => {
-                json!({"certificate": base64::engine::general_purpose::STANDARD.encode(cert)})
-            }
-            Err(why) => json!({"conditions": [{
-                "type": "Failed", "status": "True", "reason": "SignerValidationFailure",
-                "message": why, "lastUpdateTime": crate::util::rfc3339(jiff::Timestamp::now()),
-            }]}),
-        };
-        let patch =
-            json!({"metadata": {"resourceVersion": csr.resource_version()}, "status": status});
-        match api
-            .patch_status(
-                &csr.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => match outcome {
-                Ok(_) => {
-                    tracing::info!(csr = %csr.name_any(), signer = %csr.spec.signer_name, "issued a certificate")
-                }
-                Err(why) => tracing::info!(csr = %csr.name_any(), %why, "refused to sign"),
-            },
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+    let done = conditions(&csr);
+    let issued = csr
+        .status
+        .as_ref()
+        .and_then(|s| s.certificate.as_ref())
+        .is_some_and(|c| !c.0.is_empty());
+    if ![KUBELET_CLIENT, CLIENT, KUBELET_SERVING].contains(&csr.spec.signer_name.as_str())
+        || !done.contains(&"Approved")
+        || done.contains(&"Denied")
+        || done.contains(&"Failed")
+        || issued
+    {
+        return Ok(Action::await_change());
     }
-    Ok(())
+    let pem = request_pem(&csr);
+    let usages = usages(&csr);
+    let outcome = parse_request(&pem)
+        .map_err(|e| e.to_string())
+        .and_then(
+            |req| match signer_violation(&csr.spec.signer_name, &req, &usages) {
+                Some(why) => Err(why),
+                None => Ok(()),
+            },
+        )
+        .and_then(|()| {
+            let max = cfg.duration.as_secs() as i64;
+            let secs = csr
+                .spec
+                .expiration_seconds
+                .map_or(max, |s| i64::from(s).min(max));
+            signer.sign(&pem, &usages, secs).map_err(|e| e.to_string())
+        });
+    let status = match &outcome {
+        Ok(cert) => {
+            json!({"certificate": base64::engine::general_purpose::STANDARD.encode(cert)})
+        }
+        Err(why) => json!({"conditions": [{
+            "type": "Failed", "status": "True", "reason": "SignerValidationFailure",
+            "message": why, "lastUpdateTime": crate::util::rfc3339(jiff::Timestamp::now()),
+        }]}),
+    };
+    let patch = json!({"metadata": {"resourceVersion": csr.resource_version()}, "status": status});
+    match api
+        .patch_status(
+            &csr.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => match outcome {
+            Ok(_) => {
+                tracing::info!(csr = %csr.name_any(), signer = %csr.spec.signer_name, "issued a certificate")
+            }
+            Err(why) => tracing::info!(csr = %csr.name_any(), %why, "refused to sign"),
+        },
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
 }
 
 #[cfg(test)]

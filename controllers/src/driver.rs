@@ -82,6 +82,53 @@ where
         }
     }
 
+    /// The controller `name` of every `K`, woken only when an object's spec changes (its
+    /// `metadata.generation`), not by status writes (its own, every sync): for controllers
+    /// that requeue themselves on a period, as the HPA controller's sync period.
+    pub async fn on_spec_changes(name: &'static str, informers: &Informers) -> Self {
+        let store = informers.all::<K>().await;
+        let mut generations: HashMap<String, Option<i64>> = HashMap::new();
+        let changes = informers.subscribe::<K>().filter(move |o| {
+            let uid = o.meta().uid.clone().unwrap_or_default();
+            let generation = o.meta().generation;
+            let changed = match o.meta().deletion_timestamp {
+                // Gone or going: forget it (a recreated object is new).
+                Some(_) => generations.remove(&uid).is_none(),
+                None => generations.insert(uid, generation) != Some(generation),
+            };
+            std::future::ready(changed)
+        });
+        let controller = Controller::for_shared_stream(changes, store.clone());
+        Driver {
+            name,
+            informers: informers.clone(),
+            controller,
+            store,
+            resync: RESYNC,
+        }
+    }
+
+    /// The controller `name` of the `K`s `config` selects from `api`, on a watch of its own:
+    /// for the few objects of a kind the manager does not keep whole (bootstrap token
+    /// Secrets, the `cluster-info` ConfigMap), where a shared informer of every Secret or
+    /// ConfigMap would cost more memory than it saves watches.
+    pub fn filtered(
+        name: &'static str,
+        informers: &Informers,
+        api: kube::Api<K>,
+        config: kube::runtime::watcher::Config,
+    ) -> Self {
+        let controller = Controller::new(api, config);
+        let store = controller.store();
+        Driver {
+            name,
+            informers: informers.clone(),
+            controller,
+            store,
+            resync: RESYNC,
+        }
+    }
+
     /// The store of every `K` (shared with the other controllers).
     pub fn store(&self) -> Store<K> {
         self.store.clone()
@@ -111,6 +158,23 @@ where
         self
     }
 
+    /// Also reconciles the objects `map` names for every change of the `C`s `config` selects
+    /// from `api` (a watch of its own, as [`Driver::filtered`]).
+    pub fn watches_api<C, I>(
+        mut self,
+        api: kube::Api<C>,
+        config: kube::runtime::watcher::Config,
+        map: impl Fn(C) -> I + Send + Sync + 'static,
+    ) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        I: IntoIterator<Item = ObjectRef<K>> + 'static,
+        I::IntoIter: Send,
+    {
+        self.controller = self.controller.watches(api, config, map);
+        self
+    }
+
     /// Also reconciles every `K` whenever a `C` changes (for controllers whose every object
     /// may depend on any `C`, as DaemonSets on nodes).
     pub fn watches_all<C>(self) -> Self
@@ -125,6 +189,15 @@ where
                 .map(|o| ObjectRef::from(o.as_ref()))
                 .collect::<Vec<_>>()
         })
+    }
+
+    /// Reconciles one object at a time (for controllers that hand out from a shared pool, as
+    /// pod CIDRs or volumes, where two reconciles at once could give the same thing twice).
+    pub fn one_at_a_time(mut self) -> Self {
+        self.controller = self
+            .controller
+            .with_config(kube::runtime::controller::Config::default().concurrency(1));
+        self
     }
 
     /// Reconciles every object every `period` (default [`RESYNC`]).

@@ -3,13 +3,15 @@
 //! `10.244.0.0/16` by default). Blocks nodes already claim (a kubelet started with its own
 //! `--pod-cidr`) are never handed out again.
 
+use crate::driver::Driver;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The cluster's pod address space and the size of each node's block.
@@ -79,65 +81,82 @@ pub fn next_free(cfg: &Config, used: &BTreeSet<String>) -> Option<String> {
         .find(|b| !used.contains(b))
 }
 
-/// Runs the allocator until `shutdown`.
+struct Ctx {
+    client: Client,
+    cfg: Config,
+    nodes: Store<Node>,
+    /// Blocks handed out, by node, until the cache shows them.
+    given: Mutex<BTreeMap<String, String>>,
+}
+
+/// Runs the allocator until `shutdown`: a node is looked at when it changes, one at a time.
 pub async fn run(
     client: Client,
     cfg: Config,
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    use futures::StreamExt;
-    let nodes = informers.all::<Node>().await;
-    let changes = informers.subscribe::<Node>();
-    futures::pin_mut!(changes);
-    loop {
-        crate::util::run_pass("nodeipam", None, pass(&client, &cfg, &nodes)).await;
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = changes.next() => {}
-            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
-        }
-    }
+    let driver = Driver::<Node>::new("nodeipam", &informers).await;
+    let ctx = Arc::new(Ctx {
+        client,
+        cfg,
+        nodes: driver.store(),
+        given: Mutex::default(),
+    });
+    driver.one_at_a_time().run(allocate, ctx, shutdown).await;
 }
 
-async fn pass(client: &Client, cfg: &Config, nodes: &Store<Node>) -> crate::Result<()> {
-    let api: Api<Node> = Api::all(client.clone());
-    let all = nodes.state();
-    let mut used: BTreeSet<String> = all
-        .iter()
-        .filter_map(|n| n.spec.as_ref()?.pod_cidr.clone())
-        .collect();
-    let mut waiting: Vec<_> = all
-        .iter()
-        .filter(|n| n.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()).is_none())
-        .collect();
-    waiting.sort_by_key(|n| (n.metadata.creation_timestamp.clone(), n.name_any()));
-    for node in waiting {
-        let Some(block) = next_free(cfg, &used) else {
-            tracing::error!(node = %node.name_any(), "no pod CIDR left in the cluster CIDR");
-            return Ok(());
-        };
-        let patch = serde_json::json!({
-            "metadata": {"resourceVersion": node.resource_version()},
-            "spec": {"podCIDR": block, "podCIDRs": [block]},
-        });
-        match api
-            .patch(
-                &node.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            Ok(_) => {
-                tracing::info!(node = %node.name_any(), cidr = %block, "allocated the node's pod CIDR");
-                used.insert(block);
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+/// Gives a node without a pod CIDR the lowest free block.
+async fn allocate(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
+    if node
+        .spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_ref())
+        .is_some()
+    {
+        return Ok(Action::await_change());
     }
-    Ok(())
+    let all = ctx.nodes.state();
+    let used: BTreeSet<String> = {
+        let mut given = ctx.given.lock().expect("nodeipam");
+        // What the cache shows, or no longer needs remembering (the node is gone).
+        given.retain(|name, _| {
+            all.iter().any(|n| {
+                n.name_any() == *name && n.spec.as_ref().and_then(|s| s.pod_cidr.as_ref()).is_none()
+            })
+        });
+        all.iter()
+            .filter_map(|n| n.spec.as_ref()?.pod_cidr.clone())
+            .chain(given.values().cloned())
+            .collect()
+    };
+    let Some(block) = next_free(&ctx.cfg, &used) else {
+        tracing::error!(node = %node.name_any(), "no pod CIDR left in the cluster CIDR");
+        return Ok(Action::await_change());
+    };
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": node.resource_version()},
+        "spec": {"podCIDR": block, "podCIDRs": [block]},
+    });
+    match Api::<Node>::all(ctx.client.clone())
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(node = %node.name_any(), cidr = %block, "allocated the node's pod CIDR");
+            ctx.given
+                .lock()
+                .expect("nodeipam")
+                .insert(node.name_any(), block);
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(Action::await_change())
 }
 
 #[cfg(test)]

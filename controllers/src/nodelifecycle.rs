@@ -10,15 +10,17 @@
 //! Heartbeats are timed on this controller's clock (when it saw a change), as upstream does,
 //! so clock skew between machines does not matter.
 
+use crate::driver::Driver;
 use crate::util;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -181,8 +183,9 @@ struct Heartbeats {
 }
 
 impl Heartbeats {
-    /// Records what the node shows now; whether it changed within `grace`.
-    fn fresh(&mut self, node: &Node, lease: Option<&Lease>, grace: Duration) -> bool {
+    /// Records what the node shows now; whether it changed within `grace`, and how long
+    /// until `grace` runs out.
+    fn fresh(&mut self, node: &Node, lease: Option<&Lease>, grace: Duration) -> (bool, Duration) {
         let renew = lease
             .and_then(|l| l.spec.as_ref())
             .and_then(|s| s.renew_time.as_ref())
@@ -198,104 +201,115 @@ impl Heartbeats {
         if entry.0 != record {
             *entry = (record, Instant::now());
         }
-        entry.1.elapsed() < grace
+        (
+            entry.1.elapsed() < grace,
+            grace.saturating_sub(entry.1.elapsed()),
+        )
     }
 }
 
-/// Runs the node lifecycle controller until `shutdown`.
+struct Ctx {
+    client: Client,
+    cfg: Config,
+    leases: Store<Lease>,
+    pods: Store<Pod>,
+    beats: Mutex<Heartbeats>,
+}
+
+/// Runs the node lifecycle controller until `shutdown`: a node is looked at when it, its
+/// Lease or a pod on it changes, and again when its heartbeat would run out or a pod's
+/// toleration of its taints ends.
 pub async fn run(
     client: Client,
     cfg: Config,
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let nodes = informers.all::<Node>().await;
-    let leases = crate::informer::start(
-        Api::<Lease>::namespaced(client.clone(), "kube-node-lease"),
-        watcher::Config::default(),
-        informers.tasks(),
-        &shutdown,
-    );
-    let pods = informers.all::<Pod>().await;
-    tokio::select! {
-        _ = shutdown.cancelled() => return,
-        _ = leases.wait_until_ready() => {}
-    }
-    let mut beats = Heartbeats::default();
-    loop {
-        let sync = pass(&client, &cfg, &nodes, &leases, &pods, &mut beats);
-        crate::util::run_pass("nodelifecycle", None, sync).await;
-        if !crate::util::next_pass(&shutdown, cfg.period).await {
-            return;
-        }
-    }
+    let ctx = Arc::new(Ctx {
+        client,
+        cfg,
+        leases: informers.all::<Lease>().await,
+        pods: informers.all::<Pod>().await,
+        beats: Mutex::default(),
+    });
+    Driver::<Node>::new("nodelifecycle", &informers)
+        .await
+        .watches::<Lease, _>(|l| {
+            (l.namespace().as_deref() == Some(LEASE_NAMESPACE))
+                .then(|| ObjectRef::new(&l.name_any()))
+        })
+        .watches::<Pod, _>(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .map(ObjectRef::new)
+        })
+        .run(sync, ctx, shutdown)
+        .await;
 }
 
-/// One look at every node and the pods on tainted ones.
-async fn pass(
-    client: &Client,
-    cfg: &Config,
-    nodes: &Store<Node>,
-    leases: &Store<Lease>,
-    pods: &Store<Pod>,
-    beats: &mut Heartbeats,
-) -> crate::Result<()> {
+/// Where nodes' Leases are.
+const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// One look at a node and, when it has NoExecute taints, at the pods on it.
+async fn sync(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
+    let (client, cfg) = (&ctx.client, &ctx.cfg);
     let node_api: Api<Node> = Api::all(client.clone());
     let now = jiff::Timestamp::now();
-    let lease_of: HashMap<String, std::sync::Arc<Lease>> = leases
+    let name = node.name_any();
+    let lease = ctx
+        .leases
         .state()
         .into_iter()
-        .map(|l| (l.name_any(), l))
-        .collect();
-    let mut no_execute: HashMap<String, Vec<Taint>> = HashMap::new();
-    let mut unreachable: Vec<String> = Vec::new();
-    for node in nodes.state() {
-        let name = node.name_any();
-        let fresh = beats.fresh(&node, lease_of.get(&name).map(AsRef::as_ref), cfg.grace);
-        let h = health(&node, fresh);
-        let wanted = wanted_taints(&node, h, now);
-        if wanted
+        .find(|l| l.namespace().as_deref() == Some(LEASE_NAMESPACE) && l.name_any() == name);
+    let (fresh, left) =
+        ctx.beats
+            .lock()
+            .expect("heartbeats")
+            .fresh(&node, lease.as_deref(), cfg.grace);
+    let h = health(&node, fresh);
+    let wanted = wanted_taints(&node, h, now);
+    if wanted
+        .iter()
+        .map(|t| (&t.key, &t.effect))
+        .collect::<Vec<_>>()
+        != taints(&node)
             .iter()
             .map(|t| (&t.key, &t.effect))
             .collect::<Vec<_>>()
-            != taints(&node)
-                .iter()
-                .map(|t| (&t.key, &t.effect))
-                .collect::<Vec<_>>()
-        {
-            tracing::info!(node = %name, health = ?h, "node taints change");
-            node_api
-                .patch(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"taints": if wanted.is_empty() { None } else { Some(&wanted) }}})),
-                )
-                .await?;
-        }
-        if h == Health::Unreachable {
-            unreachable.push(name.clone());
-            mark_unknown(&node_api, &node, now).await?;
-        }
-        let ne: Vec<Taint> = wanted
-            .into_iter()
-            .filter(|t| t.effect == "NoExecute")
-            .collect();
-        if !ne.is_empty() {
-            no_execute.insert(name, ne);
-        }
+    {
+        tracing::info!(node = %name, health = ?h, "node taints change");
+        node_api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"taints": if wanted.is_empty() { None } else { Some(&wanted) }}})),
+            )
+            .await?;
     }
-    for pod in pods.state() {
-        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-            continue;
-        };
-        let Some(taints) = no_execute.get(node) else {
-            continue;
-        };
-        if pod.metadata.deletion_timestamp.is_some() || util::is_terminal(&pod) {
+    if h == Health::Unreachable {
+        mark_unknown(&node_api, &node, now).await?;
+    }
+    // Look again when the heartbeat would run out.
+    let mut next = fresh.then_some(left);
+    let no_execute: Vec<Taint> = wanted
+        .into_iter()
+        .filter(|t| t.effect == "NoExecute")
+        .collect();
+    if no_execute.is_empty() {
+        return Ok(next.map_or(Action::await_change(), |d| {
+            Action::requeue(d.max(cfg.period))
+        }));
+    }
+    for pod in ctx.pods.state() {
+        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(name.as_str())
+            || pod.metadata.deletion_timestamp.is_some()
+            || util::is_terminal(&pod)
+        {
             continue;
         }
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        if unreachable.iter().any(|n| n == node) && util::is_ready(&pod) {
+        if h == Health::Unreachable && util::is_ready(&pod) {
             let cond = json!({"type": "Ready", "status": "False", "reason": "NodeNotReady",
                 "message": "", "lastTransitionTime": util::rfc3339(now)});
             let _ = api
@@ -306,16 +320,26 @@ async fn pass(
                 )
                 .await;
         }
-        if eviction_time(&pod, taints, now).is_some_and(|t| t <= now) {
-            tracing::info!(pod = %util::key(pod.as_ref()), node, "evicting pod from tainted node");
-            match api.delete(&pod.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
+        match eviction_time(&pod, &no_execute, now) {
+            Some(t) if t <= now => {
+                tracing::info!(pod = %util::key(pod.as_ref()), node = %name, "evicting pod from tainted node");
+                match api.delete(&pod.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
+            Some(t) => {
+                // Look again when this pod's toleration runs out.
+                let wait = Duration::from_secs((t - now).get_seconds().max(0) as u64);
+                next = Some(next.map_or(wait, |n| n.min(wait)));
+            }
+            None => {}
         }
     }
-    Ok(())
+    Ok(next.map_or(Action::await_change(), |d| {
+        Action::requeue(d.max(cfg.period))
+    }))
 }
 
 /// Sets every condition of an unreachable node to Unknown (once).

@@ -202,31 +202,6 @@ pub fn go_duration(s: &str) -> Option<std::time::Duration> {
     Some(std::time::Duration::from_secs_f64(total))
 }
 
-/// A reconciler that records each call as a workqueue item of controller `name`
-/// (`workqueue_adds_total`, `workqueue_work_duration_seconds`, `workqueue_retries_total`).
-pub fn timed<K, C, E, F, Fut>(
-    name: &'static str,
-    f: F,
-) -> impl FnMut(
-    std::sync::Arc<K>,
-    std::sync::Arc<C>,
-) -> futures::future::BoxFuture<'static, Result<kube::runtime::controller::Action, E>>
-where
-    F: Fn(std::sync::Arc<K>, std::sync::Arc<C>) -> Fut,
-    Fut:
-        std::future::Future<Output = Result<kube::runtime::controller::Action, E>> + Send + 'static,
-{
-    move |obj, ctx| {
-        let item = minik8s_metrics::workqueue().start(name);
-        let fut = f(obj, ctx);
-        Box::pin(async move {
-            let r = fut.await;
-            item.done(r.is_ok());
-            r
-        })
-    }
-}
-
 /// Deletes this pod (by uid, so a new pod of the same name is left alone); a pod already
 /// gone or replaced is not an error.
 pub async fn delete_pod(api: &kube::Api<Pod>, pod: &Pod) -> crate::Result<()> {
@@ -242,33 +217,6 @@ pub async fn delete_pod(api: &kube::Api<Pod>, pod: &Pod) -> crate::Result<()> {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Runs one pass of a controller that passes over its stores (over all of them, or over
-/// `object` only), as one workqueue item of controller `name`; a failed pass is logged (and
-/// counted as a retry), and the next pass tries again.
-pub async fn run_pass(
-    name: &'static str,
-    object: Option<&str>,
-    pass: impl std::future::Future<Output = crate::Result<()>>,
-) {
-    let item = minik8s_metrics::workqueue().start(name);
-    let r = pass.await;
-    item.done(r.is_ok());
-    if let Err(e) = r {
-        tracing::warn!(controller = name, object = object.unwrap_or(""), error = %e, "pass failed");
-    }
-}
-
-/// Waits `period` between passes; `false` once `shutdown` comes first.
-pub async fn next_pass(
-    shutdown: &tokio_util::sync::CancellationToken,
-    period: std::time::Duration,
-) -> bool {
-    tokio::select! {
-        _ = shutdown.cancelled() => false,
-        _ = tokio::time::sleep(period) => true,
     }
 }
 

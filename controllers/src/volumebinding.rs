@@ -12,12 +12,14 @@
 //! are `Available`, `Bound`, or `Released` once their claim is gone; a bound claim whose volume
 //! is gone is `Lost`. Each waiting claim gets an Event saying why (once per reason).
 
+use crate::driver::Driver;
 use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, VolumeNodeAffinity,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_events::{Recorder, Type};
 use minik8s_types::Quantity;
@@ -27,8 +29,7 @@ use minik8s_types::storage::{
 };
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// A claim's storage class (`""`: none).
@@ -187,7 +188,8 @@ pub fn wanted_volume_phase(
     }
 }
 
-/// The binder's state: its stores and which reason each waiting claim was last told.
+/// The binder's state: its stores, which reason each waiting claim was last told, and the
+/// volumes it bound that the cache does not show bound yet.
 struct Binder {
     client: Client,
     claims: Store<PersistentVolumeClaim>,
@@ -195,90 +197,150 @@ struct Binder {
     classes: Store<StorageClass>,
     nodes: Store<Node>,
     recorder: Recorder,
-    told: HashMap<String, String>,
+    told: Mutex<HashMap<String, String>>,
+    /// Volume name → the uid of the claim it was just bound to.
+    taken: Mutex<HashMap<String, String>>,
 }
 
-/// Runs the binder until `shutdown`.
+/// Runs the binder until `shutdown`: claims (one at a time, as they share the volumes) when
+/// they, a volume or a class change; volumes' phases when they or their claims change.
 pub async fn run(
     client: Client,
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let mut b = Binder {
+    let claims = Driver::<PersistentVolumeClaim>::new("persistentvolume-binder", &informers).await;
+    let volumes = Driver::<PersistentVolume>::new("persistentvolume-binder", &informers).await;
+    let b = Arc::new(Binder {
         recorder: Recorder::new(client.clone(), "persistentvolume-controller", None),
         client,
-        claims: informers.all::<PersistentVolumeClaim>().await,
-        volumes: informers.all::<PersistentVolume>().await,
+        claims: claims.store(),
+        volumes: volumes.store(),
         classes: informers.all::<StorageClass>().await,
         nodes: informers.all::<Node>().await,
-        told: HashMap::new(),
-    };
-    loop {
-        crate::util::run_pass("persistentvolume-binder", None, b.pass()).await;
-        if !crate::util::next_pass(&shutdown, Duration::from_millis(500)).await {
-            return;
-        }
+        told: Mutex::default(),
+        taken: Mutex::default(),
+    });
+    // A volume change concerns its claim and every claim still waiting for one.
+    let waiting = b.claims.clone();
+    let claims = claims
+        .one_at_a_time()
+        .watches::<PersistentVolume, _>(move |v| {
+            let bound_to = v
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .and_then(|r| {
+                    Some(ObjectRef::new(r.name.as_deref()?).within(r.namespace.as_deref()?))
+                });
+            waiting
+                .state()
+                .iter()
+                .filter(|c| claim_phase(c) != "Bound")
+                .map(|c| ObjectRef::from(c.as_ref()))
+                .chain(bound_to)
+                .collect::<Vec<_>>()
+        })
+        .watches_all::<StorageClass>();
+    // A claim change concerns the volumes that name it or that it names.
+    let all_volumes = b.volumes.clone();
+    let volumes = volumes.watches::<PersistentVolumeClaim, _>(move |c| {
+        let named = c.spec.as_ref().and_then(|s| s.volume_name.clone());
+        all_volumes
+            .state()
+            .iter()
+            .filter(|v| claimed_by(v, &c) || named.as_deref() == v.metadata.name.as_deref())
+            .map(|v| ObjectRef::from(v.as_ref()))
+            .collect::<Vec<_>>()
+    });
+    tokio::join!(
+        claims.run(sync_claim, b.clone(), shutdown.clone()),
+        volumes.run(sync_volume, b, shutdown),
+    );
+}
+
+/// Sets a volume's phase from its claim (Available, Bound or Released).
+async fn sync_volume(v: Arc<PersistentVolume>, b: Arc<Binder>) -> crate::Result<Action> {
+    let claims: HashMap<(String, String), Arc<PersistentVolumeClaim>> = b
+        .claims
+        .state()
+        .into_iter()
+        .map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c))
+        .collect();
+    let want = wanted_volume_phase(&v, &claims);
+    if volume_phase(&v) != want && !(volume_phase(&v) == "Released" && want == "Bound") {
+        Api::<PersistentVolume>::all(b.client.clone())
+            .patch_status(
+                &v.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"phase": want}})),
+            )
+            .await?;
     }
+    Ok(Action::await_change())
+}
+
+/// Binds a claim to a volume, asks its class's provisioner for one, or says why it waits; a
+/// bound claim whose volume is gone is Lost.
+async fn sync_claim(c: Arc<PersistentVolumeClaim>, b: Arc<Binder>) -> crate::Result<Action> {
+    let live: std::collections::HashSet<String> =
+        b.claims.state().iter().filter_map(|c| c.uid()).collect();
+    b.told
+        .lock()
+        .expect("told")
+        .retain(|uid, _| live.contains(uid));
+    if c.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let volumes = b.usable_volumes(&c);
+    let named = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .filter(|n| !n.is_empty());
+    if claim_phase(&c) == "Bound" {
+        if let Some(n) = &named
+            && !b.volumes.state().iter().any(|v| v.name_any() == *n)
+        {
+            b.claim_status(&c, json!({"phase": "Lost"})).await?;
+            b.tell(
+                &c,
+                Type::Warning,
+                "ClaimLost",
+                "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
+            );
+        }
+        return Ok(Action::await_change());
+    }
+    b.bind_claim(&c, named, &volumes).await?;
+    Ok(Action::await_change())
 }
 
 impl Binder {
-    async fn pass(&mut self) -> crate::Result<()> {
-        let claims: HashMap<(String, String), Arc<PersistentVolumeClaim>> = self
-            .claims
-            .state()
-            .into_iter()
-            .map(|c| ((c.namespace().unwrap_or_default(), c.name_any()), c))
-            .collect();
+    /// The volumes in the cache, less those this binder just bound to another claim that the
+    /// cache does not show bound yet (upstream's assume cache).
+    fn usable_volumes(&self, c: &PersistentVolumeClaim) -> Vec<Arc<PersistentVolume>> {
         let volumes = self.volumes.state();
-        let pv_api: Api<PersistentVolume> = Api::all(self.client.clone());
-        for v in &volumes {
-            let want = wanted_volume_phase(v, &claims);
-            if volume_phase(v) != want && !(volume_phase(v) == "Released" && want == "Bound") {
-                pv_api
-                    .patch_status(
-                        &v.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(&json!({"status": {"phase": want}})),
-                    )
-                    .await?;
-            }
-        }
-        let live: std::collections::HashSet<String> =
-            claims.values().filter_map(|c| c.uid()).collect();
-        self.told.retain(|uid, _| live.contains(uid));
-        for c in claims.values() {
-            if c.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let named = c
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.clone())
-                .filter(|n| !n.is_empty());
-            if claim_phase(c) == "Bound" {
-                if let Some(n) = &named
-                    && !volumes.iter().any(|v| v.name_any() == *n)
-                {
-                    self.claim_status(c, json!({"phase": "Lost"})).await?;
-                    self.tell(
-                        c,
-                        Type::Warning,
-                        "ClaimLost",
-                        "Bound claim has lost its PersistentVolume. Data on the volume is lost!",
-                    )
-                    .await;
-                }
-                continue;
-            }
-            if let Err(e) = self.bind_claim(c, named, &volumes).await {
-                tracing::warn!(claim = %crate::util::key(c.as_ref()), error = %e, "binding a claim");
-            }
-        }
-        Ok(())
+        let mut taken = self.taken.lock().expect("taken");
+        taken.retain(|name, uid| {
+            volumes.iter().any(|v| {
+                v.name_any() == *name
+                    && v.spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|r| r.uid.as_ref())
+                        != Some(uid)
+            })
+        });
+        let mine = c.uid().unwrap_or_default();
+        volumes
+            .into_iter()
+            .filter(|v| taken.get(&v.name_any()).is_none_or(|uid| *uid == mine))
+            .collect()
     }
 
     async fn bind_claim(
-        &mut self,
+        &self,
         c: &PersistentVolumeClaim,
         named: Option<String>,
         volumes: &[Arc<PersistentVolume>],
@@ -292,7 +354,7 @@ impl Binder {
             Some(n) => match volumes.iter().find(|v| v.name_any() == *n) {
                 None => {
                     let msg = format!("volume \"{n}\" not found");
-                    self.tell(c, Type::Warning, "FailedBinding", &msg).await;
+                    self.tell(c, Type::Warning, "FailedBinding", &msg);
                     return Ok(());
                 }
                 Some(v)
@@ -300,7 +362,7 @@ impl Binder {
                         && !claimed_by(v, c) =>
                 {
                     let msg = format!("volume \"{n}\" already bound to a different claim.");
-                    self.tell(c, Type::Warning, "FailedBinding", &msg).await;
+                    self.tell(c, Type::Warning, "FailedBinding", &msg);
                     return Ok(());
                 }
                 Some(v) => Some(v.clone()),
@@ -321,7 +383,7 @@ impl Binder {
 
     /// No volume fits `c`: ask the class's provisioner, or say why it waits.
     async fn no_volume(
-        &mut self,
+        &self,
         c: &PersistentVolumeClaim,
         class: Option<&StorageClass>,
         delayed: bool,
@@ -332,23 +394,21 @@ impl Binder {
             if class_name.is_empty() {
                 let msg =
                     "no persistent volumes available for this claim and no storage class is set";
-                self.tell(c, Type::Normal, "FailedBinding", msg).await;
+                self.tell(c, Type::Normal, "FailedBinding", msg);
             } else {
                 let msg = format!("storageclass.storage.k8s.io \"{class_name}\" not found");
-                self.tell(c, Type::Warning, "ProvisioningFailed", &msg)
-                    .await;
+                self.tell(c, Type::Warning, "ProvisioningFailed", &msg);
             }
             return Ok(());
         };
         if delayed && selected.is_none() {
             let msg = "waiting for first consumer to be created before binding";
-            self.tell(c, Type::Normal, "WaitForFirstConsumer", msg)
-                .await;
+            self.tell(c, Type::Normal, "WaitForFirstConsumer", msg);
             return Ok(());
         }
         if class.provisioner == "kubernetes.io/no-provisioner" {
             let msg = "no volume plugin matched name: kubernetes.io/no-provisioner";
-            self.tell(c, Type::Normal, "FailedBinding", msg).await;
+            self.tell(c, Type::Normal, "FailedBinding", msg);
             return Ok(());
         }
         if c.annotations().get(STORAGE_PROVISIONER) != Some(&class.provisioner) {
@@ -371,14 +431,13 @@ impl Binder {
             "Waiting for a volume to be created either by the external provisioner '{}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.",
             class.provisioner
         );
-        self.tell(c, Type::Normal, "ExternalProvisioning", &msg)
-            .await;
+        self.tell(c, Type::Normal, "ExternalProvisioning", &msg);
         Ok(())
     }
 
     /// Binds `c` to `v`: the volume's claim reference first, then the claim's volume name
     /// and phases (upstream's order, so a crash in between leaves a pre-bound volume).
-    async fn bind(&mut self, c: &PersistentVolumeClaim, v: &PersistentVolume) -> crate::Result<()> {
+    async fn bind(&self, c: &PersistentVolumeClaim, v: &PersistentVolume) -> crate::Result<()> {
         let pv_api: Api<PersistentVolume> = Api::all(self.client.clone());
         let ns = c.namespace().unwrap_or_default();
         let pre_bound = v
@@ -402,6 +461,10 @@ impl Binder {
                     &Patch::Merge(&patch),
                 )
                 .await?;
+            self.taken
+                .lock()
+                .expect("taken")
+                .insert(v.name_any(), c.uid().unwrap_or_default());
         }
         pv_api
             .patch_status(
@@ -460,13 +523,16 @@ impl Binder {
     }
 
     /// Records an Event on the claim unless it was told the same already.
-    async fn tell(&mut self, c: &PersistentVolumeClaim, type_: Type, reason: &str, msg: &str) {
+    fn tell(&self, c: &PersistentVolumeClaim, type_: Type, reason: &str, msg: &str) {
         let uid = c.uid().unwrap_or_default();
         let said = format!("{reason}: {msg}");
-        if self.told.get(&uid) == Some(&said) {
-            return;
+        {
+            let mut told = self.told.lock().expect("told");
+            if told.get(&uid) == Some(&said) {
+                return;
+            }
+            told.insert(uid, said);
         }
-        self.told.insert(uid, said);
         self.recorder
             .record(&c.object_ref(&()), type_, reason, msg.into());
     }

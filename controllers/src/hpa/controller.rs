@@ -8,8 +8,8 @@
 use super::behavior::{self, Bounds, Limited, Policy, PolicyKind, Rules, Select};
 use super::calc::{self, CalcError, Inputs, Phase, PodInfo, Sample};
 use super::history::{ANNOTATION, History};
-use crate::{Error, Result, util};
-use futures::StreamExt;
+use crate::driver::Driver;
+use crate::{Result, util};
 use k8s_openapi::api::autoscaling::v2::{
     HPAScalingRules, HorizontalPodAutoscaler, MetricSpec, MetricTarget,
 };
@@ -17,9 +17,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, predicates, watcher};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use minik8s_events::{Recorder, Type};
 use minik8s_types::quantity::Quantity;
@@ -989,11 +988,6 @@ async fn keep_history(
     Ok(())
 }
 
-fn error_policy(hpa: Arc<HorizontalPodAutoscaler>, e: &Error, ctx: Arc<Ctx>) -> Action {
-    tracing::warn!(hpa = %util::key(hpa.as_ref()), error = %e, "reconciling the HPA failed, retrying");
-    Action::requeue(ctx.config.sync_period.min(Duration::from_secs(5)))
-}
-
 /// Runs the HPA controller with upstream's default settings until `shutdown`.
 pub async fn run(
     client: Client,
@@ -1019,24 +1013,10 @@ pub async fn run_with(
         memory: Mutex::default(),
     });
     // Reconciled on spec changes (not on the controller's own status and annotation writes)
-    // and every sync period.
-    let (reader, writer) = reflector::store();
-    let stream = watcher(
-        Api::<HorizontalPodAutoscaler>::all(client),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .applied_objects()
-    .predicate_filter(predicates::generation, Default::default());
-    Controller::for_stream(stream, reader)
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(
-            crate::util::timed("horizontalpodautoscaling", reconcile),
-            error_policy,
-            ctx,
-        )
-        .for_each(|_| async {})
+    // and every sync period (the reconcile requeues itself).
+    Driver::<HorizontalPodAutoscaler>::on_spec_changes("horizontalpodautoscaling", &informers)
+        .await
+        .run(reconcile, ctx, shutdown)
         .await;
 }
 
