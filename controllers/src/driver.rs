@@ -62,6 +62,7 @@ where
     controller: Controller<K>,
     store: Store<K>,
     resync: Duration,
+    first_retry: Duration,
 }
 
 impl<K> Driver<K>
@@ -79,6 +80,7 @@ where
             controller,
             store,
             resync: RESYNC,
+            first_retry: BASE_BACKOFF,
         }
     }
 
@@ -105,6 +107,7 @@ where
             controller,
             store,
             resync: RESYNC,
+            first_retry: BASE_BACKOFF,
         }
     }
 
@@ -126,6 +129,7 @@ where
             controller,
             store,
             resync: RESYNC,
+            first_retry: BASE_BACKOFF,
         }
     }
 
@@ -175,6 +179,23 @@ where
         self
     }
 
+    /// Also reconciles the controller owner (a `K`) of every change of the `C`s `config`
+    /// selects from `api` (a watch of its own, as [`Driver::filtered`]).
+    pub fn owns_api<C>(mut self, api: kube::Api<C>, config: kube::runtime::watcher::Config) -> Self
+    where
+        C: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        self.controller = self.controller.owns(api, config);
+        self
+    }
+
+    /// Any other trigger or setting kube-runtime's `Controller` has (a metadata-only watch,
+    /// a debounce), applied to the controller being built.
+    pub fn with(mut self, build: impl FnOnce(Controller<K>) -> Controller<K>) -> Self {
+        self.controller = build(self.controller);
+        self
+    }
+
     /// Also reconciles every `K` whenever a `C` changes (for controllers whose every object
     /// may depend on any `C`, as DaemonSets on nodes).
     pub fn watches_all<C>(self) -> Self
@@ -197,6 +218,14 @@ where
         self.controller = self
             .controller
             .with_config(kube::runtime::controller::Config::default().concurrency(1));
+        self
+    }
+
+    /// Waits at least `delay` before the first retry of a failed key (default 5 ms), for
+    /// reconciles whose failures are another system's (an SSH login node) and should not be
+    /// retried at once.
+    pub fn first_retry(mut self, delay: Duration) -> Self {
+        self.first_retry = delay;
         self
     }
 
@@ -231,6 +260,7 @@ where
                 r
             })
         };
+        let first_retry = self.first_retry;
         let error_policy = move |obj: Arc<K>, e: &E, _: Arc<C>| -> Action {
             let key = ObjectRef::from(obj.as_ref());
             let n = {
@@ -239,7 +269,7 @@ where
                 *n += 1;
                 *n
             };
-            let delay = backoff(n);
+            let delay = backoff(n).max(first_retry);
             tracing::warn!(controller = name, object = %key, error = %e, retry_in = ?delay, "reconcile failed, retrying");
             Action::requeue(delay)
         };

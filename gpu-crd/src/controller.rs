@@ -24,20 +24,22 @@
 use crate::slurm::{self, Job};
 use crate::ssh::{self, Login, Target};
 use crate::types::{GPUJob, GPUJobStatus};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_controllers::driver::Driver;
+use minik8s_controllers::informer::Informers;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The finalizer that cancels a job's Slurm job and removes its folder.
 pub const FINALIZER: &str = "gpu.minik8s.io/slurm-cleanup";
@@ -80,19 +82,17 @@ pub struct Ctx {
 
 /// Runs the controller until `shutdown`; key files live under `dir`.
 pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
-    let (secrets, writer) = reflector::store();
-    let feed = watcher(
+    let tasks = TaskTracker::new();
+    let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
+    let secrets = minik8s_controllers::informer::start(
         Api::<Secret>::namespaced(client.clone(), SECRET_NAMESPACE),
         watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(writer)
-    .for_each(|_| async {});
-    tokio::pin!(feed);
+        &tasks,
+        &shutdown,
+    );
     // The Secrets are known before the first job is looked at.
     tokio::select! {
         _ = shutdown.cancelled() => return,
-        _ = &mut feed => return,
         _ = secrets.wait_until_ready() => {}
     }
     let ctx = Arc::new(Ctx {
@@ -102,15 +102,12 @@ pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
         quiet: Mutex::new(HashMap::new()),
         dir,
     });
-    let jobs: Api<GPUJob> = Api::all(client);
-    let controller = Controller::new(jobs, watcher::Config::default())
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, ctx.clone())
-        .for_each(|_| async {});
-    tokio::select! {
-        _ = controller => {}
-        _ = feed => {}
-    }
+    Driver::<GPUJob>::new("gpujob", &informers)
+        .await
+        // A failure is the login node's or Slurm's: give it time.
+        .first_retry(Duration::from_secs(2))
+        .run(reconcile, ctx.clone(), shutdown)
+        .await;
     let clusters: Vec<Arc<Cluster>> = ctx
         .logins
         .lock()
@@ -121,11 +118,8 @@ pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
     for c in clusters {
         c.login.close().await;
     }
-}
-
-fn error_policy(job: Arc<GPUJob>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(job = %job.name_any(), error = %e, "gpujob reconcile failed");
-    Action::requeue(Duration::from_secs(2))
+    tasks.close();
+    tasks.wait().await;
 }
 
 impl Ctx {

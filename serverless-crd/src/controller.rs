@@ -5,19 +5,21 @@
 //! it creates the Deployment (`minScale`), and never again.
 
 use crate::types::{Function, FunctionStatus, Runtime};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_controllers::driver::Driver;
+use minik8s_controllers::informer::Informers;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The invocation server the Python runtime image runs (its hash tags the image).
 pub const PYTHON_SERVER: &str = include_str!("../runtime/server.py");
@@ -344,18 +346,13 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
-fn error_policy(f: Arc<Function>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(function = %f.name_any(), error = %e, "function reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the Function controller until `shutdown`.
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
-    let functions: Api<Function> = Api::all(client.clone());
-    let deployments: Api<Deployment> = Api::all(client.clone());
-    let controller = Controller::new(functions, watcher::Config::default());
+    let tasks = TaskTracker::new();
+    let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
+    let driver = Driver::<Function>::new("function", &informers).await;
     // A change to a ConfigMap a function's `source.configMapRef` names rolls its pods.
-    let store = controller.store();
+    let store = driver.store();
     let referring = move |cm: ConfigMap| {
         let (ns, name) = (cm.namespace(), cm.name_any());
         store
@@ -372,20 +369,20 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
             .map(|f| ObjectRef::from_obj(&*f))
             .collect::<Vec<_>>()
     };
-    controller
-        .owns(
-            deployments,
+    driver
+        .owns_api(
+            Api::<Deployment>::all(client.clone()),
             watcher::Config::default().labels(FUNCTION_LABEL),
         )
-        .watches(
+        .watches_api(
             Api::<ConfigMap>::all(client.clone()),
             watcher::Config::default(),
             referring,
         )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, Arc::new(Ctx { client, cfg }))
-        .for_each(|_| async {})
+        .run(reconcile, Arc::new(Ctx { client, cfg }), shutdown)
         .await;
+    tasks.close();
+    tasks.wait().await;
 }
 
 #[cfg(test)]

@@ -12,14 +12,15 @@ use super::engine::{self, Halt, Host, Run, StepError, seconds_between};
 use super::types::{Phase, StepRecord, Workflow, WorkflowRun};
 use crate::gateway::Gateway;
 use bytes::Bytes;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
+use minik8s_controllers::driver::Driver;
+use minik8s_controllers::informer::Informers;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -30,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// The label naming a run's Workflow.
 pub const WORKFLOW_LABEL: &str = "serverless.minik8s.io/workflow";
@@ -603,11 +605,6 @@ impl RunHost<'_> {
     }
 }
 
-fn error_policy<K: ResourceExt>(o: Arc<K>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(object = %o.name_any(), error = %e, "workflow reconcile failed, retrying");
-    Action::requeue(Duration::from_secs(1))
-}
-
 /// Runs the Workflow and WorkflowRun controllers until `shutdown`; functions are called
 /// through `gateway`.
 pub async fn run(
@@ -616,31 +613,20 @@ pub async fn run(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
-    let runs_controller = Controller::new(
-        Api::<WorkflowRun>::all(client.clone()),
-        watcher::Config::default(),
-    );
-    let workflows = Controller::new(
-        Api::<Workflow>::all(client.clone()),
-        watcher::Config::default(),
-    );
+    let tasks = TaskTracker::new();
+    let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
+    let runs = Driver::<WorkflowRun>::new("workflowrun", &informers).await;
+    let workflows = Driver::<Workflow>::new("workflow", &informers).await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         gateway,
         metrics,
         running: Mutex::default(),
         ended: Mutex::default(),
-        runs: runs_controller.store(),
+        runs: runs.store(),
         workflows: workflows.store(),
         shutdown: shutdown.clone(),
     });
-    let runs = runs_controller
-        .graceful_shutdown_on({
-            let s = shutdown.clone();
-            async move { s.cancelled().await }
-        })
-        .run(reconcile_run, error_policy, ctx.clone())
-        .for_each(|_| async {});
     let store = workflows.store();
     let in_namespace = move |ns: Option<String>| {
         store
@@ -651,35 +637,38 @@ pub async fn run(
             .collect::<Vec<_>>()
     };
     let workflows = workflows
-        // A run's Workflow counts it.
-        // (Their metadata only: statuses change with every step and are not needed here.)
-        .watches_stream(
-            watcher(
-                Api::<kube::core::PartialObjectMeta<WorkflowRun>>::all(client.clone()),
-                watcher::Config::default().labels(WORKFLOW_LABEL),
-            )
-            .touched_objects(),
-            |r| {
-                let ns = r.namespace();
-                r.labels().get(WORKFLOW_LABEL).map(|w| {
-                    ObjectRef::<Workflow>::new(w).within(ns.as_deref().unwrap_or_default())
-                })
-            },
-        )
         // A Function that comes or goes may make its namespace's Workflows valid or not.
-        .watches(
-            Api::<crate::Function>::all(client),
+        .watches_api(
+            Api::<crate::Function>::all(client.clone()),
             watcher::Config::default(),
             move |f| in_namespace(f.namespace()),
         )
-        // Runs change with every step; their Workflow's count need not follow each change.
-        .with_config(
-            kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
-        )
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile_workflow, error_policy, ctx)
-        .for_each(|_| async {});
-    tokio::join!(runs, workflows);
+        .with(|c| {
+            // A run's Workflow counts it (their metadata only: statuses change with every
+            // step and are not needed here), and its count need not follow each change.
+            c.watches_stream(
+                watcher(
+                    Api::<kube::core::PartialObjectMeta<WorkflowRun>>::all(client),
+                    watcher::Config::default().labels(WORKFLOW_LABEL),
+                )
+                .touched_objects(),
+                |r| {
+                    let ns = r.namespace();
+                    r.labels().get(WORKFLOW_LABEL).map(|w| {
+                        ObjectRef::<Workflow>::new(w).within(ns.as_deref().unwrap_or_default())
+                    })
+                },
+            )
+            .with_config(
+                kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
+            )
+        });
+    tokio::join!(
+        runs.run(reconcile_run, ctx.clone(), shutdown.clone()),
+        workflows.run(reconcile_workflow, ctx, shutdown),
+    );
+    tasks.close();
+    tasks.wait().await;
 }
 
 #[cfg(test)]
