@@ -9,7 +9,7 @@
 //! so the call blocks its thread: on the multi-threaded runtime through
 //! `block_in_place` (other tasks move on), elsewhere on a thread of its own.
 
-use crate::admission::webhook::{Target, client_config, post_review};
+use crate::webhook_client::{Target, client_config, post_review};
 use serde_json::{Value, json};
 use std::time::Duration;
 

@@ -3,7 +3,6 @@
 //! established, and deleting it removes its objects. A task follows the stored CRDs.
 
 use crate::Api;
-use crate::error::Cause;
 use crate::registry::{NameRule, PrinterColumn, ResourceInfo, ScaleInfo, Serving};
 use futures::StreamExt;
 use minik8s_storage::{EventKind, RangeRequest, Store};
@@ -117,109 +116,6 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
             }
         })
         .collect()
-}
-
-/// Upstream's checks of a CRD that users meet: names, versions, and structural schemas.
-pub fn validate(crd: &Value) -> Vec<Cause> {
-    let mut causes = Vec::new();
-    let group = s(crd, "/spec/group");
-    let plural = s(crd, "/spec/names/plural");
-    if group.is_empty() {
-        causes.push(Cause::required("spec.group", ""));
-    } else if !group.contains('.') {
-        causes.push(Cause::invalid(
-            "spec.group",
-            group,
-            "should be a domain with at least one dot",
-        ));
-    }
-    if plural.is_empty() {
-        causes.push(Cause::required("spec.names.plural", ""));
-    }
-    if s(crd, "/spec/names/kind").is_empty() {
-        causes.push(Cause::required("spec.names.kind", ""));
-    }
-    let name = s(crd, "/metadata/name");
-    if !plural.is_empty() && !group.is_empty() && name != format!("{plural}.{group}") {
-        causes.push(Cause::invalid(
-            "metadata.name",
-            name,
-            "must be spec.names.plural+\".\"+spec.group",
-        ));
-    }
-    if !matches!(s(crd, "/spec/scope"), "Namespaced" | "Cluster") {
-        causes.push(Cause::not_supported(
-            "spec.scope",
-            s(crd, "/spec/scope"),
-            &["Cluster", "Namespaced"],
-        ));
-    }
-    let versions = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if versions.is_empty() {
-        causes.push(Cause::required(
-            "spec.versions",
-            "must have at least one version",
-        ));
-    }
-    let storage = versions
-        .iter()
-        .filter(|v| v.get("storage") == Some(&json!(true)))
-        .count();
-    if !versions.is_empty() && storage != 1 {
-        causes.push(Cause::invalid(
-            "spec.versions",
-            &storage.to_string(),
-            "must have exactly one version marked as storage version",
-        ));
-    }
-    for (i, v) in versions.iter().enumerate() {
-        match v.pointer("/schema/openAPIV3Schema") {
-            Some(schema) => causes.extend(crate::structural::structural_errors(
-                schema,
-                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
-            )),
-            None => causes.push(Cause::required(
-                &format!("spec.versions[{i}].schema.openAPIV3Schema"),
-                "schemas are required",
-            )),
-        }
-    }
-    causes
-}
-
-/// Sets the status a CRD has once accepted: names, `NamesAccepted` and `Established`.
-pub fn set_status(crd: &mut Value) {
-    let now = crate::object::now();
-    let storage: Vec<Value> = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|v| v.get("storage") == Some(&json!(true)))
-        .filter_map(|v| v.get("name").cloned())
-        .collect();
-    let mut stored = crd
-        .pointer("/status/storedVersions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    for v in storage {
-        if !stored.contains(&v) {
-            stored.push(v);
-        }
-    }
-    crd["status"] = json!({
-        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
-        "conditions": [
-            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
-            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
-        ],
-        "storedVersions": stored,
-    });
 }
 
 fn register(api: &Api, crd: &Value) {

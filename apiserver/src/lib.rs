@@ -42,6 +42,7 @@ pub mod table;
 pub mod tokens;
 pub mod validation;
 pub mod watchcache;
+pub mod webhook_client;
 
 use axum::Router;
 use minik8s_storage::{Endpoint, Storage};

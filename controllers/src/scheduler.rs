@@ -27,10 +27,10 @@
 
 use crate::Result;
 use crate::driver::Driver;
-use crate::util::{self, pod_requests};
+use crate::util::{self, pod_requests, selector_matches};
 use k8s_openapi::api::core::v1::{
-    Binding, Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, ObjectReference,
-    PersistentVolume, PersistentVolumeClaim, Pod, Taint, Toleration,
+    Binding, Node, NodeSelector, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+    Taint, Toleration,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -202,53 +202,6 @@ fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
             && value_ok
             && (t.key.is_some() || t.operator.as_deref() == Some("Exists"))
     })
-}
-
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
-}
-
-/// Whether `node` matches a node selector (any of its terms), as required node affinity and
-/// a volume's node affinity use it.
-pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
-    selector
-        .node_selector_terms
-        .iter()
-        .any(|t| term_matches(t, node))
-}
-
-fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let labels = node.labels();
-    let name = node.metadata.name.as_deref();
-    term.match_expressions
-        .iter()
-        .flatten()
-        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-        && term
-            .match_fields
-            .iter()
-            .flatten()
-            .all(|r| r.key == "metadata.name" && requirement_matches(r, name))
 }
 
 fn node_ready(node: &Node) -> bool {

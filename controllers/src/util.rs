@@ -1,8 +1,10 @@
 //! Small facts about pods, owners and selectors that several controllers share.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use minik8s_types::Quantity;
 use std::collections::BTreeMap;
 
@@ -200,6 +202,55 @@ pub fn go_duration(s: &str) -> Option<std::time::Duration> {
         rest = &rest[unit_end..];
     }
     Some(std::time::Duration::from_secs_f64(total))
+}
+
+/// Whether a node selector requirement holds for `value` (a label's, or the node's name).
+pub fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// Whether `node` matches a node selector (any of its terms), as required node affinity and
+/// a volume's node affinity use it.
+pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    selector
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node))
+}
+
+/// Whether `node` matches one node selector term (all its expressions and fields).
+pub fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
+    let labels = node.labels();
+    let name = node.metadata.name.as_deref();
+    term.match_expressions
+        .iter()
+        .flatten()
+        .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+        && term
+            .match_fields
+            .iter()
+            .flatten()
+            .all(|r| r.key == "metadata.name" && requirement_matches(r, name))
 }
 
 /// Deletes this pod (by uid, so a new pod of the same name is left alone); a pod already

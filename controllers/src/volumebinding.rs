@@ -89,7 +89,7 @@ fn capacity(v: &PersistentVolume) -> Quantity {
 pub fn admits(affinity: Option<&VolumeNodeAffinity>, node: &Node) -> bool {
     affinity
         .and_then(|a| a.required.as_ref())
-        .is_none_or(|required| crate::scheduler::selector_matches(required, node))
+        .is_none_or(|required| crate::util::selector_matches(required, node))
 }
 
 /// Whether `v`'s claim reference names `c` (by uid when it has one).

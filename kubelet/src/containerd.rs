@@ -85,7 +85,7 @@ state = "{d}/state"
             return;
         }
         tracing::warn!(bridge = %self.bridge, "removing a bridge left by a node that was not torn down");
-        crate::down::quiet("ip", &["link", "del", &self.bridge]).await;
+        quiet("ip", &["link", "del", &self.bridge]).await;
     }
 
     fn conflist(&self) -> String {
@@ -216,4 +216,14 @@ impl Containerd {
     pub async fn stop(self) {
         daemon::stop(self.pid, self.dir.join("containerd.pid")).await;
     }
+}
+
+/// Runs a command for its effect only (a missing link or mount is no error here).
+pub(crate) async fn quiet(cmd: &str, args: &[&str]) {
+    let _ = tokio::process::Command::new(cmd)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .await;
 }

@@ -3,21 +3,11 @@
 //! harness call; running it twice is harmless.
 
 use crate::Config;
-use crate::containerd::Containerd;
+use crate::containerd::{Containerd, quiet};
 use crate::cri::{Cri, labels};
 use crate::error::Result;
 use std::collections::HashMap;
 use std::path::Path;
-
-/// Runs a command for its effect only (a missing link or mount is no error here).
-pub(crate) async fn quiet(cmd: &str, args: &[&str]) {
-    let _ = tokio::process::Command::new(cmd)
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .await;
-}
 
 /// Removes a cgroup folder tree (deepest first) in every v1 hierarchy and the v2 root.
 fn remove_cgroups(root: &str) {

@@ -5,6 +5,7 @@
 //! it again. Changing a manifest replaces its pod; removing it stops the pod.
 
 use crate::error::{Error, Result};
+pub use crate::pod::mirror::{MIRROR, is_mirror, runtime_uid};
 use crate::pod::{self, Worker};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -17,26 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// The annotation marking a mirror pod; its value is the static pod's hash (and uid).
-pub const MIRROR: &str = "kubernetes.io/config.mirror";
 /// The annotation holding a static pod's hash.
 pub const HASH: &str = "kubernetes.io/config.hash";
 /// The annotation naming where a pod came from (`file` or `api`).
 pub const SOURCE: &str = "kubernetes.io/config.source";
-
-/// Whether `pod` is a mirror pod (its containers belong to a static pod).
-pub fn is_mirror(pod: &Pod) -> bool {
-    pod.annotations().contains_key(MIRROR)
-}
-
-/// The uid the runtime knows a pod by: a mirror pod's static pod's, else its own.
-pub fn runtime_uid(pod: &Pod) -> String {
-    pod.annotations()
-        .get(MIRROR)
-        .cloned()
-        .or_else(|| pod.uid())
-        .unwrap_or_default()
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

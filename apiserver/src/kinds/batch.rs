@@ -1,12 +1,12 @@
 //! Jobs and CronJobs (upstream's `pkg/registry/batch/{job,cronjob}`).
 
+use super::human_duration;
 use super::{
     Row, Strategy, age_of, i, immutable, len, list, or_none, s, selector_text, template_columns,
 };
 use crate::defaults::{child, job_selector, pod_spec, set_default};
 use crate::error::Cause;
 use crate::registry::ResourceInfo;
-use crate::table::human_duration;
 use crate::validation::specs;
 use serde_json::{Value, json};
 

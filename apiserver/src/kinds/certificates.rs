@@ -2,11 +2,11 @@
 //! requestor is whoever creates it, the spec is fixed, `approval` changes only the
 //! Approved and Denied conditions and `status` everything but them.
 
+use super::human_duration;
 use super::{Row, Strategy, conditions_where, immutable, s};
 use crate::auth::User;
 use crate::error::Cause;
 use crate::registry::ResourceInfo;
-use crate::table::human_duration;
 use crate::validation::specs;
 use serde_json::{Value, json};
 

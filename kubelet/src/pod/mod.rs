@@ -4,6 +4,7 @@
 //! `Controller` never runs two passes for one pod at once, so each pod's changes are serialised.
 
 pub mod env;
+pub mod mirror;
 pub mod observed;
 pub mod plan;
 pub mod probe;
@@ -878,7 +879,7 @@ pub async fn reconcile(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
 /// Brings one pod's sandbox and containers to its spec, or tears it down.
 async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     let uid = pod.uid().unwrap_or_default();
-    if crate::static_pods::is_mirror(&pod) {
+    if mirror::is_mirror(&pod) {
         // Its static pod runs from the manifest; a deleted mirror goes (and is made again).
         if pod.metadata.deletion_timestamp.is_some() {
             w.remove(&pod).await?;
