@@ -264,25 +264,28 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
     });
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
     rbac::load(&api).await.map_err(Error::Bootstrap)?;
-    api.tasks.spawn(rbac::sync(api.clone()));
+    minik8s_task::spawn_on(&api.tasks, "rbac-sync", rbac::sync(api.clone()));
     api.tasks.spawn(follow::follow(
         api.clone(),
         admission::webhook::PREFIX,
         |api, kvs| api.webhooks.load(kvs),
     ));
-    api.tasks.spawn(crd::sync(api.clone()));
+    minik8s_task::spawn_on(&api.tasks, "crd-sync", crd::sync(api.clone()));
     api.tasks.spawn(follow::follow(
         api.clone(),
         aggregator::PREFIX,
         |api, kvs| api.aggregator.load(kvs),
     ));
-    api.tasks.spawn(aggregator::run(api.clone()));
+    minik8s_task::spawn_on(&api.tasks, "aggregator", aggregator::run(api.clone()));
     if api.kubelet.is_some() {
-        api.tasks.spawn(metrics::run(api.clone()));
+        minik8s_task::spawn_on(&api.tasks, "resource-metrics", metrics::run(api.clone()));
     }
     let router = app(api.clone());
     let tasks = api.tasks.clone();
-    let done = tokio::spawn(server::serve(listener, tls, router, shutdown, tasks));
+    let done = minik8s_task::spawn(
+        "apiserver",
+        server::serve(listener, tls, router, shutdown, tasks),
+    );
     tracing::info!(%addr, "apiserver ready");
     Ok(Server { addr, api, done })
 }

@@ -79,17 +79,31 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     crate::manager::check(&names)?;
-    if let Some(ca) = &args.client_ca_file
-        && args.secure_port != 0
-    {
-        serve_metrics(
-            client.clone(),
-            std::net::SocketAddr::new(args.bind_address, args.secure_port),
-            ca,
-            shutdown.clone(),
-        )
-        .await;
-    }
+    let election = args.leader_elect.then(|| {
+        let mut cfg = leader::Config::new(
+            "kube-controller-manager",
+            args.leader_elect_identity
+                .clone()
+                .unwrap_or_else(leader::identity),
+        );
+        cfg.lease_duration = Duration::from_secs(args.leader_elect_lease_duration);
+        cfg.renew_deadline = Duration::from_secs(args.leader_elect_renew_deadline);
+        cfg.retry_period = Duration::from_secs(args.leader_elect_retry_period);
+        cfg
+    });
+    // The metrics server stops with the controllers and is waited for.
+    let metrics = match &args.client_ca_file {
+        Some(ca) if args.secure_port != 0 => {
+            serve_metrics(
+                client.clone(),
+                std::net::SocketAddr::new(args.bind_address, args.secure_port),
+                ca,
+                shutdown.clone(),
+            )
+            .await
+        }
+        _ => None,
+    };
     let settings = crate::manager::Settings {
         hpa: crate::hpa::controller::Config {
             sync_period: args.horizontal_pod_autoscaler_sync_period,
@@ -110,16 +124,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 duration: args.cluster_signing_duration,
             }),
     };
-    if !args.leader_elect {
-        return crate::manager::run_with(client, &names, settings, shutdown).await;
+    let result = controllers(client, election, names, settings, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(server) = metrics {
+        let _ = server.await;
     }
-    let mut cfg = leader::Config::new(
-        "kube-controller-manager",
-        args.leader_elect_identity.unwrap_or_else(leader::identity),
-    );
-    cfg.lease_duration = Duration::from_secs(args.leader_elect_lease_duration);
-    cfg.renew_deadline = Duration::from_secs(args.leader_elect_renew_deadline);
-    cfg.retry_period = Duration::from_secs(args.leader_elect_retry_period);
+    result
+}
+
+/// Runs the controllers, under leader election unless it is off, until `shutdown`.
+async fn controllers(
+    client: kube::Client,
+    election: Option<leader::Config>,
+    names: Vec<String>,
+    settings: crate::manager::Settings,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    let Some(cfg) = election else {
+        return crate::manager::run_with(client, &names, settings, shutdown).await;
+    };
     let c = client.clone();
     leader::run(client, cfg, shutdown, move |leading| {
         let (c, names, settings) = (c.clone(), names.clone(), settings.clone());
@@ -140,7 +163,7 @@ async fn serve_metrics(
     addr: std::net::SocketAddr,
     client_ca: &std::path::Path,
     shutdown: tokio_util::sync::CancellationToken,
-) {
+) -> Option<tokio::task::JoinHandle<()>> {
     use minik8s_metrics::serving;
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -149,24 +172,27 @@ async fn serve_metrics(
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "secure port: not serving metrics");
-            return;
+            return None;
         }
     };
     let (bound, listener) = match serving::bind(addr).await {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "secure port: not serving metrics");
-            return;
+            return None;
         }
     };
     // The series exist (at zero) before the first item is processed.
     let _ = minik8s_metrics::workqueue();
     tracing::info!(%bound, "serving /metrics");
-    tokio::spawn(serving::serve_tls(
-        listener,
-        tls,
-        serving::metrics_router(&["controller-manager"]),
-        serving::Access::Review(client),
-        shutdown,
-    ));
+    Some(minik8s_task::spawn(
+        "metrics-server",
+        serving::serve_tls(
+            listener,
+            tls,
+            serving::metrics_router(&["controller-manager"]),
+            serving::Access::Review(client),
+            shutdown,
+        ),
+    ))
 }

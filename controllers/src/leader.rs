@@ -179,7 +179,7 @@ where
         tracing::info!(lease = %cfg.name, identity = %cfg.identity, "became leader");
         leading_status(&cfg.name, 1);
         let leading = shutdown.child_token();
-        let mut work = tokio::spawn(lead(leading.clone())).fuse();
+        let mut work = minik8s_task::spawn("leading", lead(leading.clone())).fuse();
         let mut renewed = Instant::now();
         loop {
             tokio::select! {

@@ -107,7 +107,7 @@ impl Recorder {
     /// Records an event about `object` (queued; never waits on the apiserver).
     pub fn record(&self, object: &ObjectReference, type_: Type, reason: &str, message: String) {
         if let Some((client, rx)) = self.idle.lock().expect("event sink").take() {
-            tokio::spawn(run_sink(client, rx));
+            minik8s_task::spawn("event-sink", run_sink(client, rx));
         }
         let now = jiff::Timestamp::now();
         let Some(write) = self.state.lock().expect("event correlator").correlate(

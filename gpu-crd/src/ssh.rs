@@ -174,7 +174,7 @@ impl Login {
         if let Some(input) = stdin {
             let mut pipe = child.stdin.take().expect("piped stdin");
             let input = input.as_bytes().to_vec();
-            tokio::spawn(async move {
+            minik8s_task::spawn("ssh-stdin", async move {
                 let _ = pipe.write_all(&input).await;
             });
         }

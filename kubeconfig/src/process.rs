@@ -17,7 +17,7 @@ pub fn init_tracing() {
 pub fn shutdown_on_signal() -> CancellationToken {
     let shutdown = CancellationToken::new();
     let signals = shutdown.clone();
-    tokio::spawn(async move {
+    minik8s_task::spawn("signals", async move {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {

@@ -357,7 +357,8 @@ impl Registration for Registrar {
             },
         );
         tracing::info!(resource = %r.resource_name, endpoint = %r.endpoint, "device plugin registered");
-        tokio::spawn(
+        minik8s_task::spawn(
+            "device-plugin",
             self.devices
                 .clone()
                 .follow(r.resource_name, client, self.shutdown.clone()),

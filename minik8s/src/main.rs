@@ -269,9 +269,12 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let ca = cfg.data_dir.join("pki/ca.crt");
-    let up = tokio::spawn(minik8s::up(cfg, shutdown.clone(), move |kubeconfig| {
-        let _ = tx.send(kubeconfig.to_path_buf());
-    }));
+    let up = minik8s_task::spawn(
+        "up",
+        minik8s::up(cfg, shutdown.clone(), move |kubeconfig| {
+            let _ = tx.send(kubeconfig.to_path_buf());
+        }),
+    );
     if let Ok(admin) = rx.await {
         let steps = async {
             let client = minik8s_kubeconfig::client(&admin).await?;

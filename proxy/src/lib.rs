@@ -231,28 +231,36 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) -> Re
     // The router tells the DNS server which hosts it serves (they resolve to this node).
     let (hosts_tx, hosts_rx) = tokio::sync::watch::channel((Vec::new(), None));
     let dns = cfg.dns.clone().map(|d| {
-        tokio::spawn(dns::run(
-            client.clone(),
-            cfg.node_name.clone(),
-            d,
-            hosts_rx,
-            shutdown.clone(),
-        ))
+        minik8s_task::spawn(
+            "cluster-dns",
+            dns::run(
+                client.clone(),
+                cfg.node_name.clone(),
+                d,
+                hosts_rx,
+                shutdown.clone(),
+            ),
+        )
     });
-    let router = cfg
-        .router
-        .clone()
-        .map(|r| tokio::spawn(router::run(client.clone(), r, hosts_tx, shutdown.clone())));
+    let router = cfg.router.clone().map(|r| {
+        minik8s_task::spawn(
+            "router",
+            router::run(client.clone(), r, hosts_tx, shutdown.clone()),
+        )
+    });
     let _ = metrics::get();
     if let Some(addr) = cfg.metrics_bind {
         match minik8s_metrics::serving::bind(addr).await {
             Ok((bound, listener)) => {
                 tracing::info!(%bound, "serving /metrics");
-                tokio::spawn(minik8s_metrics::serving::serve_plain(
-                    listener,
-                    minik8s_metrics::serving::metrics_router(&["proxy"]),
-                    shutdown.clone(),
-                ));
+                minik8s_task::spawn(
+                    "metrics-server",
+                    minik8s_metrics::serving::serve_plain(
+                        listener,
+                        minik8s_metrics::serving::metrics_router(&["proxy"]),
+                        shutdown.clone(),
+                    ),
+                );
             }
             Err(e) => tracing::warn!(error = %e, "not serving /metrics"),
         }

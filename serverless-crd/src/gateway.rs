@@ -658,7 +658,7 @@ pub async fn post_on(
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
             .await
             .map_err(|e| e.to_string())?;
-    tokio::spawn(conn);
+    minik8s_task::spawn("function-connection", conn);
     let mut req = hyper::Request::post(path)
         .header(header::HOST, host)
         .header(header::CONTENT_TYPE, "application/json");
@@ -852,7 +852,7 @@ pub async fn start(
         let s = shutdown.clone();
         async move { s.cancelled().await }
     });
-    let done = tokio::spawn(async move {
+    let done = minik8s_task::spawn("gateway", async move {
         tokio::select! {
             r = serve => if let Err(e) = r { tracing::error!(error = %e, "the gateway stopped") },
             _ = fn_watch => {},

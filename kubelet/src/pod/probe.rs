@@ -313,7 +313,7 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
-    tokio::spawn(async move {
+    minik8s_task::spawn("probe-connection", async move {
         let _ = conn.await;
     });
     sender.send_request(req).await

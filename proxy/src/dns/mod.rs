@@ -301,7 +301,10 @@ pub async fn run(
         shared.clone(),
         server::Handler::system_resolver(),
     ));
-    let serving = tokio::spawn(server::serve(handler, udp, tcp, 2, shutdown.clone()));
+    let serving = minik8s_task::spawn(
+        "dns-server",
+        server::serve(handler, udp, tcp, 2, shutdown.clone()),
+    );
     tracing::info!(listen = %cfg.listen, domain = %cfg.domain, "cluster DNS serving");
 
     let changed = Arc::new(Notify::new());

@@ -280,7 +280,7 @@ pub async fn serve(
                     _ = shutdown.cancelled() => return,
                 };
                 let (handler, shutdown) = (handler.clone(), shutdown.clone());
-                tokio::spawn(async move {
+                minik8s_task::spawn("dns-tcp-connection", async move {
                     let serve = async {
                         loop {
                             let len = conn.read_u16().await? as usize;

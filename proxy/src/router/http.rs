@@ -242,7 +242,7 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let (shared, client, tls) = (shared.clone(), client.clone(), tls.clone());
-        tokio::spawn(async move {
+        minik8s_task::spawn("router-connection", async move {
             let secure = tls.is_some();
             let service = hyper::service::service_fn(move |req| {
                 handle(req, shared.clone(), client.clone(), peer, secure)

@@ -385,12 +385,10 @@ pub async fn run(
         .await
         .map_err(|e| crate::Error::Dns(format!("router: binding {}: {e}", cfg.listen)))?;
     let shared: http::Shared = Arc::default();
-    let serving = tokio::spawn(http::serve(
-        listener,
-        shared.clone(),
-        None,
-        shutdown.clone(),
-    ));
+    let serving = minik8s_task::spawn(
+        "router-http",
+        http::serve(listener, shared.clone(), None, shutdown.clone()),
+    );
     tracing::info!(listen = %cfg.listen, "router serving");
     let serving_tls = match cfg.listen_tls {
         Some(addr) => {
@@ -407,12 +405,10 @@ pub async fn run(
             tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
             let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
             tracing::info!(listen = %addr, "router serving TLS");
-            Some(tokio::spawn(http::serve(
-                listener,
-                shared.clone(),
-                Some(acceptor),
-                shutdown.clone(),
-            )))
+            Some(minik8s_task::spawn(
+                "router-https",
+                http::serve(listener, shared.clone(), Some(acceptor), shutdown.clone()),
+            ))
         }
         None => None,
     };

@@ -198,7 +198,7 @@ async fn reconcile_run(run: Arc<WorkflowRun>, ctx: Arc<Ctx>) -> Result<Action, E
         return Ok(Action::await_change());
     }
     let ctx2 = ctx.clone();
-    tokio::spawn(async move {
+    minik8s_task::spawn("workflow-run", async move {
         let ctx = ctx2;
         tokio::select! {
             _ = execute(&ctx, &run) => {

@@ -357,7 +357,7 @@ impl Store for Embedded {
             next,
             tx,
         };
-        tokio::spawn(watcher.run(live));
+        minik8s_task::spawn("store-watch", watcher.run(live));
         Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
     }
 
