@@ -191,6 +191,8 @@ impl Cluster {
             // idempotent), served by this node's proxy on its pod gateway address.
             self.block_on(minik8s_proxy::dns::install(self.client()))
                 .expect("the kube-dns Service installs");
+            self.block_on(minik8s_proxy::router::install(self.client()))
+                .expect("the router's kind and role install");
             let kubeconfig = self.user_kubeconfig("system:kube-proxy", &[]);
             let mut proxy = minik8s_proxy::Config::new(name);
             proxy.dns = minik8s_proxy::dns::Config::gateway_of(&cfg.runtime.pod_cidr)
@@ -390,6 +392,8 @@ impl Cluster {
     pub fn join_node(&self, name: &str, index: u8) -> NodeProcess {
         self.block_on(minik8s_proxy::dns::install(self.client()))
             .expect("the kube-dns Service installs");
+        self.block_on(minik8s_proxy::router::install(self.client()))
+            .expect("the router's kind and role install");
         let root = self.dir().join(format!("node-{name}"));
         let mut cfg = minik8s_kubelet::Config::new(name, &root);
         cfg.runtime.bridge = format!("mk8s{index}");

@@ -97,6 +97,9 @@ pub enum UpError {
     /// Installing the cluster DNS's Service.
     #[error("installing the kube-dns Service")]
     Dns(#[source] minik8s_proxy::Error),
+    /// Installing the router's kind, IngressClass and role.
+    #[error("installing the router's DNS kind and IngressClass")]
+    Router(#[source] minik8s_proxy::Error),
     /// Copying the admin kubeconfig.
     #[error("writing {path}")]
     Io {
@@ -254,10 +257,15 @@ pub async fn up(
     minik8s_gpu::install(minik8s_kubeconfig::client(&admin).await?)
         .await
         .map_err(UpError::Crds)?;
-    // The cluster DNS's Service (each node's proxy serves it).
-    minik8s_proxy::dns::install(minik8s_kubeconfig::client(&admin).await?)
+    // The cluster DNS's Service (each node's proxy serves it), and the router's kind,
+    // IngressClass and role.
+    let admin_client = minik8s_kubeconfig::client(&admin).await?;
+    minik8s_proxy::dns::install(admin_client.clone())
         .await
         .map_err(UpError::Dns)?;
+    minik8s_proxy::router::install(admin_client)
+        .await
+        .map_err(UpError::Router)?;
     if cfg.static_control_plane.is_none() {
         // The controllers, as the controller-manager identity, stopping with the cluster.
         let manager = Identity::components(&cfg.node_name)

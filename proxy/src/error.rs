@@ -20,6 +20,9 @@ pub enum Error {
     /// The cluster DNS could not start.
     #[error("cluster DNS: {0}")]
     Dns(String),
+    /// The router could not start.
+    #[error("router: {0}")]
+    Router(String),
 }
 
 /// The proxy's result type.

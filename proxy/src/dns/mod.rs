@@ -23,6 +23,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// The names the node's router serves and the address they resolve to (the router sends
+/// them; the DNS server answers them, so `DNS` objects' hosts resolve in the cluster).
+pub type RouterHosts = tokio::sync::watch::Receiver<(Vec<String>, Option<Ipv4Addr>)>;
+
 /// The conventional ClusterIP of `kube-system/kube-dns`.
 pub const SERVICE_IP: &str = "10.96.0.10";
 /// The field manager of what this module writes.
@@ -70,8 +74,6 @@ pub async fn install(client: Client) -> Result<()> {
                            {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53}]},
     });
     services.patch("kube-dns", &pp, &Patch::Apply(&svc)).await?;
-    // The router's kind and IngressClass (the router's hosts resolve through this DNS).
-    crate::router::install(client.clone()).await?;
     let roles: Api<k8s_openapi::api::rbac::v1::Role> =
         Api::namespaced(client.clone(), "kube-system");
     let role = json!({
@@ -93,15 +95,6 @@ pub async fn install(client: Client) -> Result<()> {
         "metadata": {"name": "minik8s:dns"},
         "rules": [{"apiGroups": [""], "resources": ["services", "pods", "namespaces", "nodes"],
                    "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": ["networking.minik8s.io"], "resources": ["dnses"],
-                   "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": ["networking.minik8s.io"], "resources": ["dnses/status"],
-                   "verbs": ["get", "patch", "update"]},
-                  {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses"],
-                   "verbs": ["get", "list", "watch"]},
-                  {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
-                  {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"],
-                   "verbs": ["get", "patch", "update"]},
                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
                    "verbs": ["get", "list", "watch"]}],
     });
@@ -291,7 +284,7 @@ pub async fn run(
     client: Client,
     node: String,
     cfg: Config,
-    mut hosts: crate::router::Hosts,
+    mut hosts: RouterHosts,
     shutdown: CancellationToken,
 ) -> Result<()> {
     let (udp, tcp) = server::bind(cfg.listen)

@@ -49,11 +49,44 @@ pub struct Config {
 }
 
 /// The hosts routed here and the node's address, as the cluster DNS needs them.
-pub type Hosts = tokio::sync::watch::Receiver<(Vec<String>, Option<Ipv4Addr>)>;
+pub use crate::dns::RouterHosts as Hosts;
 
-/// Installs the `DNS` CRD and the default `minik8s` IngressClass.
+/// Installs the `DNS` CRD, the default `minik8s` IngressClass, and what every node's router
+/// may read and write (`minik8s:router`, bound to `system:kube-proxy` and the node group).
 pub async fn install(client: Client) -> Result<()> {
     let pp = PatchParams::apply(MANAGER).force();
+    let cluster_roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(client.clone());
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "minik8s:router"},
+        "rules": [{"apiGroups": [""], "resources": ["services", "namespaces"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["networking.minik8s.io"], "resources": ["dnses"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["networking.minik8s.io"], "resources": ["dnses/status"],
+                   "verbs": ["get", "patch", "update"]},
+                  {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses"],
+                   "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+                  {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"],
+                   "verbs": ["get", "patch", "update"]}],
+    });
+    cluster_roles
+        .patch("minik8s:router", &pp, &Patch::Apply(&role))
+        .await?;
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(client.clone());
+    let bound = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "minik8s:router"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "minik8s:router"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:kube-proxy"},
+                     {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}],
+    });
+    bindings
+        .patch("minik8s:router", &pp, &Patch::Apply(&bound))
+        .await?;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(client.clone());
     let crd = DNS::crd();
@@ -383,7 +416,7 @@ pub async fn run(
 ) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
-        .map_err(|e| crate::Error::Dns(format!("router: binding {}: {e}", cfg.listen)))?;
+        .map_err(|e| crate::Error::Router(format!("binding {}: {e}", cfg.listen)))?;
     let shared: http::Shared = Arc::default();
     let serving = minik8s_task::spawn(
         "router-http",
@@ -394,12 +427,12 @@ pub async fn run(
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
-                .map_err(|e| crate::Error::Dns(format!("router: binding {addr}: {e}")))?;
+                .map_err(|e| crate::Error::Router(format!("binding {addr}: {e}")))?;
             let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
             ))
             .with_safe_default_protocol_versions()
-            .map_err(|e| crate::Error::Dns(format!("router TLS: {e}")))?
+            .map_err(|e| crate::Error::Router(format!("TLS: {e}")))?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(http::Certs(shared.clone())));
             tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
