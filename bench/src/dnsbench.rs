@@ -4,7 +4,7 @@
 //! queries per second, latency percentiles (from dnsperf's per-query output) and the server
 //! process's CPU per query.
 
-use crate::Cluster;
+use minik8s_conformance::Cluster;
 use serde::Serialize;
 use std::process::Command;
 use std::time::Duration;

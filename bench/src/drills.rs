@@ -12,12 +12,12 @@
 //!    runs out and are recreated on the other nodes, and the Service's endpoints follow. When
 //!    it comes back, its stale pods are cleaned up (API and runtime).
 //!
-//! `cargo run -p minik8s-conformance --bin fault-drill` runs them and prints the report; the
+//! `cargo run -p minik8s-bench --bin fault-drill` runs them and prints the report; the
 //! conformance suite runs the same functions.
 
-use crate::machines::{HOST_IP, InitCluster, Machine};
-use crate::node::free_port;
-use crate::node::http_get;
+use minik8s_conformance::machines::{HOST_IP, InitCluster, Machine};
+use minik8s_conformance::node::free_port;
+use minik8s_conformance::node::http_get;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -484,7 +484,10 @@ impl Drills {
             "the Service's ready endpoints are the live pods"
         );
         let names: BTreeSet<String> = live.values().cloned().collect();
-        let seen = crate::node::answers_from(&format!("{HOST_IP}:{}", self.node_port), &names);
+        let seen = minik8s_conformance::node::answers_from(
+            &format!("{HOST_IP}:{}", self.node_port),
+            &names,
+        );
         assert_eq!(seen, names, "the Service answers with the live pods");
         r.step("the Service's endpoints followed the pods to the live nodes");
 

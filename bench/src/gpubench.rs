@@ -26,7 +26,7 @@ struct Seen {
 
 fn slurm(args: &[&str], kubeconfig: &Path) -> anyhow::Result<()> {
     let status = std::process::Command::new("bash")
-        .arg(crate::node::repo_root().join("hack/slurm.sh"))
+        .arg(minik8s_conformance::node::repo_root().join("hack/slurm.sh"))
         .args(args)
         .env("KUBECONFIG", kubeconfig)
         .status()?;

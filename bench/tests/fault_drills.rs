@@ -5,7 +5,7 @@
 
 #[test]
 fn the_cluster_survives_control_plane_kubelet_and_node_failures() {
-    let mut d = minik8s_conformance::drills::Drills::start();
+    let mut d = minik8s_bench::drills::Drills::start();
     let reports = [d.control_plane_crash(), d.kubelet_crash(), d.node_failure()];
     for r in &reports {
         println!("{r}");

@@ -2,17 +2,8 @@
 //! apiserver. [`Cluster`] starts one in-process on a free loopback port with its own PKI,
 //! store and kubectl cache, and runs kubectl against it.
 
-pub mod bench;
-pub mod dnsbench;
-pub mod drills;
-pub mod fnbench;
-pub mod gpubench;
 pub mod machines;
 pub mod node;
-pub mod nodebench;
-pub mod routerbench;
-pub mod scale;
-pub mod wfbench;
 
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
 use std::path::{Path, PathBuf};

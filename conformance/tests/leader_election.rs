@@ -14,7 +14,7 @@ struct Replica {
 
 impl Replica {
     fn start(kubeconfig: &std::path::Path, identity: &str) -> Replica {
-        let child = Command::new(env!("CARGO_BIN_EXE_controller-manager"))
+        let child = Command::new(minik8s_conformance::node::bin("controller-manager"))
             .args(["--kubeconfig"])
             .arg(kubeconfig)
             .args(["--leader-elect-identity", identity])

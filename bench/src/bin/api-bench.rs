@@ -19,7 +19,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let report = minik8s_conformance::bench::run(&args.minik8s, args.objects, args.clients).await?;
+    let report = minik8s_bench::bench::run(&args.minik8s, args.objects, args.clients).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }

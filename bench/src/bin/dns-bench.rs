@@ -22,7 +22,7 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    let result = minik8s_conformance::dnsbench::run(minik8s_conformance::dnsbench::Plan {
+    let result = minik8s_bench::dnsbench::run(minik8s_bench::dnsbench::Plan {
         services: a.services,
         seconds: a.seconds,
         outstanding: a.outstanding,

@@ -6,7 +6,7 @@
 fn main() {
     let only: Vec<String> = std::env::args().skip(1).collect();
     let wants = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
-    let mut d = minik8s_conformance::drills::Drills::start();
+    let mut d = minik8s_bench::drills::Drills::start();
     let mut reports = Vec::new();
     if wants("control-plane") {
         reports.push(d.control_plane_crash());
@@ -19,8 +19,8 @@ fn main() {
     }
     println!(
         "fault drills (node monitor grace {}, pod tolerations {} s)",
-        minik8s_conformance::drills::GRACE,
-        minik8s_conformance::drills::TOLERATION_SECONDS
+        minik8s_bench::drills::GRACE,
+        minik8s_bench::drills::TOLERATION_SECONDS
     );
     for r in reports {
         print!("{r}");

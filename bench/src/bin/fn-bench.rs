@@ -27,13 +27,13 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let images = minik8s_conformance::node::images();
-    let plan = minik8s_conformance::fnbench::Plan {
+    let plan = minik8s_bench::fnbench::Plan {
         cold_starts: args.cold_starts,
         warm_calls: args.warm_calls,
         clients: args.clients,
         load_for: std::time::Duration::from_secs(args.seconds),
     };
-    let result = minik8s_conformance::fnbench::run(&args.minik8s, &images, plan).await?;
+    let result = minik8s_bench::fnbench::run(&args.minik8s, &images, plan).await?;
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(())
 }

@@ -17,7 +17,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let result = minik8s_conformance::gpubench::run(&args.minik8s, args.jobs).await?;
+    let result = minik8s_bench::gpubench::run(&args.minik8s, args.jobs).await?;
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(())
 }

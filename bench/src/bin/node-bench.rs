@@ -24,8 +24,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let images = minik8s_conformance::node::images();
-    let pods = minik8s_conformance::nodebench::pods(&args.minik8s, &images, args.pods).await?;
-    let rules = minik8s_conformance::nodebench::rules(args.services, args.endpoints).await?;
+    let pods = minik8s_bench::nodebench::pods(&args.minik8s, &images, args.pods).await?;
+    let rules = minik8s_bench::nodebench::rules(args.services, args.endpoints).await?;
     println!(
         "{}",
         serde_json::to_string_pretty(&serde_json::json!({"pod_start": pods, "rule_sync": rules}))?

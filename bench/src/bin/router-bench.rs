@@ -25,7 +25,7 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let images = minik8s_conformance::node::images();
-    let result = minik8s_conformance::routerbench::run(
+    let result = minik8s_bench::routerbench::run(
         &args.minik8s,
         &images,
         args.requests,

@@ -29,7 +29,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let report = minik8s_conformance::scale::run(
+    let report = minik8s_bench::scale::run(
         &args.minik8s,
         args.nodes,
         args.pods,

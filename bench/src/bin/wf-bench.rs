@@ -21,11 +21,11 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let images = minik8s_conformance::node::images();
-    let plan = minik8s_conformance::wfbench::Plan {
+    let plan = minik8s_bench::wfbench::Plan {
         runs: args.runs,
         pods: args.pods,
     };
-    let result = minik8s_conformance::wfbench::run(&args.minik8s, &images, plan).await?;
+    let result = minik8s_bench::wfbench::run(&args.minik8s, &images, plan).await?;
     println!("{}", serde_json::to_string_pretty(&result)?);
     Ok(())
 }
