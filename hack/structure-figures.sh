@@ -15,7 +15,7 @@ python3 - <<'PY'
 import os
 count = 0
 for d, _, fs in os.walk("."):
-    if d.startswith(("./target", "./conformance", "./task")) or "/tests" in d:
+    if d.startswith(("./target", "./conformance", "./bench", "./task")) or "/tests" in d:
         continue
     for f in fs:
         p = os.path.join(d, f)
