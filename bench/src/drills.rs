@@ -144,7 +144,23 @@ impl Drills {
         let web = WEB.replace("TOL", &TOLERATION_SECONDS.to_string());
         let r = c.kubectl_stdin(&["apply", "-f", "-"], &web);
         assert!(r.ok, "{}", r.stderr);
-        c.ok(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+        let rolled = c.kubectl(&["rollout", "status", "deployment/web", "--timeout=90s"]);
+        if !rolled.ok {
+            for args in [
+                &["get", "pods", "-A", "-o", "wide"][..],
+                &["get", "nodes", "-o", "wide"],
+                &["describe", "nodes"],
+                &["get", "events", "-A"],
+            ] {
+                eprintln!(
+                    "$ kubectl {}\n{}{}",
+                    args.join(" "),
+                    c.kubectl(args).stdout,
+                    c.kubectl(args).stderr
+                );
+            }
+            panic!("the web Deployment did not roll out: {}", rolled.stderr);
+        }
         c.ok(&[
             "autoscale",
             "deployment",

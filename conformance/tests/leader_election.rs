@@ -1,4 +1,5 @@
-//! Leader election between two real `controller-manager` processes: one leads, killing it
+//! Leader election between two real controller-manager processes (`minik8s
+//! controller-manager`): one leads, killing it
 //! (SIGKILL, no release) hands over within 15 s, and the Deployment it managed is never
 //! over-created (pods ≤ replicas + maxSurge, one ReplicaSet per template).
 
@@ -14,8 +15,9 @@ struct Replica {
 
 impl Replica {
     fn start(kubeconfig: &std::path::Path, identity: &str) -> Replica {
-        let child = Command::new(minik8s_conformance::node::bin("controller-manager"))
-            .args(["--kubeconfig"])
+        // `minik8s controller-manager` is the controller-manager binary's command.
+        let child = Command::new(minik8s_conformance::node::bin("minik8s"))
+            .args(["controller-manager", "--kubeconfig"])
             .arg(kubeconfig)
             .args(["--leader-elect-identity", identity])
             .env("RUST_LOG", "warn")

@@ -98,7 +98,7 @@ pub async fn run_with(
                 t,
                 s,
             )),
-            "nodeipam" => tasks.spawn(crate::nodeipam::run(c, settings.node_ipam, t, s)),
+            "nodeipam" => tasks.spawn(crate::nodeipam::run(c, settings.node_ipam.clone(), t, s)),
             "podgc" => tasks.spawn(crate::podgc::run(c, t, s)),
             "disruption" => tasks.spawn(crate::disruption::run(c, t, s)),
             "daemonset" => tasks.spawn(crate::daemonset::run(c, t, s)),

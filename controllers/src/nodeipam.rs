@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The cluster's pod address space and the size of each node's block.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
     /// The cluster CIDR's network address.
     pub network: Ipv4Addr,
@@ -23,6 +23,9 @@ pub struct Config {
     pub prefix: u8,
     /// Each node's prefix length (`--node-cidr-mask-size`, 24).
     pub node_prefix: u8,
+    /// Blocks never handed out: those nodes take themselves (the control-plane machine's
+    /// own node of `minik8s up`/`init`, which may register after a joining node asks).
+    pub reserved: Vec<String>,
 }
 
 impl Default for Config {
@@ -31,6 +34,7 @@ impl Default for Config {
             network: Ipv4Addr::new(10, 244, 0, 0),
             prefix: 16,
             node_prefix: 24,
+            reserved: Vec::new(),
         }
     }
 }
@@ -48,6 +52,7 @@ impl Config {
             network: ip,
             prefix: len,
             node_prefix,
+            reserved: Vec::new(),
         })
     }
 
@@ -128,6 +133,7 @@ async fn allocate(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
         all.iter()
             .filter_map(|n| n.spec.as_ref()?.pod_cidr.clone())
             .chain(given.values().cloned())
+            .chain(ctx.cfg.reserved.iter().cloned())
             .collect()
     };
     let Some(block) = next_free(&ctx.cfg, &used) else {

@@ -287,6 +287,16 @@ pub async fn up(
                 grace: cfg.node_monitor_grace,
                 ..Default::default()
             },
+            // This machine's node takes its own block: a machine joining before it
+            // registers must not be given the same one.
+            node_ipam: minik8s_controllers::nodeipam::Config {
+                reserved: cfg
+                    .run_node
+                    .then(|| cfg.kubelet().runtime.pod_cidr)
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            },
             ..Default::default()
         };
         {
