@@ -148,11 +148,7 @@ async fn sync(ds: Arc<DaemonSet>, ctx: Arc<Ctx>) -> crate::Result<Action> {
             .iter()
             .all(|n| *n == s.desired_number_scheduled)
     });
-    Ok(if settled {
-        Action::await_change()
-    } else {
-        Action::requeue(crate::driver::BUSY)
-    })
+    Ok(crate::driver::until_settled(settled))
 }
 
 async fn reconcile(ctx: &Ctx, ds: &DaemonSet) -> crate::Result<()> {

@@ -49,6 +49,15 @@ const BASE_BACKOFF: Duration = Duration::from_millis(5);
 /// passes this driver replaced.
 pub const BUSY: Duration = Duration::from_millis(500);
 
+/// Nothing to do until a change when `settled`; otherwise look again after [`BUSY`].
+pub fn until_settled(settled: bool) -> Action {
+    if settled {
+        Action::await_change()
+    } else {
+        Action::requeue(BUSY)
+    }
+}
+
 /// The default resync period.
 pub const RESYNC: Duration = Duration::from_secs(30);
 
@@ -74,14 +83,7 @@ where
     pub async fn new(name: &'static str, informers: &Informers) -> Self {
         let store = informers.all::<K>().await;
         let controller = Controller::for_shared_stream(informers.subscribe::<K>(), store.clone());
-        Driver {
-            name,
-            informers: informers.clone(),
-            controller,
-            store,
-            resync: RESYNC,
-            first_retry: BASE_BACKOFF,
-        }
+        Self::assemble(name, informers, controller, store)
     }
 
     /// The controller `name` of every `K`, woken only when an object's spec changes (its
@@ -101,14 +103,7 @@ where
             std::future::ready(changed)
         });
         let controller = Controller::for_shared_stream(changes, store.clone());
-        Driver {
-            name,
-            informers: informers.clone(),
-            controller,
-            store,
-            resync: RESYNC,
-            first_retry: BASE_BACKOFF,
-        }
+        Self::assemble(name, informers, controller, store)
     }
 
     /// The controller `name` of the `K`s `config` selects from `api`, on a watch of its own:
@@ -123,6 +118,16 @@ where
     ) -> Self {
         let controller = Controller::new(api, config);
         let store = controller.store();
+        Self::assemble(name, informers, controller, store)
+    }
+
+    /// A driver of `controller` (reading `store`) with the default resync and back-off.
+    fn assemble(
+        name: &'static str,
+        informers: &Informers,
+        controller: Controller<K>,
+        store: Store<K>,
+    ) -> Self {
         Driver {
             name,
             informers: informers.clone(),

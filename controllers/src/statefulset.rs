@@ -228,11 +228,7 @@ async fn sync(set: Arc<StatefulSet>, ctx: Arc<Ctx>) -> crate::Result<Action> {
             .iter()
             .all(|n| *n == want)
     });
-    Ok(if settled {
-        Action::await_change()
-    } else {
-        Action::requeue(crate::driver::BUSY)
-    })
+    Ok(crate::driver::until_settled(settled))
 }
 
 async fn reconcile(
