@@ -262,7 +262,7 @@ async fn relay_upgrade(
         answer = answer.header(name, value);
     }
     let kubelet_side = hyper::upgrade::on(&mut resp);
-    ctx.api.tasks.spawn(async move {
+    minik8s_task::spawn_on(&ctx.api.tasks, "kubelet-stream", async move {
         let (Ok(client), Ok(kubelet)) = (upgrade.await, kubelet_side.await) else {
             return;
         };

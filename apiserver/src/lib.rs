@@ -265,17 +265,21 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
     rbac::load(&api).await.map_err(Error::Bootstrap)?;
     minik8s_task::spawn_on(&api.tasks, "rbac-sync", rbac::sync(api.clone()));
-    api.tasks.spawn(follow::follow(
-        api.clone(),
-        admission::webhook::PREFIX,
-        |api, kvs| api.webhooks.load(kvs),
-    ));
+    minik8s_task::spawn_on(
+        &api.tasks,
+        "webhook-sync",
+        follow::follow(api.clone(), admission::webhook::PREFIX, |api, kvs| {
+            api.webhooks.load(kvs)
+        }),
+    );
     minik8s_task::spawn_on(&api.tasks, "crd-sync", crd::sync(api.clone()));
-    api.tasks.spawn(follow::follow(
-        api.clone(),
-        aggregator::PREFIX,
-        |api, kvs| api.aggregator.load(kvs),
-    ));
+    minik8s_task::spawn_on(
+        &api.tasks,
+        "apiservice-sync",
+        follow::follow(api.clone(), aggregator::PREFIX, |api, kvs| {
+            api.aggregator.load(kvs)
+        }),
+    );
     minik8s_task::spawn_on(&api.tasks, "aggregator", aggregator::run(api.clone()));
     if api.kubelet.is_some() {
         minik8s_task::spawn_on(&api.tasks, "resource-metrics", metrics::run(api.clone()));

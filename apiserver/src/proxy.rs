@@ -393,7 +393,7 @@ async fn forward(ctx: &Ctx, t: Target, body: Bytes) -> ApiResult<Response> {
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
-        ctx.api.tasks.spawn(async move {
+        minik8s_task::spawn_on(&ctx.api.tasks, "proxy-connection", async move {
             let _ = conn.await;
         });
         sender.send_request(req).await

@@ -102,7 +102,7 @@ where
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| e.to_string())?;
-    tasks.spawn(async move {
+    minik8s_task::spawn_on(tasks, "upstream-connection", async move {
         let _ = conn.with_upgrades().await;
     });
     Ok(sender)
@@ -134,7 +134,7 @@ pub async fn serve(
         let acceptor = acceptor.clone();
         let app = app.clone();
         let watcher = graceful.watcher();
-        tasks.spawn(async move {
+        minik8s_task::spawn_on(&tasks, "connection", async move {
             let tls =
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => tls,

@@ -411,7 +411,11 @@ pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken
                                     g.resources.push(s);
                                     g.resources.len() - 1
                                 };
-                                tasks.spawn(gc.clone().follow(index, shutdown.clone()));
+                                minik8s_task::spawn_on(
+                                    &tasks,
+                                    "garbagecollector-follow",
+                                    gc.clone().follow(index, shutdown.clone()),
+                                );
                             }
                         }
                     }

@@ -69,7 +69,7 @@ where
             async {}
         });
     let shutdown = shutdown.clone();
-    tasks.spawn(async move {
+    minik8s_task::spawn_on(tasks, "informer-watch", async move {
         tokio::select! {
             _ = stream => {}
             _ = shutdown.cancelled() => {}
@@ -147,7 +147,7 @@ impl Informers {
         );
         let (tx, rx) = tokio::sync::watch::channel(false);
         let waiter = store.clone();
-        self.tasks.spawn(async move {
+        minik8s_task::spawn_on(&self.tasks, "informer-synced", async move {
             if waiter.wait_until_ready().await.is_ok() {
                 let _ = tx.send(true);
             }

@@ -76,41 +76,48 @@ pub async fn run_with(
     let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
     for name in names {
         let (c, t, s) = (client.clone(), informers.clone(), shutdown.clone());
+        // The task carries the controller's name (ALL holds the 'static spelling).
+        let task_name: &'static str = ALL.iter().find(|n| **n == name).expect("checked above");
+        macro_rules! go {
+            ($run:expr) => {
+                minik8s_task::spawn_on(&tasks, task_name, $run)
+            };
+        }
         match name.as_str() {
-            "scheduler" => tasks.spawn(crate::scheduler::run(c, t, s)),
-            "replicaset" => tasks.spawn(crate::replicaset::run(c, t, s)),
-            "replicationcontroller" => tasks.spawn(crate::replicaset::run_replication(c, t, s)),
-            "deployment" => tasks.spawn(crate::deployment::run(c, t, s)),
-            "garbagecollector" => tasks.spawn(crate::gc::run(c, tasks.clone(), s)),
-            "namespace" => tasks.spawn(crate::namespace::run(c, t, s)),
-            "endpoints" => tasks.spawn(crate::endpoints::run(c, t, s)),
-            "job" => tasks.spawn(crate::job::run(c, t, s)),
-            "cronjob" => tasks.spawn(crate::cronjob::run(c, t, s)),
-            "nodelifecycle" => tasks.spawn(crate::nodelifecycle::run(
+            "scheduler" => go!(crate::scheduler::run(c, t, s)),
+            "replicaset" => go!(crate::replicaset::run(c, t, s)),
+            "replicationcontroller" => go!(crate::replicaset::run_replication(c, t, s)),
+            "deployment" => go!(crate::deployment::run(c, t, s)),
+            "garbagecollector" => go!(crate::gc::run(c, tasks.clone(), s)),
+            "namespace" => go!(crate::namespace::run(c, t, s)),
+            "endpoints" => go!(crate::endpoints::run(c, t, s)),
+            "job" => go!(crate::job::run(c, t, s)),
+            "cronjob" => go!(crate::cronjob::run(c, t, s)),
+            "nodelifecycle" => go!(crate::nodelifecycle::run(
                 c,
                 settings.node_lifecycle.clone(),
                 t,
                 s,
             )),
-            "horizontalpodautoscaling" => tasks.spawn(crate::hpa::controller::run_with(
+            "horizontalpodautoscaling" => go!(crate::hpa::controller::run_with(
                 c,
                 settings.hpa.clone(),
                 t,
                 s,
             )),
-            "nodeipam" => tasks.spawn(crate::nodeipam::run(c, settings.node_ipam.clone(), t, s)),
-            "podgc" => tasks.spawn(crate::podgc::run(c, t, s)),
-            "disruption" => tasks.spawn(crate::disruption::run(c, t, s)),
-            "daemonset" => tasks.spawn(crate::daemonset::run(c, t, s)),
-            "persistentvolume-binder" => tasks.spawn(crate::volumebinding::run(c, t, s)),
-            "pvc-protection" => tasks.spawn(crate::protection::run_claims(c, t, s)),
-            "pv-protection" => tasks.spawn(crate::protection::run_volumes(c, t, s)),
-            "statefulset" => tasks.spawn(crate::statefulset::run(c, t, s)),
-            "bootstrapsigner" => tasks.spawn(crate::bootstrap::run_signer(c, t, s)),
-            "tokencleaner" => tasks.spawn(crate::bootstrap::run_cleaner(c, t, s)),
-            "csrapproving" => tasks.spawn(crate::certificates::run_approver(c, t, s)),
+            "nodeipam" => go!(crate::nodeipam::run(c, settings.node_ipam.clone(), t, s)),
+            "podgc" => go!(crate::podgc::run(c, t, s)),
+            "disruption" => go!(crate::disruption::run(c, t, s)),
+            "daemonset" => go!(crate::daemonset::run(c, t, s)),
+            "persistentvolume-binder" => go!(crate::volumebinding::run(c, t, s)),
+            "pvc-protection" => go!(crate::protection::run_claims(c, t, s)),
+            "pv-protection" => go!(crate::protection::run_volumes(c, t, s)),
+            "statefulset" => go!(crate::statefulset::run(c, t, s)),
+            "bootstrapsigner" => go!(crate::bootstrap::run_signer(c, t, s)),
+            "tokencleaner" => go!(crate::bootstrap::run_cleaner(c, t, s)),
+            "csrapproving" => go!(crate::certificates::run_approver(c, t, s)),
             "csrsigning" => match settings.signing.clone() {
-                Some(cfg) => tasks.spawn(crate::certificates::run_signer(c, cfg, t, s)),
+                Some(cfg) => go!(crate::certificates::run_signer(c, cfg, t, s)),
                 None => {
                     tracing::info!("csrsigning: no --cluster-signing-cert-file; not signing");
                     continue;

@@ -57,7 +57,7 @@ async fn connect(
         .await
         .map_err(|e| e.to_string())?;
     let stop = shutdown.clone();
-    tasks.spawn(async move {
+    minik8s_task::spawn_on(tasks, "runtime-connection", async move {
         tokio::select! {
             _ = conn.with_upgrades() => {}
             _ = stop.cancelled() => {}
@@ -107,7 +107,7 @@ async fn relay(
     }
     let runtime_side = hyper::upgrade::on(&mut resp);
     let stop = shutdown.clone();
-    tasks.spawn(async move {
+    minik8s_task::spawn_on(tasks, "stream-relay", async move {
         let (Ok(client), Ok(runtime)) = (upgrade.await, runtime_side.await) else {
             return;
         };
@@ -322,7 +322,7 @@ async fn pump(
     // Frames are read on their own task: a read cut off half way would lose the session.
     let (frames_tx, mut frames) = tokio::sync::mpsc::channel(64);
     let stop = shutdown.clone();
-    tasks.spawn(async move {
+    minik8s_task::spawn_on(tasks, "exec-frames", async move {
         let mut r = Reader::new(rd);
         loop {
             let frame = tokio::select! {

@@ -163,7 +163,7 @@ pub async fn serve_tls(
         let app = app.clone();
         let access = access.clone();
         let shutdown = shutdown.clone();
-        conns.spawn(async move {
+        minik8s_task::spawn_on(&conns, "metrics-connection", async move {
             let Ok(stream) = acceptor.accept(tcp).await else {
                 return;
             };

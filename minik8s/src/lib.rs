@@ -301,7 +301,7 @@ pub async fn up(
         };
         {
             let shutdown = shutdown.clone();
-            tasks.spawn(async move {
+            minik8s_task::spawn_on(&tasks, "controller-manager", async move {
                 if let Err(e) =
                     minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await
                 {
@@ -316,7 +316,11 @@ pub async fn up(
         let client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
         let dir = cfg.data_dir.join("gpu");
         let shutdown = shutdown.clone();
-        tasks.spawn(minik8s_gpu::controller::run(client, dir, shutdown));
+        minik8s_task::spawn_on(
+            &tasks,
+            "gpujob-controller",
+            minik8s_gpu::controller::run(client, dir, shutdown),
+        );
     }
     if let Some(listen) = cfg.gateway {
         // Functions: the gateway and the Function controller, as their own user.
@@ -328,7 +332,7 @@ pub async fn up(
             None => minik8s_kubelet::node::default_ip().await,
         };
         let shutdown = shutdown.clone();
-        tasks.spawn(async move {
+        minik8s_task::spawn_on(&tasks, "functions", async move {
             let fcfg = minik8s_serverless::Config {
                 listen,
                 public_host,
@@ -436,14 +440,14 @@ pub async fn start_node(
         .map(minik8s_proxy::dns::Config::on);
     {
         let shutdown = shutdown.clone();
-        tasks.spawn(async move {
+        minik8s_task::spawn_on(tasks, "kubelet", async move {
             if let Err(e) = minik8s_kubelet::run(kubelet_client, node, shutdown.clone()).await {
                 tracing::error!(error = %e, "the kubelet stopped");
                 shutdown.cancel();
             }
         });
     }
-    tasks.spawn(async move {
+    minik8s_task::spawn_on(tasks, "proxy", async move {
         if let Err(e) = minik8s_proxy::run(proxy_client, proxy, shutdown).await {
             tracing::error!(error = %e, "the proxy stopped");
         }

@@ -431,7 +431,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
     let shutdown = ctx.api.shutdown.clone();
     let api = ctx.api.clone();
     let mut last_rv = start - 1;
-    ctx.api.tasks.spawn(async move {
+    minik8s_task::spawn_on(&ctx.api.tasks, "watch", async move {
         for line in first {
             if tx.send(Ok(line)).await.is_err() {
                 return;

@@ -241,10 +241,10 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     let udp = Arc::new(udp);
-    let mut tasks = tokio::task::JoinSet::new();
+    let tasks = tokio_util::task::TaskTracker::new();
     for _ in 0..workers.max(1) {
         let (udp, handler, shutdown) = (udp.clone(), handler.clone(), shutdown.clone());
-        tasks.spawn(async move {
+        minik8s_task::spawn_on(&tasks, "dns-udp-worker", async move {
             let mut buf = vec![0u8; 4096];
             loop {
                 let (n, peer) = tokio::select! {
@@ -267,7 +267,7 @@ pub async fn serve(
     }
     {
         let shutdown = shutdown.clone();
-        tasks.spawn(async move {
+        minik8s_task::spawn_on(&tasks, "dns-tcp-accept", async move {
             loop {
                 let (mut conn, _) = tokio::select! {
                     r = tcp.accept() => match r {
@@ -302,7 +302,8 @@ pub async fn serve(
             }
         });
     }
-    while tasks.join_next().await.is_some() {}
+    tasks.close();
+    tasks.wait().await;
 }
 
 #[cfg(test)]
