@@ -55,9 +55,9 @@ pub fn identity() -> String {
     format!("{host}_{}", crate::util::random_suffix())
 }
 
-/// What a candidate saw of the Lease the last time it looked.
-#[derive(Default)]
-struct Observed {
+/// What a candidate saw of a Lease the last time it looked.
+#[derive(Default, Clone, Debug)]
+pub struct Observed {
     /// holderIdentity and renewTime as last seen.
     record: Option<(Option<String>, Option<String>)>,
     /// When that record was first seen (local clock).
@@ -65,7 +65,8 @@ struct Observed {
 }
 
 impl Observed {
-    fn see(&mut self, lease: &Lease) {
+    /// Notes the Lease as it is now; the clock restarts when its holder or renewTime changed.
+    pub fn see(&mut self, lease: &Lease) {
         let spec = lease.spec.as_ref();
         let record = Some((
             spec.and_then(|s| s.holder_identity.clone()),
@@ -77,10 +78,16 @@ impl Observed {
             self.since = Some(Instant::now());
         }
     }
+
+    /// How long until the Lease as last seen expires by this candidate's clock (zero when it
+    /// has; `None` when never seen).
+    pub fn expires_in(&self, duration: Duration) -> Option<Duration> {
+        self.since.map(|t| duration.saturating_sub(t.elapsed()))
+    }
 }
 
 /// Whether a Lease may be taken by `me`: it is mine, free, or unchanged for its duration.
-fn takeable(lease: &Lease, me: &str, observed: &Observed, default_duration: Duration) -> bool {
+pub fn takeable(lease: &Lease, me: &str, observed: &Observed, default_duration: Duration) -> bool {
     let spec = lease.spec.as_ref();
     let holder = spec
         .and_then(|s| s.holder_identity.as_deref())
@@ -94,30 +101,58 @@ fn takeable(lease: &Lease, me: &str, observed: &Observed, default_duration: Dura
     observed.since.is_some_and(|t| t.elapsed() >= duration)
 }
 
-/// Tries once to acquire or renew the Lease; `Ok(true)` when this candidate holds it.
-async fn try_hold(api: &Api<Lease>, cfg: &Config, observed: &mut Observed) -> kube::Result<bool> {
+/// One Lease a candidate holds or tries to.
+#[derive(Clone, Debug)]
+pub struct Hold<'a> {
+    /// The Lease's name (in the `Api`'s namespace).
+    pub name: &'a str,
+    /// The candidate.
+    pub identity: &'a str,
+    /// `leaseDurationSeconds`.
+    pub duration: Duration,
+    /// Labels a created Lease carries (so its holders can watch theirs by label).
+    pub labels: &'a std::collections::BTreeMap<String, String>,
+}
+
+/// Tries once to acquire or renew a Lease; `Ok(true)` when `hold.identity` holds it. With
+/// `last` (the Lease as this candidate last wrote it) a renewal is one write; without it, or
+/// when it is stale, the Lease is read first. `last` is left as written, or `None`.
+pub async fn try_hold(
+    api: &Api<Lease>,
+    hold: &Hold<'_>,
+    observed: &mut Observed,
+    last: &mut Option<Lease>,
+) -> kube::Result<bool> {
     let now = MicroTime(jiff::Timestamp::now());
-    let secs = cfg.lease_duration.as_secs() as i32;
-    let Some(mut lease) = api.get_opt(&cfg.name).await? else {
+    let secs = hold.duration.as_secs() as i32;
+    let current = match last.take() {
+        Some(l) => Some(l),
+        None => api.get_opt(hold.name).await?,
+    };
+    let Some(mut lease) = current else {
         let lease: Lease = serde_json::from_value(json!({
-            "metadata": {"name": cfg.name, "namespace": cfg.namespace},
-            "spec": {"holderIdentity": cfg.identity, "leaseDurationSeconds": secs,
+            "metadata": {"name": hold.name, "labels": hold.labels},
+            "spec": {"holderIdentity": hold.identity, "leaseDurationSeconds": secs,
                 "acquireTime": now, "renewTime": now, "leaseTransitions": 0},
         }))
         .expect("lease");
         return match api.create(&PostParams::default(), &lease).await {
-            Ok(_) => Ok(true),
+            Ok(written) => {
+                observed.see(&written);
+                *last = Some(written);
+                Ok(true)
+            }
             Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
             Err(e) => Err(e),
         };
     };
     observed.see(&lease);
-    if !takeable(&lease, &cfg.identity, observed, cfg.lease_duration) {
+    if !takeable(&lease, hold.identity, observed, hold.duration) {
         return Ok(false);
     }
     let spec = lease.spec.get_or_insert_default();
-    if spec.holder_identity.as_deref() != Some(&cfg.identity) {
-        spec.holder_identity = Some(cfg.identity.clone());
+    if spec.holder_identity.as_deref() != Some(hold.identity) {
+        spec.holder_identity = Some(hold.identity.to_owned());
         spec.acquire_time = Some(now.clone());
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
@@ -130,6 +165,7 @@ async fn try_hold(api: &Api<Lease>, cfg: &Config, observed: &mut Observed) -> ku
     {
         Ok(written) => {
             observed.see(&written);
+            *last = Some(written);
             Ok(true)
         }
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
@@ -137,19 +173,19 @@ async fn try_hold(api: &Api<Lease>, cfg: &Config, observed: &mut Observed) -> ku
     }
 }
 
-/// Gives the Lease up (if still held) so another candidate can take it at once.
-async fn release(api: &Api<Lease>, cfg: &Config) {
-    let Ok(Some(mut lease)) = api.get_opt(&cfg.name).await else {
+/// Gives a Lease up (if `identity` still holds it) so another candidate can take it at once.
+pub async fn release(api: &Api<Lease>, name: &str, identity: &str) {
+    let Ok(Some(mut lease)) = api.get_opt(name).await else {
         return;
     };
     let spec = lease.spec.get_or_insert_default();
-    if spec.holder_identity.as_deref() != Some(&cfg.identity) {
+    if spec.holder_identity.as_deref() != Some(identity) {
         return;
     }
     spec.holder_identity = None;
     spec.lease_duration_seconds = Some(1);
-    if let Err(e) = api.replace(&cfg.name, &PostParams::default(), &lease).await {
-        tracing::warn!(error = %e, "could not release the lease");
+    if let Err(e) = api.replace(name, &PostParams::default(), &lease).await {
+        tracing::warn!(error = %e, lease = name, "could not release the lease");
     }
 }
 
@@ -163,8 +199,15 @@ where
 {
     let api: Api<Lease> = Api::namespaced(client, &cfg.namespace);
     let mut observed = Observed::default();
+    let labels = std::collections::BTreeMap::new();
+    let hold = Hold {
+        name: &cfg.name,
+        identity: &cfg.identity,
+        duration: cfg.lease_duration,
+        labels: &labels,
+    };
     while !shutdown.is_cancelled() {
-        match try_hold(&api, &cfg, &mut observed).await {
+        match try_hold(&api, &hold, &mut observed, &mut None).await {
             Ok(true) => {}
             Ok(false) => {
                 sleep_or(&shutdown, cfg.retry_period).await;
@@ -189,7 +232,7 @@ where
             if shutdown.is_cancelled() {
                 break;
             }
-            match try_hold(&api, &cfg, &mut observed).await {
+            match try_hold(&api, &hold, &mut observed, &mut None).await {
                 Ok(true) => renewed = Instant::now(),
                 Ok(false) => {
                     tracing::warn!(lease = %cfg.name, "lease taken by another candidate");
@@ -208,7 +251,7 @@ where
             let _ = work.await;
         }
         if shutdown.is_cancelled() {
-            release(&api, &cfg).await;
+            release(&api, &cfg.name, &cfg.identity).await;
         } else {
             tracing::warn!(lease = %cfg.name, "stopped leading; standing as a candidate again");
         }

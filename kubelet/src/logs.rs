@@ -80,6 +80,31 @@ pub struct Options {
     pub limit_bytes: Option<usize>,
 }
 
+impl Options {
+    /// The options of a `containerLogs` request's query (`tailLines`, `timestamps`,
+    /// `sinceTime` or `sinceSeconds`, `limitBytes`).
+    pub fn from_query(q: &std::collections::HashMap<String, String>) -> Options {
+        let truthy = |k: &str| {
+            q.get(k)
+                .is_some_and(|v| minik8s_types::parse_bool(v) == Some(true))
+        };
+        let since = q
+            .get("sinceTime")
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .or_else(|| {
+                q.get("sinceSeconds")
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .map(|n| jiff::Timestamp::now() - jiff::SignedDuration::from_secs(n))
+            });
+        Options {
+            tail: q.get("tailLines").and_then(|n| n.parse().ok()),
+            timestamps: truthy("timestamps"),
+            since,
+            limit_bytes: q.get("limitBytes").and_then(|n| n.parse().ok()),
+        }
+    }
+}
+
 /// Renders lines as the client gets them.
 pub fn render(lines: &[Line], opts: &Options) -> String {
     let selected: Vec<&Line> = lines

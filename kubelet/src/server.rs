@@ -379,20 +379,7 @@ async fn container_logs(
         Ok(None) => return status(StatusCode::NOT_FOUND, format!("container {id} is gone")),
         Err(e) => return status(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     };
-    let since = q
-        .get("sinceTime")
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .or_else(|| {
-            q.get("sinceSeconds")
-                .and_then(|n| n.parse::<i64>().ok())
-                .map(|n| jiff::Timestamp::now() - jiff::SignedDuration::from_secs(n))
-        });
-    let opts = logs::Options {
-        tail: q.get("tailLines").and_then(|n| n.parse().ok()),
-        timestamps: truthy("timestamps"),
-        since,
-        limit_bytes: q.get("limitBytes").and_then(|n| n.parse().ok()),
-    };
+    let opts = logs::Options::from_query(&q);
     let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
     let (mut lines, consumed) = logs::parse(&text);
     if !truthy("follow") {
