@@ -3,7 +3,7 @@
 # `busybox` (with an httpd docroot at /www) as docker archives in DIR (default
 # target/images): pause.tar (registry.k8s.io/pause:3.9-local), busybox.tar
 # (docker.io/library/busybox:latest) and function-python.tar
-# (docker.io/minik8s/function-python:py-<hash of its server>, the Function runtime). Idempotent: keeps archives
+# (docker.io/minik8s/function-python:py-<hash of its server and base>, the Function runtime). Idempotent: keeps archives
 # that exist.
 #
 # busybox is built from Debian's busybox source package with upstream's default
@@ -15,7 +15,7 @@
 source "$(dirname "$0")/lib.sh"
 DIR="$(realpath -m "${1:-$ROOT/target/images}")"
 mkdir -p "$DIR"
-tag="py-$(sha256sum "$ROOT/serverless-crd/runtime/server.py" | cut -c1-12)"
+tag="py-$(cat "$ROOT/serverless-crd/runtime/server.py" "$ROOT/serverless-crd/runtime/base.py" | sha256sum | cut -c1-12)"
 if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ] && [ -s "$DIR/function-python.tar" ] \
    && [ "$(cat "$DIR/function-python.tag" 2>/dev/null)" = "$tag" ]; then
   exit 0
@@ -64,7 +64,7 @@ for lib in $libs; do
   cp -L "$lib" "b-py/rootfs$lib"
 done
 mkdir -p b-py/rootfs/runtime b-py/rootfs/code b-py/rootfs/tmp b-py/rootfs/etc
-cp "$ROOT/serverless-crd/runtime/server.py" b-py/rootfs/runtime/server.py
+cp "$ROOT/serverless-crd/runtime/server.py" "$ROOT/serverless-crd/runtime/base.py" b-py/rootfs/runtime/
 # Byte-compiled once here (Debian compiles in its postinst, which an unpacked rootfs never
 # runs): imports at a cold start read .pyc files instead of compiling the standard library.
 chroot b-py/rootfs /usr/bin/python3.11 -m compileall -q --invalidation-mode unchecked-hash \
@@ -75,9 +75,9 @@ umoci repack --image layout:function-python b-py
 umoci config --image layout:function-python --config.entrypoint /usr/bin/python3.11 \
   --config.cmd=-u --config.cmd=/runtime/server.py --config.env PYTHONDONTWRITEBYTECODE=1 \
   --config.exposedports 8080/tcp --os linux --architecture amd64
-# Tagged by the invocation server's hash, as the Function controller names it, so a node
+# Tagged by the hash of the invocation server and the base, as the Function controller names it, so a node
 # never runs a stale runtime under a reused tag.
-tag="py-$(sha256sum "$ROOT/serverless-crd/runtime/server.py" | cut -c1-12)"
+tag="py-$(cat "$ROOT/serverless-crd/runtime/server.py" "$ROOT/serverless-crd/runtime/base.py" | sha256sum | cut -c1-12)"
 skopeo copy -q oci:layout:function-python "docker-archive:$DIR/function-python.tar.tmp:docker.io/minik8s/function-python:$tag"
 skopeo copy -q oci:layout:pause "docker-archive:$DIR/pause.tar.tmp:registry.k8s.io/pause:3.9-local"
 skopeo copy -q oci:layout:busybox "docker-archive:$DIR/busybox.tar.tmp:docker.io/library/busybox:latest"

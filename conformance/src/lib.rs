@@ -488,9 +488,32 @@ impl Cluster {
             let cfg = minik8s_serverless::Config {
                 listen: "0.0.0.0:0".parse().expect("addr"),
                 public_host: minik8s_kubelet::node::default_ip().await,
+                bases: 2,
             };
             if let Err(e) = minik8s_serverless::serve(client, cfg, token).await {
                 eprintln!("functions: {e}");
+            }
+        });
+        stop
+    }
+
+    /// Runs one replica of the function-module controller (as `minik8s up` does: its own
+    /// user, the kubelet endpoint on the node's address) until the returned token (or the
+    /// cluster) stops. Call [`Cluster::run_functions`] first (it installs the roles).
+    pub fn run_function_modules(&self, identity: &str) -> CancellationToken {
+        let kubeconfig = self.user_kubeconfig(minik8s_serverless::modules::USER, &[]);
+        let client = self
+            .rt
+            .block_on(minik8s_kubeconfig::client(&kubeconfig))
+            .expect("the function modules' client");
+        let stop = self.shutdown.child_token();
+        let token = stop.clone();
+        let mut cfg = minik8s_serverless::modules::Config::new(identity);
+        cfg.client_ca = Some(self.ca_path().to_owned());
+        self.rt.spawn(async move {
+            cfg.address = minik8s_kubelet::node::default_ip().await;
+            if let Err(e) = minik8s_serverless::modules::run(client, cfg, token).await {
+                eprintln!("function modules: {e}");
             }
         });
         stop

@@ -331,11 +331,30 @@ pub async fn up(
             Some(ip) => ip.clone(),
             None => minik8s_kubelet::node::default_ip().await,
         };
+        // Function modules: the bases as virtual nodes (one replica here; more run as
+        // `minik8s function-modules`), as their own user.
+        let identity = Identity::new("function-modules", minik8s_serverless::modules::USER, &[]);
+        let modules_client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
+        let mut mcfg =
+            minik8s_serverless::modules::Config::new(&minik8s_controllers::leader::identity());
+        mcfg.address = public_host.clone();
+        mcfg.client_ca = Some(pki.ca_path());
+        {
+            let shutdown = shutdown.clone();
+            minik8s_task::spawn_on(&tasks, "function-modules", async move {
+                if let Err(e) =
+                    minik8s_serverless::modules::run(modules_client, mcfg, shutdown).await
+                {
+                    tracing::error!(error = %e, "the function-module controller stopped");
+                }
+            });
+        }
         let shutdown = shutdown.clone();
         minik8s_task::spawn_on(&tasks, "functions", async move {
             let fcfg = minik8s_serverless::Config {
                 listen,
                 public_host,
+                bases: 2,
             };
             if let Err(e) = minik8s_serverless::serve(client, fcfg, shutdown).await {
                 tracing::error!(error = %e, "the function gateway stopped");

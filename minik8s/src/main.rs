@@ -52,6 +52,9 @@ enum Command {
     /// Runs the controller manager in the foreground (the static control plane's
     /// `kube-controller-manager` pod; the same flags as the `controller-manager` binary).
     ControllerManager(minik8s_controllers::cli::Args),
+    /// Runs one replica of the function-module controller (function bases as virtual nodes)
+    /// in the foreground; replicas share the bases by racing for their node Leases.
+    FunctionModules(minik8s_serverless::modules::Args),
     /// Certificates and kubeconfigs.
     Pki {
         #[command(subcommand)]
@@ -483,6 +486,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::ControllerManager(args) => {
             tokio::runtime::Runtime::new()?.block_on(minik8s_controllers::cli::run(args))
+        }
+        Command::FunctionModules(args) => {
+            tokio::runtime::Runtime::new()?.block_on(minik8s_serverless::modules::run_cli(args))
         }
         Command::Init(args) => {
             tokio::runtime::Runtime::new()?.block_on(init(args))?;

@@ -4,6 +4,9 @@ POST / with a JSON body calls handler(event) (or handler(event, context) when th
 two arguments; context has invocation_id and deadline) and answers its JSON result. A handler
 exception is a 500 {"error", "traceback"}; a body that is not JSON is a 400; code that does not
 import is a 502 {"error", "sourceReady": false} for every call, and GET /healthz says so too.
+
+With RUNTIME_MODE=base the server is a *base*: it runs no code of its own and loads function
+modules on request, many per process (see base.py).
 """
 
 import importlib
@@ -37,7 +40,11 @@ def load():
         return None, "".join(traceback.format_exception_only(type(e), e)).strip()
 
 
-HANDLER_FN, LOAD_ERROR = load()
+BASE_MODE = os.environ.get("RUNTIME_MODE") == "base"
+if BASE_MODE:
+    HANDLER_FN, LOAD_ERROR = None, None
+else:
+    HANDLER_FN, LOAD_ERROR = load()
 TAKES_CONTEXT = False
 if HANDLER_FN is not None:
     try:
@@ -134,4 +141,10 @@ class Server(HTTPServer):
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, on_term)
     port = int(os.environ.get("PORT", "8080"))
-    Server(("0.0.0.0", port), Handler).serve_forever()
+    if BASE_MODE:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import base
+
+        base.serve(port)
+    else:
+        Server(("0.0.0.0", port), Handler).serve_forever()

@@ -54,6 +54,9 @@ enum Command {
         /// Longest time one invocation may take.
         #[arg(long)]
         timeout: Option<i64>,
+        /// `pod` (pods of its own) or `module` (loaded into the warm function bases).
+        #[arg(long, value_parser = ["pod", "module"])]
+        placement: Option<String>,
     },
     /// Invokes a function with a JSON event (an argument, `-` for standard input, or `{}`).
     Invoke {
@@ -157,6 +160,7 @@ pub async fn run(args: Args) -> Result<(), Error> {
             target_concurrency,
             scale_to_zero_after,
             timeout,
+            placement,
         } => {
             let code = std::fs::read_to_string(&file).map_err(|source| Error::Read {
                 path: file.clone(),
@@ -185,6 +189,9 @@ pub async fn run(args: Args) -> Result<(), Error> {
             }
             if let Some(t) = timeout {
                 spec["timeoutSeconds"] = t.into();
+            }
+            if let Some(p) = placement {
+                spec["placement"] = p.into();
             }
             let f = serde_json::json!({
                 "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "Function",

@@ -4,7 +4,7 @@
 //! template annotation). Replicas belong to the autoscaler: the controller sets them only when
 //! it creates the Deployment (`minScale`), and never again.
 
-use crate::types::{Function, FunctionStatus, Runtime};
+use crate::types::{Function, FunctionStatus, Placement, Runtime};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
@@ -21,13 +21,18 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// The invocation server the Python runtime image runs (its hash tags the image).
+/// The invocation server the Python runtime image runs (with the base, its hash tags the
+/// image).
 pub const PYTHON_SERVER: &str = include_str!("../runtime/server.py");
+/// The base mode of the same server (function modules loaded on request).
+pub const PYTHON_BASE: &str = include_str!("../runtime/base.py");
 
-/// The runtime image of `python3` functions, as `hack/images.sh` builds and tags it:
-/// `minik8s/function-python:py-<first 12 hex digits of the server's SHA-256>`.
+/// The runtime image of `python3` functions and of bases, as `hack/images.sh` builds and
+/// tags it: `minik8s/function-python:py-<first 12 hex digits of the SHA-256 of the server
+/// followed by the base>`.
 pub fn python_image() -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, PYTHON_SERVER.as_bytes());
+    let both = [PYTHON_SERVER.as_bytes(), PYTHON_BASE.as_bytes()].concat();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &both);
     let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
     format!("minik8s/function-python:py-{}", &hex[..12])
 }
@@ -62,6 +67,8 @@ pub(crate) fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
 pub struct Config {
     /// The gateway's base URL as users reach it (`http://<node address>:<port>`).
     pub gateway_url: String,
+    /// How many bases the bases' Deployment starts with (made with the first module function).
+    pub bases: i32,
 }
 
 struct Ctx {
@@ -159,7 +166,7 @@ fn template(f: &Function, code_hash: &str) -> Value {
     if let Some(r) = &spec.resources {
         container["resources"] = serde_json::to_value(r).unwrap_or(Value::Null);
     }
-    json!({
+    let mut template = json!({
         "metadata": {
             "labels": {FUNCTION_LABEL: name},
             "annotations": {CODE_HASH: code_hash},
@@ -172,7 +179,11 @@ fn template(f: &Function, code_hash: &str) -> Value {
             "terminationGracePeriodSeconds": f.spec.timeout_seconds + 2,
             "enableServiceLinks": false,
         },
-    })
+    });
+    if spec.placement == Placement::Module {
+        crate::modules::module_template(&mut template);
+    }
+    template
 }
 
 async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -218,6 +229,13 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         &f.spec.handler,
         f.spec.image.as_deref().unwrap_or_default(),
     ]);
+
+    // Module functions run in the bases (made with the first of them).
+    if f.spec.placement == Placement::Module {
+        crate::modules::ensure_bases(&ctx.client, ctx.cfg.bases)
+            .await
+            .map_err(api("making the function bases"))?;
+    }
 
     // The Deployment: created with minScale replicas; afterwards only its template changes.
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);

@@ -7,7 +7,7 @@
 //! autoscaler writes each function's Deployment `scale`; `/metrics` is Prometheus text.
 
 use crate::autoscaler::{self, Samples};
-use crate::controller::{FUNCTION_LABEL, RUNTIME_PORT, child_name};
+use crate::controller::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT, child_name};
 use crate::types::Function;
 use axum::Router;
 use axum::extract::{Path, Request, State};
@@ -58,6 +58,11 @@ pub struct Config {
 struct Backend {
     pod: String,
     addr: SocketAddr,
+    /// The path calls are POSTed to: `/` for a function's own pod, `/<ns>/<fn>/<revision>`
+    /// for a module in a base.
+    path: String,
+    /// A module in a base (which answers at once or is down; never "starting").
+    module: bool,
     inflight: AtomicUsize,
     /// The pod is being removed (or gone): nothing new is sent to it.
     removed: std::sync::atomic::AtomicBool,
@@ -275,11 +280,24 @@ impl Gateway {
                 continue;
             };
             let name = p.name_any();
+            let module = p
+                .labels()
+                .get(minik8s_vnode::PROVIDER_LABEL)
+                .map(String::as_str)
+                == Some(crate::modules::PROVIDER);
+            let path = if module {
+                let revision = p.annotations().get(CODE_HASH).cloned().unwrap_or_default();
+                format!("/{ns}/{function}/{revision}")
+            } else {
+                "/".to_owned()
+            };
             match backends.iter().find(|b| b.pod == name) {
                 Some(b) => next.push(b.clone()),
                 None => next.push(Arc::new(Backend {
                     pod: name,
                     addr: SocketAddr::new(ip, RUNTIME_PORT as u16),
+                    path,
+                    module,
                     inflight: AtomicUsize::new(0),
                     removed: std::sync::atomic::AtomicBool::new(false),
                 })),
@@ -295,12 +313,13 @@ impl Gateway {
         state.changed.notify_waiters();
     }
 
-    /// Picks the least loaded backend with a free slot and takes the slot.
-    fn pick(state: &FnState, target: usize) -> Option<Arc<Backend>> {
+    /// Picks the least loaded backend with a free slot (other than `skip`) and takes the slot.
+    fn pick(state: &FnState, target: usize, skip: Option<&str>) -> Option<Arc<Backend>> {
         let backends = state.backends.lock().expect("backends");
         let b = backends
             .iter()
             .filter(|b| b.inflight.load(Ordering::SeqCst) < target)
+            .filter(|b| Some(b.pod.as_str()) != skip)
             .min_by_key(|b| b.inflight.load(Ordering::SeqCst))?
             .clone();
         b.inflight.fetch_add(1, Ordering::SeqCst);
@@ -365,8 +384,11 @@ impl Gateway {
         // A slot on a pod, waiting in the bounded queue if there is none; again if the pod
         // went away before the request could be sent to it.
         let mut cold = false;
+        // A module whose base failed the call is tried once more on another base.
+        let mut failed_module: Option<String> = None;
         let (backend, result) = loop {
-            let backend = match Self::pick(&state, target) {
+            let skip = failed_module.as_deref();
+            let backend = match Self::pick(&state, target, skip) {
                 Some(b) => b,
                 None => {
                     if state.waiting.load(Ordering::SeqCst)
@@ -392,7 +414,7 @@ impl Gateway {
                         let notified = state.changed.notified();
                         tokio::pin!(notified);
                         notified.as_mut().enable();
-                        if let Some(b) = Self::pick(&state, target) {
+                        if let Some(b) = Self::pick(&state, target, skip) {
                             break Some(b);
                         }
                         tokio::select! {
@@ -422,6 +444,11 @@ impl Gateway {
             state.changed.notify_waiters();
             match result {
                 Err(Forward::Gone) => continue,
+                Err(Forward::Failed(e)) if backend.module && failed_module.is_none() => {
+                    tracing::info!(function = %name, pod = %backend.pod, error = %e, "module call failed; trying another base");
+                    failed_module = Some(backend.pod.clone());
+                    continue;
+                }
                 other => break (backend, other),
             }
         };
@@ -618,7 +645,7 @@ async fn forward(
             match attempt {
                 Ok(Ok(s)) => break s,
                 _ if backend.removed.load(Ordering::SeqCst) => return Err(Forward::Gone),
-                Ok(Err(e)) if first.elapsed() > CONNECT_FOR => {
+                Ok(Err(e)) if first.elapsed() > CONNECT_FOR || backend.module => {
                     return Err(Forward::Failed(e.to_string()));
                 }
                 Ok(Err(e)) => {
@@ -631,7 +658,7 @@ async fn forward(
         post_on(
             tcp,
             &addr.to_string(),
-            "/",
+            &backend.path,
             body,
             &[(INVOCATION_ID, invocation_id)],
         )

@@ -6,6 +6,7 @@ pub mod autoscaler;
 pub mod cli;
 pub mod controller;
 pub mod gateway;
+pub mod modules;
 pub mod types;
 pub mod workflow;
 
@@ -39,8 +40,14 @@ pub async fn install(client: kube::Client) -> Result<(), kube::Error> {
         .as_str()
         .unwrap_or_default()
         .to_string();
-    Api::<ClusterRoleBinding>::all(client)
-        .patch(&name, &pp, &Patch::Apply(&binding))
+    let bindings: Api<ClusterRoleBinding> = Api::all(client);
+    bindings.patch(&name, &pp, &Patch::Apply(&binding)).await?;
+    let modules = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "minik8s:function-modules"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "minik8s:function-modules"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": modules::USER}]});
+    bindings
+        .patch("minik8s:function-modules", &pp, &Patch::Apply(&modules))
         .await?;
     Ok(())
 }
@@ -99,7 +106,21 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
         "metadata": {"name": "minik8s:functions"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "minik8s:functions"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]});
-    (vec![components, edit, view], binding)
+    // The module controller (virtual nodes for the bases) is its own user: it registers
+    // Nodes and holds their Leases, which the gateway and the Function controller may not.
+    let modules = role(
+        "minik8s:function-modules",
+        json!({}),
+        json!([
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": manage},
+            {"apiGroups": [""], "resources": ["nodes/status", "pods/status"], "verbs": ["get", "patch", "update"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": manage},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        ]),
+    );
+    (vec![components, edit, view, modules], binding)
 }
 
 /// Where functions are served.
@@ -110,6 +131,8 @@ pub struct Config {
     /// The node address users and pods reach the gateway at (for `status.url` and the
     /// `minik8s-system/gateway` Service's endpoint).
     pub public_host: String,
+    /// How many function bases to start with the first `placement: module` function.
+    pub bases: i32,
 }
 
 /// The namespace of the gateway's Service.
@@ -144,6 +167,7 @@ pub async fn serve(
         client,
         controller::Config {
             gateway_url: format!("http://{}:{port}", cfg.public_host),
+            bases: cfg.bases,
         },
         shutdown,
     );

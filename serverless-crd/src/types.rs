@@ -21,6 +21,21 @@ pub enum Runtime {
     Image,
 }
 
+/// Where a function's code runs.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+pub enum Placement {
+    /// Pods of its own (one process per pod): the isolation of a container.
+    #[default]
+    #[serde(rename = "pod")]
+    Pod,
+    /// Modules loaded into warm base processes (virtual nodes): millisecond cold starts, one
+    /// Python process shared with the other modules of the base (same namespace only).
+    #[serde(rename = "module")]
+    Module,
+}
+
 /// Where the function's code comes from.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -104,7 +119,8 @@ impl Default for Scale {
 pub const GROUP: &str = "serverless.minik8s.io";
 
 /// A function: code, how it is called and how it scales.
-#[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.placement) || self.placement != 'module' || !has(self.runtime) || self.runtime == 'python3'").message("placement module needs runtime python3 (an image runs in pods of its own)"))]
 #[kube(
     group = "serverless.minik8s.io",
     version = "v1alpha1",
@@ -144,6 +160,9 @@ pub struct FunctionSpec {
     /// Scaling.
     #[serde(default)]
     pub scale: Scale,
+    /// `pod` (default) or `module` (runtime `python3` only).
+    #[serde(default)]
+    pub placement: Placement,
 }
 
 /// What the controller and the gateway report about a function.

@@ -16,6 +16,9 @@ struct Args {
     /// The node address users and pods reach the gateway at (Functions' URLs name it).
     #[arg(long, env = "MINIK8S_GATEWAY_HOST")]
     public_host: String,
+    /// How many function bases to start with the first `placement: module` function.
+    #[arg(long, default_value_t = 2)]
+    bases: i32,
 }
 
 #[tokio::main]
@@ -36,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
     let cfg = minik8s_serverless::Config {
         listen: args.listen,
         public_host: args.public_host,
+        bases: args.bases,
     };
     minik8s_serverless::serve(client, cfg, shutdown).await?;
     Ok(())

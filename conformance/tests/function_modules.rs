@@ -1,0 +1,389 @@
+//! Functions with `placement: module` on a real node: the function bases (pods of the Python
+//! runtime in base mode) become virtual nodes, a module function's pods are scheduled onto
+//! them and loaded into the bases' processes, and the gateway calls them there. Cold and warm
+//! invocations, `kubectl get nodes`/`get pods -o wide`/`logs`, scale 0 → N → 0, a code update
+//! under load with no failed request, code that does not import, and a base killed under load.
+
+use minik8s_conformance::Cluster;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+const ADD: &str = "def handler(event):\n    print('adding', event['x'], event['y'])\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n";
+
+fn post(c: &Cluster, url: &str, body: &str) -> (u16, String) {
+    match c.block_on(minik8s_serverless::gateway::post(
+        url,
+        body.to_owned().into_bytes().into(),
+    )) {
+        Ok((code, text)) => (code.as_u16(), String::from_utf8_lossy(&text).into_owned()),
+        Err(e) => (0, e),
+    }
+}
+
+fn replicas(c: &Cluster, function: &str) -> i64 {
+    c.ok(&[
+        "get",
+        "deployment",
+        &format!("fn-{function}"),
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ])
+    .parse()
+    .unwrap_or(-1)
+}
+
+fn register(c: &Cluster, name: &str, code: &str, extra: &[&str]) {
+    let file = c.dir().join(format!("{name}.py"));
+    std::fs::write(&file, code).unwrap();
+    let path = file.display().to_string();
+    let mut args = vec!["fn", "register", path.as_str(), "--placement", "module"];
+    args.extend(extra);
+    let out = c.ok(&args);
+    assert!(out.contains("registered"), "{out}");
+}
+
+fn url(c: &Cluster, name: &str) -> String {
+    c.eventually(&["get", "fn", name, "-o", "jsonpath={.status.url}"], |u| {
+        u.starts_with("http://")
+    })
+}
+
+/// `name node ip phase` of the function's pods.
+fn module_pods(c: &Cluster, function: &str) -> Vec<Vec<String>> {
+    c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        &format!("serverless.minik8s.io/function={function}"),
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.podIP} {.status.phase}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .map(|l| l.split_whitespace().map(str::to_owned).collect())
+    .collect()
+}
+
+fn base_nodes(c: &Cluster) -> Vec<String> {
+    c.ok(&[
+        "get",
+        "nodes",
+        "-l",
+        "minik8s.io/vnode-provider=functions",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+#[test]
+fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
+    minik8s_conformance::node::bin("kubectl-fn");
+    let c = Cluster::start();
+    c.run_controllers(0);
+    let _node = c.run_node("fm1", 10);
+    let _functions = c.run_functions();
+    let _modules = c.run_function_modules("modules-a");
+
+    // The first module function makes the bases; each Ready base is a virtual node.
+    register(&c, "add", ADD, &["--scale-to-zero-after", "5"]);
+    let nodes = c.eventually_within(
+        Duration::from_secs(120),
+        &[
+            "get",
+            "nodes",
+            "-l",
+            "minik8s.io/vnode-provider=functions",
+            "--no-headers",
+        ],
+        |o| o.lines().filter(|l| l.contains(" Ready ")).count() == 2,
+    );
+    assert!(nodes.contains("function-bases-"), "{nodes}");
+    let taints = c.ok(&[
+        "get",
+        "nodes",
+        "-l",
+        "minik8s.io/vnode-provider=functions",
+        "-o",
+        "jsonpath={.items[0].spec.taints[0].key}",
+    ]);
+    assert_eq!(taints, "virtual-kubelet.io/provider");
+    let capacity = c.ok(&[
+        "get",
+        "nodes",
+        "-l",
+        "minik8s.io/vnode-provider=functions",
+        "-o",
+        "jsonpath={.items[0].status.capacity.pods}",
+    ]);
+    assert_eq!(capacity, "50");
+    c.eventually(
+        &[
+            "get",
+            "fn",
+            "add",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        |s| s == "True",
+    );
+    assert_eq!(replicas(&c, "add"), 0, "a new function starts at zero");
+
+    // Cold (0 → 1: a module pod scheduled onto a base and loaded), then warm.
+    let add = url(&c, "add");
+    let cold = Instant::now();
+    assert_eq!(
+        post(&c, &add, r#"{"x":1,"y":2}"#),
+        (200, r#"{"sum": 3}"#.into())
+    );
+    let cold = cold.elapsed();
+    println!("module cold start: {cold:?}");
+    assert!(cold < Duration::from_secs(5), "cold start {cold:?}");
+    let warm = Instant::now();
+    assert_eq!(
+        c.ok(&["fn", "invoke", "add", r#"{"x":2,"y":5}"#]).trim(),
+        r#"{"sum": 7}"#
+    );
+    println!("warm call through kubectl fn: {:?}", warm.elapsed());
+    let pods = module_pods(&c, "add");
+    assert_eq!(pods.len(), 1, "{pods:?}");
+    let bases = base_nodes(&c);
+    assert!(
+        bases.contains(&pods[0][1]),
+        "the module pod is on a base: {pods:?} {bases:?}"
+    );
+    let base_ip = c.ok(&[
+        "get",
+        "pod",
+        "-n",
+        "minik8s-system",
+        &pods[0][1],
+        "-o",
+        "jsonpath={.status.podIP}",
+    ]);
+    assert_eq!(pods[0][2], base_ip, "the module pod has its base's address");
+    let wide = c.ok(&["get", "pods", "-o", "wide"]);
+    assert!(wide.contains(&pods[0][1]), "{wide}");
+    // kubectl logs: what the module printed, through the apiserver and the vnode endpoint.
+    let logs = c.eventually(&["logs", &pods[0][0]], |l| l.contains("adding 2 5"));
+    assert!(logs.contains("adding 1 2"), "{logs}");
+    let described = c.ok(&["describe", "node", &pods[0][1]]);
+    assert!(
+        described.contains("virtual-kubelet.io/provider=functions:NoSchedule"),
+        "{described}"
+    );
+
+    // Code that does not import: the module pod fails with Python's message, the Function
+    // says so, the caller gets 502.
+    register(&c, "broken", "def handler(:\n", &["--min", "1"]);
+    let failed = c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "serverless.minik8s.io/function=broken",
+            "-o",
+            "jsonpath={.items[0].status.phase} {.items[0].status.reason}",
+        ],
+        |o| o == "Failed ModuleLoadFailed",
+    );
+    assert_eq!(failed, "Failed ModuleLoadFailed");
+    let message = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "serverless.minik8s.io/function=broken",
+        "-o",
+        "jsonpath={.items[0].status.containerStatuses[0].state.terminated.message}",
+    ]);
+    assert!(message.contains("SyntaxError"), "{message}");
+    c.ok(&["delete", "fn", "broken"]);
+
+    // Concurrent load on a slow module scales it 1 → N, never past maxScale.
+    register(
+        &c,
+        "slow",
+        "import time\ndef handler(event):\n    time.sleep(1)\n    return {\"ok\": True}\n",
+        &["--max", "3", "--scale-to-zero-after", "30"],
+    );
+    let slow = url(&c, "slow");
+    let seen_max = AtomicI64::new(0);
+    let mut answers = Vec::new();
+    std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            let until = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < until {
+                seen_max.fetch_max(replicas(&c, "slow"), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        let workers: Vec<_> = (0..6)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..4)
+                        .map(|_| post(&c, &slow, "{}").0)
+                        .collect::<Vec<u16>>()
+                })
+            })
+            .collect();
+        for w in workers {
+            answers.extend(w.join().unwrap());
+        }
+        watcher.join().unwrap();
+    });
+    assert!(
+        answers.iter().all(|&a| a == 200),
+        "answers under load: {answers:?}"
+    );
+    let max = seen_max.load(Ordering::SeqCst);
+    assert!(
+        (2..=3).contains(&max),
+        "scaled to {max} module pods (maxScale 3)"
+    );
+    c.ok(&["delete", "fn", "slow"]);
+
+    // Idle for the period: back to zero, and the module is unloaded from its base.
+    c.eventually(
+        &[
+            "get",
+            "deployment",
+            "fn-add",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        |r| r == "0",
+    );
+    c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "serverless.minik8s.io/function=add",
+            "-o",
+            "name",
+        ],
+        |o| o.is_empty(),
+    );
+
+    // A code update under load: the new code answers, no request fails.
+    assert_eq!(post(&c, &add, r#"{"x":1,"y":2}"#).0, 200);
+    let stop = AtomicBool::new(false);
+    let (failures, new_seen) = std::thread::scope(|s| {
+        let load = s.spawn(|| {
+            let mut failures = Vec::new();
+            let mut new_seen = false;
+            while !stop.load(Ordering::SeqCst) {
+                let (code, body) = post(&c, &add, r#"{"x":1,"y":2}"#);
+                if code != 200 {
+                    failures.push((code, body));
+                } else if body.contains("\"v\": 2") {
+                    new_seen = true;
+                }
+            }
+            (failures, new_seen)
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        register(
+            &c,
+            "add",
+            "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"], \"v\": 2}\n",
+            &["--scale-to-zero-after", "30"],
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if post(&c, &add, r#"{"x":1,"y":2}"#).1.contains("\"v\": 2") {
+                std::thread::sleep(Duration::from_secs(2));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, Ordering::SeqCst);
+        load.join().unwrap()
+    });
+    assert!(
+        failures.is_empty(),
+        "requests failed during the update: {failures:?}"
+    );
+    assert!(new_seen, "the new code never answered");
+
+    // A base killed under load: its node goes, its module pods are recreated on the other
+    // base, and callers see no failure (a failed call is retried once on another base).
+    register(
+        &c,
+        "echo",
+        "def handler(event):\n    return event\n",
+        &["--min", "2", "--scale-to-zero-after", "600"],
+    );
+    let echo = url(&c, "echo");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let spread = loop {
+        let p = module_pods(&c, "echo");
+        if p.len() == 2
+            && p.iter()
+                .all(|x| x.get(3).map(String::as_str) == Some("Running"))
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "echo pods: {p:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!("echo's module pods: {spread:?}");
+    let victim = spread[0][1].clone();
+    let stop = AtomicBool::new(false);
+    let (answers, took) = std::thread::scope(|s| {
+        let load = s.spawn(|| {
+            let mut answers = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                answers.push(post(&c, &echo, r#"{"n":1}"#));
+            }
+            answers
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let killed = Instant::now();
+        c.ok(&[
+            "delete",
+            "pod",
+            "-n",
+            "minik8s-system",
+            &victim,
+            "--grace-period=0",
+            "--force",
+        ]);
+        c.eventually(&["get", "nodes", "-o", "name"], |o| !o.contains(&victim));
+        let gone = killed.elapsed();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let p = module_pods(&c, "echo");
+            if p.len() == 2
+                && p.iter()
+                    .all(|x| x.get(3).map(String::as_str) == Some("Running") && x[1] != victim)
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "echo pods not moved off {victim}: {p:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let moved = killed.elapsed();
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, Ordering::SeqCst);
+        (load.join().unwrap(), (gone, moved))
+    });
+    println!(
+        "base {victim} killed: its node gone in {:?}, its module pods running elsewhere in {:?}",
+        took.0, took.1
+    );
+    let failed: Vec<_> = answers.iter().filter(|(code, _)| *code != 200).collect();
+    println!(
+        "{} calls during the kill, {} failed",
+        answers.len(),
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "calls failed while a base died: {failed:?}"
+    );
+}
