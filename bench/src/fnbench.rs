@@ -40,10 +40,22 @@ pub(crate) async fn apply_code(
     code: &str,
     scale: Value,
 ) -> anyhow::Result<()> {
+    apply_placed(fns, name, code, scale, "pod").await
+}
+
+/// Creates or updates a Python Function with `code`, `scale` and `placement`.
+pub(crate) async fn apply_placed(
+    fns: &Api<Function>,
+    name: &str,
+    code: &str,
+    scale: Value,
+    placement: &str,
+) -> anyhow::Result<()> {
     let f = json!({
         "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "Function",
         "metadata": {"name": name},
-        "spec": {"runtime": "python3", "source": {"inline": code}, "scale": scale},
+        "spec": {"runtime": "python3", "source": {"inline": code}, "scale": scale,
+            "placement": placement},
     });
     fns.patch(
         name,
@@ -131,6 +143,38 @@ async fn call_kept(conn: &mut Option<Kept>, url: &str) -> anyhow::Result<Duratio
     Ok(started.elapsed())
 }
 
+/// When the function's newest pod was first seen, bound and Running (by a watch).
+#[derive(Clone, Debug, Default)]
+struct Steps {
+    created: Option<Instant>,
+    bound: Option<Instant>,
+    running: Option<Instant>,
+}
+
+async fn watch_steps(pods: Api<Pod>, function: &str, steps: Arc<std::sync::Mutex<Steps>>) {
+    use futures::StreamExt;
+    let cfg = kube::runtime::watcher::Config::default().labels(&format!("{LABEL}={function}"));
+    let stream = kube::runtime::watcher(pods, cfg);
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        let Ok(kube::runtime::watcher::Event::Apply(p)) = ev else {
+            continue;
+        };
+        let now = Instant::now();
+        let mut s = steps.lock().expect("steps");
+        if p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        s.created.get_or_insert(now);
+        if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            s.bound.get_or_insert(now);
+        }
+        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+            s.running.get_or_insert(now);
+        }
+    }
+}
+
 /// Runs the whole benchmark against `minik8s up` with its node.
 pub async fn run(
     binary: &std::path::Path,
@@ -165,6 +209,42 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
         wait_gone(&pods, "cold").await?;
         cold.push(call(&url).await?);
     }
+
+    // Module cold starts: the same function as a module loaded into a warm base. Each step
+    // of the path is timed from the call's start by a watch of the function's pods: the pod
+    // created (ReplicaSet), bound (scheduler), Running (loaded; the provider's status).
+    let add = "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n";
+    apply_placed(
+        &fns,
+        "cold-module",
+        add,
+        json!({"minScale": 0, "maxScale": 1, "scaleToZeroAfterSeconds": 1}),
+        "module",
+    )
+    .await?;
+    let url = url_of(&fns, "cold-module").await?;
+    call(&url).await?; // starts the bases (once)
+    let steps = Arc::new(std::sync::Mutex::new(Steps::default()));
+    let watch = tokio::spawn(watch_steps(pods.clone(), "cold-module", steps.clone()));
+    let mut module_cold = Vec::new();
+    let (mut created, mut bound, mut running) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..plan.cold_starts {
+        wait_gone(&pods, "cold-module").await?;
+        let started = Instant::now();
+        *steps.lock().expect("steps") = Steps::default();
+        module_cold.push(call(&url).await?);
+        let s = steps.lock().expect("steps").clone();
+        for (list, at) in [
+            (&mut created, s.created),
+            (&mut bound, s.bound),
+            (&mut running, s.running),
+        ] {
+            if let Some(at) = at {
+                list.push(at.saturating_duration_since(started));
+            }
+        }
+    }
+    watch.abort();
 
     // Warm: one pod kept; through the gateway, then straight to the pod.
     apply(&fns, "warm", json!({"minScale": 1, "maxScale": 1})).await?;
@@ -243,12 +323,19 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
     }
     sampler.await?;
     let secs = started.elapsed().as_secs_f64();
-    for name in ["cold", "warm", "load"] {
+    for name in ["cold", "cold-module", "warm", "load"] {
         let _ = fns.delete(name, &Default::default()).await;
     }
     Ok(json!({
         "pod_start_create_to_running": percentiles(&mut pod_start),
         "cold_start": {"samples": cold.len(), "latency": percentiles(&mut cold)},
+        "module_cold_start": {
+            "samples": module_cold.len(),
+            "latency": percentiles(&mut module_cold),
+            "pod_created": percentiles(&mut created),
+            "pod_bound": percentiles(&mut bound),
+            "pod_running": percentiles(&mut running),
+        },
         "warm": {
             "through_gateway": percentiles(&mut via_gateway),
             "direct_to_pod": percentiles(&mut direct),

@@ -5,6 +5,8 @@
 //! under load with no failed request, code that does not import, and a base killed under load.
 
 use minik8s_conformance::Cluster;
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -84,7 +86,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
     c.run_controllers(0);
     let _node = c.run_node("fm1", 10);
     let _functions = c.run_functions();
-    let _modules = c.run_function_modules("modules-a");
+    let modules = c.run_function_modules("modules-a");
 
     // The first module function makes the bases; each Ready base is a virtual node.
     register(&c, "add", ADD, &["--scale-to-zero-after", "5"]);
@@ -198,6 +200,46 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         "jsonpath={.items[0].status.containerStatuses[0].state.terminated.message}",
     ]);
     assert!(message.contains("SyntaxError"), "{message}");
+    // The Function says so, its pods stop coming (no storm of failing pods), and a call is a
+    // 502 with Python's message at once.
+    let cond = c.eventually(
+        &[
+            "get",
+            "fn",
+            "broken",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"SourceReady\")].reason}",
+        ],
+        |r| r == "ImportError",
+    );
+    assert_eq!(cond, "ImportError");
+    c.eventually(
+        &[
+            "get",
+            "deployment",
+            "fn-broken",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+        |r| r == "0",
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let tried = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "serverless.minik8s.io/function=broken",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        tried.lines().count() <= 3,
+        "failing module pods kept coming: {tried}"
+    );
+    let broken = url(&c, "broken");
+    let (code, body) = post(&c, &broken, "{}");
+    assert_eq!(code, 502, "{body}");
+    assert!(body.contains("SyntaxError"), "{body}");
     c.ok(&["delete", "fn", "broken"]);
 
     // Concurrent load on a slow module scales it 1 → N, never past maxScale.
@@ -325,7 +367,11 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         {
             break p;
         }
-        assert!(Instant::now() < deadline, "echo pods: {p:?}");
+        assert!(
+            Instant::now() < deadline,
+            "echo pods: {p:?}\n{}",
+            explain(&c, "echo")
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     println!("echo's module pods: {spread:?}");
@@ -386,4 +432,211 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         failed.is_empty(),
         "calls failed while a base died: {failed:?}"
     );
+
+    // Sharding: three replicas of `minik8s function-modules` (processes) share six bases two
+    // each; one is SIGKILLed and the others take its bases over after the Lease lapses,
+    // adopting the modules (none loaded again) with no module pod changing phase.
+    modules.cancel();
+    c.ok(&[
+        "scale",
+        "deployment",
+        "function-bases",
+        "-n",
+        "minik8s-system",
+        "--replicas=6",
+    ]);
+    // The autoscaler owns replicas: six through minScale.
+    register(
+        &c,
+        "echo",
+        "def handler(event):\n    return event\n",
+        &["--min", "6", "--scale-to-zero-after", "600"],
+    );
+    let kubeconfig = c.user_kubeconfig(minik8s_serverless::modules::USER, &[]);
+    let address = c.block_on(minik8s_kubelet::node::default_ip());
+    let mut replicas: Vec<Replica> = ["r-a", "r-b", "r-c"]
+        .iter()
+        .map(|id| Replica::start(&kubeconfig, c.ca_path(), &address, id))
+        .collect();
+    let holders = || -> BTreeMap<String, String> {
+        c.ok(&[
+            "get",
+            "leases",
+            "-n",
+            "kube-node-lease",
+            "-l",
+            "minik8s.io/vnode-provider=functions",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.holderIdentity}{\"\\n\"}{end}",
+        ])
+        .lines()
+        .filter_map(|l| {
+            l.split_once(' ')
+                .map(|(a, b)| (a.to_owned(), b.trim().to_owned()))
+        })
+        .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let shares = loop {
+        let h = holders();
+        let live: Vec<_> = h.values().filter(|x| x.starts_with("r-")).collect();
+        if h.len() == 6 && live.len() == 6 {
+            let mut shares = BTreeMap::new();
+            for x in live {
+                *shares.entry(x.clone()).or_insert(0) += 1;
+            }
+            break shares;
+        }
+        assert!(Instant::now() < deadline, "the six bases' leases: {h:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    println!("three replicas, six bases: {shares:?}");
+    let (max, min) = (
+        *shares.values().max().unwrap(),
+        *shares.values().min().unwrap(),
+    );
+    assert_eq!(shares.len(), 3, "{shares:?}");
+    assert!(max <= 2 * min, "max/min ≤ 2: {shares:?}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let before = loop {
+        let p = module_pods(&c, "echo");
+        if p.len() == 6
+            && p.iter()
+                .all(|x| x.get(3).map(String::as_str) == Some("Running"))
+        {
+            break p;
+        }
+        if Instant::now() > deadline {
+            let why = c.kubectl(&["get", "pods", "-l", "serverless.minik8s.io/function=echo", "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.reason} {.status.message}{\"\\n\"}{end}"]);
+            let events = c.kubectl(&["get", "events", "-A"]);
+            panic!("echo pods: {p:?}\n{}\n{}", why.stdout, events.stdout);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let modules_before = loaded_modules(&c);
+    let victim = shares.iter().max_by_key(|(_, n)| **n).unwrap().0.clone();
+    let victim_bases: Vec<String> = holders()
+        .into_iter()
+        .filter(|(_, h)| *h == victim)
+        .map(|(b, _)| b)
+        .collect();
+    let i = ["r-a", "r-b", "r-c"]
+        .iter()
+        .position(|r| *r == victim)
+        .unwrap();
+    let killed = Instant::now();
+    replicas[i].kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let h = holders();
+        if victim_bases.iter().all(|b| {
+            h.get(b)
+                .is_some_and(|x| x.starts_with("r-") && *x != victim)
+        }) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not taken over: {h:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = killed.elapsed();
+    println!(
+        "replica {victim} SIGKILLed: its {} bases taken over in {took:.1?} (lease 12 s, renew 3 s)",
+        victim_bases.len()
+    );
+    assert!(
+        took <= Duration::from_secs(12 + 3 + 5),
+        "within the lease duration plus a renew: {took:?}"
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        module_pods(&c, "echo"),
+        before,
+        "no module pod changed phase or was replaced"
+    );
+    assert_eq!(
+        loaded_modules(&c),
+        modules_before,
+        "no module was loaded again"
+    );
+    assert_eq!(post(&c, &echo, r#"{"n":2}"#), (200, r#"{"n": 2}"#.into()));
+    drop(replicas);
+}
+
+/// Why the function's pods are as they are, and the cluster's warnings.
+fn explain(c: &Cluster, function: &str) -> String {
+    let why = c.kubectl(&[
+        "get", "pods", "-l", &format!("serverless.minik8s.io/function={function}"), "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.reason} {.status.message} {.status.containerStatuses[0].state}{\"\\n\"}{end}",
+    ]);
+    let events = c.kubectl(&["get", "events", "-A", "--field-selector", "type=Warning"]);
+    let all = c.kubectl(&["get", "pods", "-A", "-o", "wide"]);
+    format!(
+        "{}\n{}\n{}\n{:#?}",
+        why.stdout,
+        events.stdout,
+        all.stdout,
+        loaded_modules(c)
+    )
+}
+
+/// Every module every base holds, with when it was loaded (a reload changes it).
+fn loaded_modules(c: &Cluster) -> Vec<String> {
+    let ips = c.ok(&[
+        "get",
+        "pods",
+        "-n",
+        "minik8s-system",
+        "-l",
+        "serverless.minik8s.io/base=true",
+        "-o",
+        "jsonpath={range .items[*]}{.status.podIP}{\"\\n\"}{end}",
+    ]);
+    let mut out = Vec::new();
+    for ip in ips.lines() {
+        let curl = std::process::Command::new("curl")
+            .args(["-sS", &format!("http://{ip}:8080/modules")])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&curl.stdout).unwrap_or_default();
+        for m in v["modules"].as_array().into_iter().flatten() {
+            out.push(format!(
+                "{ip} {} {} {}",
+                m["name"], m["loadedAt"], m["pods"]
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A `minik8s function-modules` process.
+struct Replica(std::process::Child);
+
+impl Replica {
+    fn start(kubeconfig: &Path, ca: &Path, address: &str, identity: &str) -> Replica {
+        let child = std::process::Command::new(minik8s_conformance::node::bin("minik8s"))
+            .args(["function-modules", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(["--identity", identity, "--address", address])
+            .args(["--lease-duration-seconds", "12", "--client-ca"])
+            .arg(ca)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("minik8s function-modules starts");
+        Replica(child)
+    }
+
+    /// SIGKILL: nothing is released.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

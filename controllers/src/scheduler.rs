@@ -2,6 +2,8 @@
 //!
 //! Filters (all profiles): node Ready and schedulable, taints tolerated, `nodeSelector`,
 //! required node affinity, required pod (anti-)affinity on `kubernetes.io/hostname`,
+//! topology spread constraints (`DoNotSchedule` filters; every constraint also scores, the
+//! node whose domain has the fewest matching pods first),
 //! resource requests fit allocatable (cpu, memory, pods and extended resources such as
 //! `nvidia.com/gpu`), host ports free, and the node affinity of the pod's bound volumes
 //! (a claim of a `WaitForFirstConsumer` class learns the chosen node first, and the pod is
@@ -344,6 +346,88 @@ pub fn unschedulable_message(total: usize, reasons: &BTreeMap<String, usize>) ->
     format!("0/{total} nodes are available: {}.", parts.join(", "))
 }
 
+/// A pod's topology spread constraints against the nodes it may go to: the pods each
+/// constraint's selector matches, counted per domain (a value of its topology key).
+struct Spread {
+    constraints: Vec<Constraint>,
+}
+
+/// One topology spread constraint, counted: (DoNotSchedule, maxSkew, the domain of each node,
+/// matching pods per domain).
+type Constraint = (bool, i64, Vec<Option<String>>, BTreeMap<String, i64>);
+
+impl Spread {
+    fn of(pod: &Pod, nodes: &[NodeInfo], eligible: &[usize]) -> Spread {
+        let ns = pod.namespace().unwrap_or_default();
+        let constraints = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| {
+                let selector = c.label_selector.as_ref().map(util::Selector::new);
+                let domains: Vec<Option<String>> = nodes
+                    .iter()
+                    .map(|n| n.node.labels().get(&c.topology_key).cloned())
+                    .collect();
+                let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+                for &i in eligible {
+                    if let Some(d) = &domains[i] {
+                        counts.entry(d.clone()).or_insert(0);
+                    }
+                }
+                for (i, n) in nodes.iter().enumerate() {
+                    let Some(d) = domains[i].as_ref().filter(|d| counts.contains_key(*d)) else {
+                        continue;
+                    };
+                    let matching = n
+                        .pod_labels
+                        .iter()
+                        .filter(|(pns, l)| {
+                            *pns == ns && selector.as_ref().is_some_and(|s| s.matches(Some(l)))
+                        })
+                        .count() as i64;
+                    *counts.get_mut(d).expect("domain") += matching;
+                }
+                let hard = c.when_unsatisfiable == "DoNotSchedule";
+                (hard, i64::from(c.max_skew.max(1)), domains, counts)
+            })
+            .collect();
+        Spread { constraints }
+    }
+
+    /// Whether node `i` keeps every DoNotSchedule constraint's skew within its maximum.
+    fn allows(&self, i: usize) -> bool {
+        self.constraints
+            .iter()
+            .all(|(hard, max_skew, domains, counts)| {
+                if !hard {
+                    return true;
+                }
+                let Some(d) = &domains[i] else {
+                    return false;
+                };
+                let min = counts.values().copied().min().unwrap_or(0);
+                counts.get(d).copied().unwrap_or(0) + 1 - min <= *max_skew
+            })
+    }
+
+    /// The matching pods in node `i`'s domains, over every constraint.
+    fn matching(&self, i: usize) -> i64 {
+        self.constraints
+            .iter()
+            .map(|(_, _, domains, counts)| {
+                domains[i]
+                    .as_ref()
+                    .and_then(|d| counts.get(d))
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
 /// Chooses a node for a pod among `nodes` with a policy; `Err` explains why none fits.
 pub fn pick(
     pod: &Pod,
@@ -381,6 +465,21 @@ pub fn pick_for(
     if feasible.is_empty() {
         return Err(unschedulable_message(nodes.len(), &reasons));
     }
+    // Topology spread (upstream's PodTopologySpread): a DoNotSchedule constraint filters,
+    // and every constraint scores (fewer matching pods in the node's domain is better).
+    let spread = Spread::of(pod, nodes, &feasible);
+    feasible.retain(|i| {
+        let ok = spread.allows(*i);
+        if !ok {
+            *reasons
+                .entry("node(s) didn't match pod topology spread constraints".into())
+                .or_default() += 1;
+        }
+        ok
+    });
+    if feasible.is_empty() {
+        return Err(unschedulable_message(nodes.len(), &reasons));
+    }
     let least_allocated = |i: &usize| {
         let n = &nodes[*i];
         let frac = |res: &str, r: Quantity| {
@@ -395,8 +494,13 @@ pub fn pick_for(
                 "memory",
                 requests.get("memory").copied().unwrap_or_default(),
             );
-        // Ties go to the node with fewer pods, then by name.
-        (score, -n.pods, std::cmp::Reverse(n.name()))
+        // Spread first, then the freest; ties go to the node with fewer pods, then by name.
+        (
+            -spread.matching(*i),
+            score,
+            -n.pods,
+            std::cmp::Reverse(n.name()),
+        )
     };
     let chosen = match policy {
         Policy::LeastAllocated => feasible.iter().copied().max_by_key(least_allocated),
@@ -1171,6 +1275,61 @@ mod tests {
         assert_eq!(
             pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut 0),
             Ok(1)
+        );
+    }
+
+    /// A pod labelled `app=web` that spreads over host names (`hard`: DoNotSchedule).
+    fn spread_pod(hard: bool) -> Pod {
+        let mut p = pod("0");
+        p.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+        p.spec.as_mut().unwrap().topology_spread_constraints = Some(vec![
+            serde_json::from_value(serde_json::json!({
+                "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": if hard { "DoNotSchedule" } else { "ScheduleAnyway" },
+                "labelSelector": {"matchLabels": {"app": "web"}},
+            }))
+            .unwrap(),
+        ]);
+        p
+    }
+
+    #[test]
+    fn topology_spread_prefers_the_domain_with_fewer_matching_pods_and_filters_hard_skew() {
+        // a has an unrelated pod (fewer pods would otherwise pick b), b has one of ours.
+        let mut a = node("a", "4");
+        let mut b = node("b", "4");
+        a.add(&pod("0"), &BTreeMap::new());
+        a.add(&pod("0"), &BTreeMap::new());
+        b.add(&spread_pod(false), &BTreeMap::new());
+        let nodes = vec![a, b];
+        assert_eq!(
+            pick(&spread_pod(false), &nodes, Policy::LeastAllocated, &mut 0),
+            Ok(0)
+        );
+        // DoNotSchedule: b at 2 and a at 0 would be a skew of 2 > 1 on b.
+        let mut b = nodes[1].clone();
+        b.add(&spread_pod(true), &BTreeMap::new());
+        let only_b = vec![nodes[0].clone(), b];
+        assert_eq!(
+            pick(&spread_pod(true), &only_b, Policy::LeastAllocated, &mut 0),
+            Ok(0)
+        );
+        let mut full_a = only_b.clone();
+        full_a[0].add(&spread_pod(true), &BTreeMap::new());
+        full_a[0].add(&spread_pod(true), &BTreeMap::new());
+        full_a[0].add(&spread_pod(true), &BTreeMap::new());
+        full_a[1].add(&spread_pod(true), &BTreeMap::new());
+        // a 3, b 3: both within skew; the tie goes to fewer pods overall (b).
+        assert_eq!(
+            pick(&spread_pod(true), &full_a, Policy::LeastAllocated, &mut 0),
+            Ok(1)
+        );
+        let mut skewed = only_b;
+        skewed[1].add(&spread_pod(true), &BTreeMap::new());
+        // a 0, b 3: b is refused, a chosen.
+        assert_eq!(
+            pick(&spread_pod(true), &skewed, Policy::LeastAllocated, &mut 0),
+            Ok(0)
         );
     }
 

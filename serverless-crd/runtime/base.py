@@ -5,8 +5,8 @@ The function-module provider (a virtual node per base) drives it:
   PUT    /modules/<ns>/<name>/<revision>   {"pod", "uid", "handler", "source", "timeoutSeconds"}
          loads the code as a module of its own (its own namespace, its own import), or adds the
          pod to the module already loaded for that revision; 200 {"loaded": true}, 422
-         {"error": <Python's message>} when it does not import, 409 when the base is full or
-         serves another namespace.
+         {"error": <Python's message>} when it does not import (nothing is kept), 409 when the
+         base is full or serves another namespace.
   DELETE /modules/<ns>/<name>/<revision>?pod=<pod>  drops the pod; the module goes with its
          last pod.
   GET    /modules                          every module: pods, error, calls, failures.
@@ -218,11 +218,13 @@ class Handler(BaseHTTPRequestHandler):
             if others and not SHARE_NAMESPACES:
                 self.answer(409, {"error": f"the base serves namespace {sorted(others)[0]}"})
                 return
-            # Loaded under the lock: two pods of one revision load it once.
+            # Loaded under the lock: two pods of one revision load it once. Code that does not
+            # import is not kept: its pod fails, and holds no room in the base.
             m = Module(*key, spec.get("handler") or "main.handler", spec.get("source") or "",
                        float(spec.get("timeoutSeconds") or 60))
-            m.pods[pod] = uid
-            MODULES[key] = m
+            if not m.error:
+                m.pods[pod] = uid
+                MODULES[key] = m
         if m.error:
             self.answer(422, {"error": m.error})
         else:

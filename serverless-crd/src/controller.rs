@@ -6,9 +6,9 @@
 
 use crate::types::{Function, FunctionStatus, Placement, Runtime};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -307,21 +307,50 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         ));
     };
     // SourceReady: known missing here; an import error is reported by the gateway, which
-    // keeps its condition (False with the Python message) until the code changes.
-    let import_failed = old.conditions.iter().find(|c| {
-        c.type_ == "SourceReady"
-            && c.status == "False"
-            && c.reason == "ImportError"
-            && old.observed_generation == f.metadata.generation
-    });
-    match (source_missing, import_failed) {
+    // keeps its condition (False with the Python message) until the code changes. A module
+    // function learns it from its module pods (`ModuleLoadFailed`).
+    let module_failed = match f.spec.placement {
+        Placement::Module => module_load_failure(&ctx.client, &ns, &name, &code_hash).await?,
+        Placement::Pod => None,
+    };
+    let import_failed = old
+        .conditions
+        .iter()
+        .find(|c| {
+            c.type_ == "SourceReady"
+                && c.status == "False"
+                && c.reason == "ImportError"
+                && old.observed_generation == f.metadata.generation
+        })
+        .map(|c| c.message.clone())
+        .or(module_failed);
+    if import_failed.is_some() && f.spec.placement == Placement::Module {
+        // Its pods would only fail again: none until the code changes (the gateway answers
+        // 502 with Python's message meanwhile, and the autoscaler leaves it at zero).
+        let scale = deployment
+            .spec
+            .as_ref()
+            .and_then(|s| s.replicas)
+            .unwrap_or(0);
+        if scale != 0 {
+            deployments
+                .patch_scale(
+                    &child,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
+                )
+                .await
+                .map_err(api("scaling a function whose module does not load to zero"))?;
+        }
+    }
+    match (source_missing, &import_failed) {
         (true, _) => set(
             "SourceReady",
             false,
             "SourceMissing",
             "the function has no source (spec.source.inline or a ConfigMap key that exists)".into(),
         ),
-        (false, Some(c)) => set("SourceReady", false, "ImportError", c.message.clone()),
+        (false, Some(m)) => set("SourceReady", false, "ImportError", m.clone()),
         (false, None) => set("SourceReady", true, "SourceLoaded", String::new()),
     }
     let ready = !source_missing && import_failed.is_none();
@@ -364,6 +393,26 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
+/// Python's message when a module pod of the function's current code failed to load.
+async fn module_load_failure(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    code_hash: &str,
+) -> Result<Option<String>, Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("{FUNCTION_LABEL}={name}")))
+        .await
+        .map_err(api("listing the function's module pods"))?;
+    Ok(list.items.into_iter().find_map(|p| {
+        let status = p.status.as_ref()?;
+        (status.reason.as_deref() == Some("ModuleLoadFailed")
+            && p.annotations().get(CODE_HASH).map(String::as_str) == Some(code_hash))
+        .then(|| status.message.clone().unwrap_or_default())
+    }))
+}
+
 /// Runs the Function controller until `shutdown`.
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
     let tasks = TaskTracker::new();
@@ -396,6 +445,23 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
             Api::<ConfigMap>::all(client.clone()),
             watcher::Config::default(),
             referring,
+        )
+        // A module pod that fails to load tells its Function.
+        .watches_api(
+            Api::<Pod>::all(client.clone()),
+            watcher::Config::default().labels(&format!(
+                "{}={}",
+                minik8s_vnode::PROVIDER_LABEL,
+                crate::modules::PROVIDER
+            )),
+            |p: Pod| {
+                let failed =
+                    p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("ModuleLoadFailed");
+                let function = p.labels().get(FUNCTION_LABEL).cloned();
+                failed
+                    .then(|| Some(ObjectRef::new(&function?).within(&p.namespace()?)))
+                    .flatten()
+            },
         )
         .run(reconcile, Arc::new(Ctx { client, cfg }), shutdown)
         .await;

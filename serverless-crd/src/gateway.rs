@@ -371,6 +371,13 @@ impl Gateway {
                 "the request body is not JSON",
             ));
         }
+        if let Some(message) = module_broken(&f) {
+            // Its modules do not load: nothing would come up to answer.
+            return Err(Failure::new(
+                StatusCode::BAD_GATEWAY,
+                format!("the function's source does not load: {message}"),
+            ));
+        }
         let spec = &f.spec;
         let state = self.state(ns, name);
         *state.last_request.lock().expect("last") = Some(started);
@@ -564,6 +571,10 @@ impl Gateway {
                 .any(|f| f.namespace().as_deref() == Some(ns) && f.name_any() == *name)
         });
         for f in functions {
+            if module_broken(&f).is_some() {
+                // Left at zero by its controller until its code changes.
+                continue;
+            }
             let ns = f.namespace().unwrap_or_default();
             let name = f.name_any();
             let state = self.state(&ns, &name);
@@ -623,6 +634,22 @@ enum Forward {
     Failed(String),
     /// The pod went away before the request was sent: another may take it.
     Gone,
+}
+
+/// Python's message when `f` is a module function whose current code does not load.
+fn module_broken(f: &Function) -> Option<String> {
+    if f.spec.placement != crate::types::Placement::Module {
+        return None;
+    }
+    let status = f.status.as_ref()?;
+    if status.observed_generation != f.metadata.generation {
+        return None;
+    }
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "SourceReady" && c.status == "False" && c.reason == "ImportError")
+        .map(|c| c.message.clone())
 }
 
 /// POSTs `body` to the pod, retrying a refused connection (the runtime is starting) until

@@ -6,8 +6,8 @@
 //! - every Ready base pod (the `function-bases` Deployment in `minik8s-system`) is a virtual
 //!   node named after it, with capacity `pods: <modules per base>` and the base's memory;
 //! - a module function's pods (*module pods*) tolerate the virtual nodes' taint and select
-//!   them; the ordinary scheduler places them (least allocated; ties to the base with fewer
-//!   modules);
+//!   them; the ordinary scheduler places them, spread over bases by a topology spread
+//!   constraint on `kubernetes.io/hostname`;
 //! - the provider loads a module pod's code into its base (`PUT /modules/<ns>/<fn>/<rev>`)
 //!   and reports the pod Running and Ready with the base's address once it loaded, or
 //!   `Failed` (`ModuleLoadFailed`, Python's message) when the code does not import.
@@ -81,9 +81,16 @@ impl Config {
 }
 
 /// The module pods' template changes: the provider taint tolerated, module nodes selected,
-/// the provider label for the one shared pod watch.
+/// spread over bases, and the provider label for the one shared pod watch.
 pub fn module_template(template: &mut Value) {
     template["metadata"]["labels"][minik8s_vnode::PROVIDER_LABEL] = json!(PROVIDER);
+    // Spread over bases, so one base lost costs a function one of its pods, not all.
+    let function = template["metadata"]["labels"][FUNCTION_LABEL].clone();
+    template["spec"]["topologySpreadConstraints"] = json!([{
+        "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {FUNCTION_LABEL: function}},
+    }]);
     template["spec"]["nodeSelector"] = json!({minik8s_vnode::PROVIDER_LABEL: PROVIDER});
     template["spec"]["tolerations"] = json!([{
         "key": minik8s_vnode::TAINT_KEY, "operator": "Equal", "value": PROVIDER,
@@ -554,7 +561,8 @@ impl Streams for Base {
     }
 }
 
-/// A base pod as a virtual node: capacity `pods: MODULES_PER_BASE`, the base's memory limit.
+/// A base pod as a virtual node: capacity `pods` as many as the base takes (its
+/// `BASE_MAX_MODULES`, default [`MODULES_PER_BASE`]), the base's memory limit.
 fn base_info(pod: &Pod) -> VNodeInfo {
     let limits = pod
         .spec
@@ -563,11 +571,22 @@ fn base_info(pod: &Pod) -> VNodeInfo {
         .and_then(|c| c.resources.as_ref()?.limits.clone())
         .unwrap_or_default();
     let get = |k: &str, default: &str| limits.get(k).map_or(default.to_owned(), |q| q.0.clone());
+    // The base's own limit (its BASE_MAX_MODULES), which the operator may change.
+    let modules = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|e| e.name == "BASE_MAX_MODULES")
+        .and_then(|e| e.value.as_deref()?.parse::<u32>().ok())
+        .unwrap_or(MODULES_PER_BASE);
     VNodeInfo {
         name: pod.name_any(),
         labels: BTreeMap::from([(BASE_LABEL.to_owned(), "true".to_owned())]),
         capacity: BTreeMap::from([
-            ("pods".to_owned(), MODULES_PER_BASE.to_string()),
+            ("pods".to_owned(), modules.to_string()),
             ("memory".to_owned(), get("memory", "512Mi")),
             ("cpu".to_owned(), get("cpu", "1")),
         ]),

@@ -255,6 +255,9 @@ async fn force_delete(shared: &Shared, pod: &Pod) -> Result<(), Error> {
 /// the provider runs is adopted first.
 pub(crate) async fn resync(shared: &Shared, served: &Served, takeover: bool) {
     let name = served.name();
+    // Held from the listing on: a pod created meanwhile would look vanished from a list
+    // taken before it.
+    let mut state = served.pods.lock().await;
     let provider_pods = match timed("get_pods", served.provider.get_pods()).await {
         Ok(p) => p,
         Err(e) => {
@@ -269,7 +272,6 @@ pub(crate) async fn resync(shared: &Shared, served: &Served, takeover: bool) {
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
         .map(|p| (key(&p), p))
         .collect();
-    let mut state = served.pods.lock().await;
     let mut in_provider = HashMap::new();
     for p in &provider_pods {
         let k = key(p);
@@ -306,10 +308,16 @@ pub(crate) async fn resync(shared: &Shared, served: &Served, takeover: bool) {
         .cloned()
         .collect();
     for k in vanished {
-        state.pods.remove(&k);
-        if let Some(pod) = api_pods.get(&k)
-            && !terminal(pod.status.as_ref())
-        {
+        let running = state.pods.remove(&k);
+        let Some(pod) = api_pods.get(&k) else {
+            continue;
+        };
+        if running.is_some_and(|r| r.deleting) || pod.metadata.deletion_timestamp.is_some() {
+            // Deleted in the provider already: the deletion finishes.
+            if let Err(e) = force_delete(shared, pod).await {
+                tracing::warn!(node = %name, error = %e, "finishing a deletion failed");
+            }
+        } else if !terminal(pod.status.as_ref()) {
             let status = PodStatus {
                 phase: Some("Failed".into()),
                 reason: Some("NotFound".into()),
