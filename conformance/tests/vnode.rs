@@ -183,7 +183,7 @@ fn holders(c: &Cluster) -> BTreeMap<String, String> {
         "-n",
         "kube-node-lease",
         "-l",
-        "minik8s.io/vnode-provider=fake",
+        "minik8s.io/vnode-provider=fake,!minik8s.io/vnode-replica",
         "-o",
         "jsonpath={range .items[*]}{.metadata.name} {.spec.holderIdentity}{\"\\n\"}{end}",
     ]);

@@ -1,7 +1,8 @@
 //! The node IPAM controller (upstream's range allocator, `--allocate-node-cidrs`): every Node
 //! without a `spec.podCIDR` gets the lowest free block of the cluster CIDR (`/24`s of
 //! `10.244.0.0/16` by default). Blocks nodes already claim (a kubelet started with its own
-//! `--pod-cidr`) are never handed out again.
+//! `--pod-cidr`) are never handed out again. Virtual nodes (`type: virtual-kubelet`) get none:
+//! their pods' addresses are their provider's.
 
 use crate::driver::Driver;
 use k8s_openapi::api::core::v1::Node;
@@ -113,11 +114,15 @@ pub async fn run(
 
 /// Gives a node without a pod CIDR the lowest free block.
 async fn allocate(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
-    if node
-        .spec
-        .as_ref()
-        .and_then(|s| s.pod_cidr.as_ref())
-        .is_some()
+    // A virtual node's pods take their addresses from its provider, so it routes no block
+    // (and a thousand of them would exhaust a /16 of /24s).
+    let is_virtual = node.labels().get("type").map(String::as_str) == Some("virtual-kubelet");
+    if is_virtual
+        || node
+            .spec
+            .as_ref()
+            .and_then(|s| s.pod_cidr.as_ref())
+            .is_some()
     {
         return Ok(Action::await_change());
     }

@@ -10,7 +10,8 @@
 //!   races to hold its node Lease (`kube-node-lease/<node>`, which the node lifecycle
 //!   controller reads as the heartbeat). Before each race a replica waits in proportion to its
 //!   load level (nodes held / nodes known, in `max_level` steps), so replicas end up with
-//!   equal shares. The holder serves the node ([`node`]): registers the Node, renews the Lease
+//!   equal shares; replicas know of each other by a presence Lease each, and a replica alone
+//!   does not wait. The holder serves the node ([`node`]): registers the Node, renews the Lease
 //!   every 10 s, writes the node status on change and at least every minute, and runs its
 //!   pods through the provider. The others stand by and take the node over when its Lease is
 //!   released (a clean stop releases at once) or lapses (a whole lease duration unchanged, by
@@ -52,6 +53,8 @@ use tokio_util::task::TaskTracker;
 pub const PROVIDER_LABEL: &str = "minik8s.io/vnode-provider";
 /// The taint every virtual node carries (`<provider>:NoSchedule`), as virtual-kubelet's.
 pub const TAINT_KEY: &str = "virtual-kubelet.io/provider";
+/// The label of the replicas' presence Leases (one per replica, beside the node Leases).
+pub const REPLICA_LABEL: &str = "minik8s.io/vnode-replica";
 /// The namespace of node Leases.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// The field manager of what the library writes.
@@ -122,6 +125,23 @@ impl Config {
 
     fn labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([(PROVIDER_LABEL.to_owned(), self.provider.clone())])
+    }
+
+    /// The name of this replica's presence Lease.
+    fn presence(&self) -> String {
+        let id: String = self
+            .identity
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        format!("{}-replica-{}", self.provider, id.trim_matches('-'))
     }
 }
 
@@ -228,6 +248,7 @@ pub async fn run(
         driver.run(pods::reconcile, shared.clone(), shutdown.clone()),
     );
     minik8s_task::spawn_on(&tasks, "vnode-leases", watch_leases(shared.clone()));
+    minik8s_task::spawn_on(&tasks, "vnode-presence", presence(shared.clone()));
     minik8s_task::spawn_on(&tasks, "vnode-racer", race(shared.clone()));
     tracing::info!(provider = %cfg.provider, identity = %cfg.identity, "virtual nodes started");
     loop {
@@ -376,8 +397,52 @@ fn holder_of(lease: &Lease) -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// The racer: one race at a time, each after the load-level wait, for every known node
-/// whose Lease is absent, free or lapsed.
+/// Keeps this replica's presence Lease (so the others know to share with it) until
+/// shutdown, then deletes it.
+async fn presence(shared: Arc<Shared>) {
+    let name = shared.cfg.presence();
+    let mut labels = shared.cfg.labels();
+    labels.insert(REPLICA_LABEL.to_owned(), "true".to_owned());
+    let hold = Hold {
+        name: &name,
+        identity: &shared.cfg.identity,
+        duration: shared.cfg.lease_duration,
+        labels: &labels,
+    };
+    let (mut observed, mut last) = (Observed::default(), None);
+    loop {
+        if let Err(e) = leader::try_hold(&shared.leases(), &hold, &mut observed, &mut last).await {
+            tracing::warn!(error = %e, "renewing this replica's presence lease failed");
+            last = None;
+        }
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => break,
+            _ = tokio::time::sleep(shared.cfg.renew_interval) => {}
+        }
+    }
+    let _ = shared
+        .leases()
+        .delete(&name, &kube::api::DeleteParams::default())
+        .await;
+}
+
+/// How many other replicas are alive (their presence Leases held and not lapsed).
+fn other_replicas(shared: &Shared) -> usize {
+    let observed = shared.observed.lock().expect("observed");
+    observed
+        .values()
+        .filter(|(lease, seen)| {
+            lease.labels().contains_key(REPLICA_LABEL)
+                && holder_of(lease).is_some_and(|h| h != shared.cfg.identity)
+                && seen
+                    .expires_in(shared.cfg.lease_duration)
+                    .is_some_and(|left| !left.is_zero())
+        })
+        .count()
+}
+
+/// The racer: one race at a time, each after the load-level wait (when other replicas are
+/// alive to share with), for every known node whose Lease is absent, free or lapsed.
 async fn race(shared: Arc<Shared>) {
     let labels = shared.cfg.labels();
     let m = metrics::get();
@@ -420,7 +485,11 @@ async fn race(shared: Arc<Shared>) {
                 let held = shared.served.lock().expect("served").len();
                 (held, shared.known.lock().expect("known").len())
             };
-            let level = load_level(held, total, shared.cfg.max_level);
+            let level = if other_replicas(&shared) == 0 {
+                0
+            } else {
+                load_level(held, total, shared.cfg.max_level)
+            };
             if level > 0 {
                 tokio::select! {
                     _ = shared.shutdown.cancelled() => return,
