@@ -5,6 +5,7 @@
 use crate::bench::{percentile, percentiles};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use minik8s_serverless::Function;
 use minik8s_serverless::gateway::post;
@@ -26,6 +27,8 @@ pub struct Plan {
     pub clients: usize,
     /// How long the sustained load lasts.
     pub load_for: Duration,
+    /// Module functions rolled out at once (100).
+    pub modules: usize,
 }
 
 async fn apply(fns: &Api<Function>, name: &str, scale: Value) -> anyhow::Result<()> {
@@ -143,6 +146,25 @@ async fn call_kept(conn: &mut Option<Kept>, url: &str) -> anyhow::Result<Duratio
     Ok(started.elapsed())
 }
 
+/// The bases' memory (working set, bytes) summed from `metrics.k8s.io`.
+async fn bases_memory(client: &kube::Client) -> anyhow::Result<f64> {
+    let req = http::Request::get(
+        "/apis/metrics.k8s.io/v1beta1/namespaces/minik8s-system/pods?labelSelector=serverless.minik8s.io%2Fbase%3Dtrue",
+    )
+    .body(Vec::new())?;
+    let v: Value = client.request(req).await?;
+    let mut total = 0.0;
+    for item in v["items"].as_array().into_iter().flatten() {
+        for c in item["containers"].as_array().into_iter().flatten() {
+            let q = c["usage"]["memory"].as_str().unwrap_or("0");
+            total += minik8s_types::Quantity::parse(q)
+                .map(|q| q.millis() as f64 / 1000.0)
+                .unwrap_or(0.0);
+        }
+    }
+    Ok(total)
+}
+
 /// When the function's newest pod was first seen, bound and Running (by a watch).
 #[derive(Clone, Debug, Default)]
 struct Steps {
@@ -246,6 +268,68 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
     }
     watch.abort();
 
+    // Module rollout and density: three bases, then `modules` module functions (one pod
+    // each) applied at once, timed until every module pod is Running; the bases' memory
+    // (metrics.k8s.io working set) before and after gives the memory per loaded module.
+    let bases: Api<Deployment> = Api::namespaced(client.clone(), "minik8s-system");
+    bases
+        .patch_scale(
+            "function-bases",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await?;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let lp_bases = ListParams::default().labels("minik8s.io/vnode-provider=functions");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while nodes.list(&lp_bases).await?.items.len() < 3 {
+        anyhow::ensure!(Instant::now() < deadline, "three bases did not come up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    wait_gone(&pods, "cold-module").await?;
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let memory_before = bases_memory(&client).await?;
+    let rollout_started = Instant::now();
+    for i in 0..plan.modules {
+        apply_placed(
+            &fns,
+            &format!("m-{i}"),
+            add,
+            json!({"minScale": 1, "maxScale": 1}),
+            "module",
+        )
+        .await?;
+    }
+    let lp_modules = ListParams::default().labels("minik8s.io/vnode-provider=functions");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let running = pods
+            .list(&lp_modules)
+            .await?
+            .items
+            .iter()
+            .filter(|p| {
+                p.labels().get(LABEL).is_some_and(|f| f.starts_with("m-"))
+                    && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            })
+            .count();
+        if running == plan.modules {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {running} of {} modules Running",
+            plan.modules
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rollout = rollout_started.elapsed();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let memory_after = bases_memory(&client).await?;
+    for i in 0..plan.modules {
+        let _ = fns.delete(&format!("m-{i}"), &Default::default()).await;
+    }
+
     // Warm: one pod kept; through the gateway, then straight to the pod.
     apply(&fns, "warm", json!({"minScale": 1, "maxScale": 1})).await?;
     let url = url_of(&fns, "warm").await?;
@@ -329,6 +413,13 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
     Ok(json!({
         "pod_start_create_to_running": percentiles(&mut pod_start),
         "cold_start": {"samples": cold.len(), "latency": percentiles(&mut cold)},
+        "module_rollout": {
+            "modules": plan.modules,
+            "apply_to_all_running_s": (rollout.as_secs_f64() * 100.0).round() / 100.0,
+            "bases": 3,
+            "bases_memory_mib": {"before": memory_before / 1048576.0, "after": memory_after / 1048576.0},
+            "memory_per_module_kib": ((memory_after - memory_before) / plan.modules.max(1) as f64 / 1024.0).round(),
+        },
         "module_cold_start": {
             "samples": module_cold.len(),
             "latency": percentiles(&mut module_cold),

@@ -324,6 +324,32 @@ fn one_replica_serves_several_virtual_nodes() {
     }
     assert!(backend.running() <= before);
 
+    // Nodes at capacity (10 pods each here): the rest stay Pending, as the scheduler says.
+    c.ok(&["scale", "deployment", "web", "--replicas=32"]);
+    let pending = c.eventually(
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "--field-selector",
+            "status.phase=Pending",
+            "-o",
+            "name",
+        ],
+        |o| o.lines().count() == 2,
+    );
+    let pod = pending
+        .lines()
+        .next()
+        .unwrap()
+        .trim_start_matches("pod/")
+        .to_owned();
+    let why = c.eventually(&["describe", "pod", &pod], |d| d.contains("Too many pods"));
+    assert!(why.contains("FailedScheduling"), "{why}");
+    c.ok(&["scale", "deployment", "web", "--replicas=4"]);
+    running(&c, "web", 4);
+
     // A node gone from its provider: the Node goes, its pods are rescheduled elsewhere.
     replica
         .discover

@@ -21,6 +21,9 @@ struct Args {
     /// Seconds of sustained load.
     #[arg(long, default_value_t = 30)]
     seconds: u64,
+    /// Module functions rolled out at once.
+    #[arg(long, default_value_t = 100)]
+    modules: usize,
 }
 
 #[tokio::main]
@@ -32,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         warm_calls: args.warm_calls,
         clients: args.clients,
         load_for: std::time::Duration::from_secs(args.seconds),
+        modules: args.modules,
     };
     let result = minik8s_bench::fnbench::run(&args.minik8s, &images, plan).await?;
     println!("{}", serde_json::to_string_pretty(&result)?);
