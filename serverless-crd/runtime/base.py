@@ -11,8 +11,7 @@ The function-module provider (a virtual node per base) drives it:
          last pod.
   GET    /modules                          every module: pods, error, calls, failures.
   GET    /modules/<ns>/<name>/<revision>/logs   what the module printed ({"lines": [[t, s]]}).
-  GET    /healthz                          200 while the process answers, with the namespaces
-                                           whose modules it holds.
+  GET    /healthz                          200 while the process answers.
   POST   /<ns>/<name>/<revision> (or /<ns>/<name>: the newest revision loaded) invokes it, as
          POST / of a function pod: JSON in and out, 500 when the handler raises, 504 when it
          takes longer than its timeout (the base answers, the module's thread is abandoned).
@@ -173,9 +172,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["healthz"]:
             with LOCK:
                 n = len(MODULES)
-                namespaces = sorted({m.ns for m in MODULES.values()})
-            self.answer(200, {"ok": True, "modules": n, "capacity": MAX_MODULES,
-                              "namespaces": namespaces, "shareNamespaces": SHARE_NAMESPACES})
+            self.answer(200, {"ok": True, "modules": n, "capacity": MAX_MODULES})
         elif parts == ["modules"]:
             with LOCK:
                 listed = [m.describe() for m in MODULES.values()]
