@@ -298,9 +298,7 @@ async fn on_discovered(shared: &Arc<Shared>, d: Discovered) {
             let name = info.name.clone();
             let changed = {
                 let mut known = shared.known.lock().expect("known");
-                let changed = known
-                    .get(&name)
-                    .is_some_and(|k| format!("{:?}", k.info) != format!("{info:?}"));
+                let changed = known.get(&name).is_some_and(|k| k.info != info);
                 known.insert(
                     name.clone(),
                     Known {

@@ -13,7 +13,7 @@
 use crate::node::Served;
 use crate::{Error, Shared, metrics};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -232,23 +232,9 @@ async fn write_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<
     }
 }
 
-/// Deletes the pod at grace 0 (this uid only).
+/// Deletes the pod at grace 0 (this uid only), as the kubelet does.
 async fn force_delete(shared: &Shared, pod: &Pod) -> Result<(), Error> {
-    let api: Api<Pod> =
-        Api::namespaced(shared.client.clone(), &pod.namespace().unwrap_or_default());
-    let dp = DeleteParams {
-        grace_period_seconds: Some(0),
-        preconditions: Some(Preconditions {
-            uid: pod.uid(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(&pod.name_any(), &dp).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    Ok(minik8s_kubelet::pod::finish_deletion(&shared.client, pod).await?)
 }
 
 /// Compares the node's pods in the API with the provider's (`GetPods`). At `takeover` what

@@ -107,7 +107,7 @@ pub trait Provider: PodLifecycleHandler + PodNotifier + NodeProvider + Streams +
 impl<T: PodLifecycleHandler + PodNotifier + NodeProvider + Streams + 'static> Provider for T {}
 
 /// A virtual node as its provider describes it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VNodeInfo {
     /// The Node's name.
     pub name: String,

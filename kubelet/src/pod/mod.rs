@@ -749,21 +749,7 @@ impl Worker {
             .lock()
             .expect("admitted lock")
             .remove(&pod.uid().unwrap_or_default());
-        let api: Api<Pod> =
-            Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        let dp = DeleteParams {
-            grace_period_seconds: Some(0),
-            preconditions: Some(Preconditions {
-                uid: pod.uid(),
-                resource_version: None,
-            }),
-            ..Default::default()
-        };
-        match api.delete(&pod.name_any(), &dp).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-            Err(e) => Err(e.into()),
-        }
+        Ok(finish_deletion(&self.client, pod).await?)
     }
 
     async fn write_status(
@@ -1092,6 +1078,25 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     }
     w.write_status(&pod, new).await?;
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// Finishes a pod's deletion once nothing runs it any more: a delete at grace 0 of this very
+/// pod (its uid), as upstream's kubelet does; a pod already gone, or replaced, is fine.
+pub async fn finish_deletion(client: &kube::Client, pod: &Pod) -> kube::Result<()> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.uid(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(&pod.name_any(), &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]
