@@ -444,6 +444,92 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         "calls failed while a base died: {failed:?}"
     );
 
+    // A base serves one namespace: a module function of another namespace avoids the bases
+    // holding `default`'s modules (Pending), and takes a base that holds none.
+    c.ok(&["create", "namespace", "team-b"]);
+    let file = c.dir().join("hello.py");
+    std::fs::write(&file, "def handler(event):\n    return 'hello'\n").unwrap();
+    c.ok(&[
+        "fn",
+        "register",
+        &file.display().to_string(),
+        "-n",
+        "team-b",
+        "--placement",
+        "module",
+        "--min",
+        "1",
+    ]);
+    let why = c.eventually(
+        &[
+            "get",
+            "events",
+            "-n",
+            "team-b",
+            "--field-selector",
+            "reason=FailedScheduling",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        |m| m.contains("node affinity"),
+    );
+    println!("team-b while every base holds default's modules: {why}");
+    c.ok(&[
+        "scale",
+        "deployment",
+        "function-bases",
+        "-n",
+        "minik8s-system",
+        "--replicas=3",
+    ]);
+    let node = c.eventually(
+        &[
+            "get",
+            "pods",
+            "-n",
+            "team-b",
+            "-o",
+            "jsonpath={.items[0].status.phase} {.items[0].spec.nodeName}",
+        ],
+        |o| o.starts_with("Running "),
+    );
+    let node = node.split_whitespace().nth(1).unwrap().to_owned();
+    let label = c.eventually(
+        &[
+            "get",
+            "node",
+            &node,
+            "-o",
+            "jsonpath={.metadata.labels.serverless\\.minik8s\\.io/namespace}",
+        ],
+        |l| l == "team-b",
+    );
+    assert_eq!(label, "team-b");
+    let hello = c.eventually(
+        &[
+            "get",
+            "fn",
+            "hello",
+            "-n",
+            "team-b",
+            "-o",
+            "jsonpath={.status.url}",
+        ],
+        |u| u.starts_with("http://"),
+    );
+    assert_eq!(post(&c, &hello, "{}"), (200, "\"hello\"".into()));
+    c.ok(&[
+        "delete",
+        "namespace",
+        "team-b",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    c.eventually(
+        &["get", "node", &node, "-o", "jsonpath={.metadata.labels}"],
+        |l| !l.contains("team-b"),
+    );
+
     // Sharding: three replicas of `minik8s function-modules` (processes) share six bases two
     // each; one is SIGKILLed and the others take its bases over after the Lease lapses,
     // adopting the modules (none loaded again) with no module pod changing phase.

@@ -11,7 +11,8 @@ The function-module provider (a virtual node per base) drives it:
          last pod.
   GET    /modules                          every module: pods, error, calls, failures.
   GET    /modules/<ns>/<name>/<revision>/logs   what the module printed ({"lines": [[t, s]]}).
-  GET    /healthz                          200 while the process answers.
+  GET    /healthz                          200 while the process answers, with the namespaces
+                                           whose modules it holds.
   POST   /<ns>/<name>/<revision> (or /<ns>/<name>: the newest revision loaded) invokes it, as
          POST / of a function pod: JSON in and out, 500 when the handler raises, 504 when it
          takes longer than its timeout (the base answers, the module's thread is abandoned).
@@ -172,7 +173,9 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["healthz"]:
             with LOCK:
                 n = len(MODULES)
-            self.answer(200, {"ok": True, "modules": n, "capacity": MAX_MODULES})
+                namespaces = sorted({m.ns for m in MODULES.values()})
+            self.answer(200, {"ok": True, "modules": n, "capacity": MAX_MODULES,
+                              "namespaces": namespaces, "shareNamespaces": SHARE_NAMESPACES})
         elif parts == ["modules"]:
             with LOCK:
                 listed = [m.describe() for m in MODULES.values()]

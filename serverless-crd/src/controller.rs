@@ -181,7 +181,7 @@ fn template(f: &Function, code_hash: &str) -> Value {
         },
     });
     if spec.placement == Placement::Module {
-        crate::modules::module_template(&mut template);
+        crate::modules::module_template(&mut template, &f.namespace().unwrap_or_default());
     }
     template
 }

@@ -45,6 +45,9 @@ pub const USER: &str = "system:minik8s-function-modules";
 pub const PROVIDER: &str = "functions";
 /// The bases' Deployment (in `minik8s-system`).
 pub const BASES: &str = "function-bases";
+/// The label a base's virtual node carries while it holds modules of one namespace (a base
+/// serves one namespace at a time): module pods of other namespaces avoid it.
+pub const NAMESPACE_LABEL: &str = "serverless.minik8s.io/namespace";
 /// The label of base pods.
 pub const BASE_LABEL: &str = "serverless.minik8s.io/base";
 /// Modules one base holds (its virtual node's `pods` capacity).
@@ -82,8 +85,15 @@ impl Config {
 
 /// The module pods' template changes: the provider taint tolerated, module nodes selected,
 /// spread over bases, and the provider label for the one shared pod watch.
-pub fn module_template(template: &mut Value) {
+pub fn module_template(template: &mut Value, namespace: &str) {
     template["metadata"]["labels"][minik8s_vnode::PROVIDER_LABEL] = json!(PROVIDER);
+    // Bases holding this namespace's modules, or none.
+    template["spec"]["affinity"] = json!({"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "In", "values": [namespace]}]},
+            {"matchExpressions": [{"key": NAMESPACE_LABEL, "operator": "DoesNotExist"}]},
+        ]},
+    }});
     // Spread over bases, so one base lost costs a function one of its pods, not all.
     let function = template["metadata"]["labels"][FUNCTION_LABEL].clone();
     template["spec"]["topologySpreadConstraints"] = json!([{
@@ -309,6 +319,9 @@ pub struct Base {
     addr: SocketAddr,
     client: Client,
     notify: Mutex<Option<PodNotify>>,
+    node: Mutex<Option<NodeNotify>>,
+    /// The namespace the node's label names now (`Some(None)`: none), as last set.
+    claimed: Mutex<Option<Option<String>>>,
 }
 
 impl Base {
@@ -323,7 +336,45 @@ impl Base {
             addr,
             client,
             notify: Mutex::new(None),
+            node: Mutex::new(None),
+            claimed: Mutex::new(None),
         })
+    }
+
+    /// Labels the node with the one namespace the base holds modules of (none when it holds
+    /// none, or shares namespaces), when that changed.
+    fn claim(&self, health: &Value) {
+        let namespaces: Vec<&str> = health["namespaces"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let shared = health["shareNamespaces"].as_bool().unwrap_or(false);
+        let claim = match namespaces.as_slice() {
+            [one] if !shared => Some((*one).to_owned()),
+            _ => None,
+        };
+        let mut claimed = self.claimed.lock().expect("claimed");
+        if claimed.as_ref() == Some(&claim) {
+            return;
+        }
+        let Some(node) = self.node.lock().expect("node").clone() else {
+            return;
+        };
+        let mut labels = BTreeMap::from([(BASE_LABEL.to_owned(), "true".to_owned())]);
+        if let Some(ns) = &claim {
+            labels.insert(NAMESPACE_LABEL.to_owned(), ns.clone());
+        }
+        node.labels(labels);
+        *claimed = Some(claim);
+    }
+
+    /// Asks the base what it holds and labels the node accordingly.
+    async fn refresh_claim(&self) {
+        if let Ok((200, health)) = request(self.addr, hyper::Method::GET, "/healthz", None).await {
+            self.claim(&health);
+        }
     }
 
     fn send(&self, pod: Pod) {
@@ -433,7 +484,10 @@ impl PodLifecycleHandler for Base {
         let (code, answer) = request(self.addr, hyper::Method::PUT, &path, Some(body)).await?;
         let error = answer["error"].as_str().unwrap_or_default().to_owned();
         match code {
-            200 => self.report(pod, running_status(pod, &self.ip)),
+            200 => {
+                self.refresh_claim().await;
+                self.report(pod, running_status(pod, &self.ip));
+            }
             422 => self.report(
                 pod,
                 stopped_status(pod, "Failed", "ModuleLoadFailed", &error, 1),
@@ -467,6 +521,7 @@ impl PodLifecycleHandler for Base {
         let (code, _) = request(self.addr, hyper::Method::DELETE, &path, None).await?;
         match code {
             200 => {
+                self.refresh_claim().await;
                 self.report(
                     pod,
                     stopped_status(pod, "Succeeded", "Completed", "unloaded", 0),
@@ -517,14 +572,21 @@ impl PodNotifier for Base {
 impl NodeProvider for Base {
     async fn ping(&self) -> Result<(), ProviderError> {
         match request(self.addr, hyper::Method::GET, "/healthz", None).await? {
-            (200, _) => Ok(()),
+            (200, health) => {
+                self.claim(&health);
+                Ok(())
+            }
             (code, _) => Err(ProviderError::Failed(format!(
                 "the base's /healthz answered {code}"
             ))),
         }
     }
 
-    fn notify_node_status(&self, _notify: NodeNotify) {}
+    fn notify_node_status(&self, notify: NodeNotify) {
+        // A new holder labels the node anew from the base (at its first ping).
+        *self.node.lock().expect("node") = Some(notify);
+        *self.claimed.lock().expect("claimed") = None;
+    }
 }
 
 #[async_trait]

@@ -105,7 +105,7 @@ async fn serve(
     let cfg = &shared.cfg;
     let name = served.name();
     let (pod_tx, mut pod_rx) = mpsc::unbounded_channel::<Pod>();
-    let (node_tx, mut node_rx) = mpsc::unbounded_channel::<NodeStatus>();
+    let (node_tx, mut node_rx) = mpsc::unbounded_channel::<crate::provider::NodeUpdate>();
     served.provider.notify_pods(crate::PodNotify(pod_tx));
     served
         .provider
@@ -161,14 +161,28 @@ async fn serve(
                     crate::pods::on_provider_status(&shared, &served, pod).await;
                 });
             }
-            Some(status) = node_rx.recv() => {
-                extra = Some(status);
-                write_status(shared, &name, &health, extra.as_ref()).await;
-                status_written = Instant::now();
-            }
+            Some(update) = node_rx.recv() => match update {
+                crate::provider::NodeUpdate::Status(status) => {
+                    extra = Some(*status);
+                    write_status(shared, &name, &health, extra.as_ref()).await;
+                    status_written = Instant::now();
+                }
+                crate::provider::NodeUpdate::Labels(labels) => {
+                    let info = {
+                        let mut info = served.info.lock().expect("info");
+                        info.labels = labels;
+                        info.clone()
+                    };
+                    if let Err(e) = register(shared, &info, port).await {
+                        tracing::warn!(node = %name, error = %e, "relabelling the node failed");
+                    }
+                }
+            },
             _ = served.refresh.notified() => {
                 let info = served.info.lock().expect("info").clone();
-                register(shared, &info, port).await?;
+                if let Err(e) = register(shared, &info, port).await {
+                    tracing::warn!(node = %name, error = %e, "refreshing the node failed");
+                }
             }
             _ = resync.tick() => crate::pods::resync(shared, served, false).await,
             _ = renew.tick() => {

@@ -65,14 +65,29 @@ pub trait PodNotifier: Send + Sync {
     fn notify_pods(&self, notify: PodNotify);
 }
 
-/// Where a provider sends node status changes.
+/// A change a provider reports about its node.
 #[derive(Clone, Debug)]
-pub struct NodeNotify(pub(crate) mpsc::UnboundedSender<NodeStatus>);
+pub(crate) enum NodeUpdate {
+    /// The node's status (capacity, conditions…).
+    Status(Box<NodeStatus>),
+    /// The provider's labels on the Node (replacing those it set before).
+    Labels(BTreeMap<String, String>),
+}
+
+/// Where a provider sends node changes.
+#[derive(Clone, Debug)]
+pub struct NodeNotify(pub(crate) mpsc::UnboundedSender<NodeUpdate>);
 
 impl NodeNotify {
     /// Reports a change of the node's status (capacity, conditions…): written at once.
     pub fn notify(&self, status: NodeStatus) {
-        let _ = self.0.send(status);
+        let _ = self.0.send(NodeUpdate::Status(Box::new(status)));
+    }
+
+    /// Sets the provider's labels on the Node (what the scheduler may select on, such as
+    /// which tenant a node serves now); applied at once.
+    pub fn labels(&self, labels: BTreeMap<String, String>) {
+        let _ = self.0.send(NodeUpdate::Labels(labels));
     }
 }
 
