@@ -489,11 +489,14 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
             "-n",
             "team-b",
             "-o",
-            "jsonpath={.items[0].status.phase} {.items[0].spec.nodeName}",
+            "jsonpath={range .items[?(@.status.phase==\"Running\")]}{.spec.nodeName} {end}",
         ],
-        |o| o.starts_with("Running "),
+        |o| !o.trim().is_empty(),
     );
-    let node = node.split_whitespace().nth(1).unwrap().to_owned();
+    // Two namespaces' pods may be bound to a fresh base in the same instant, before it is
+    // labelled: the base takes the first and refuses the other (Failed, BaseRefused), whose
+    // replacement then avoids it. So look for the Running pod, not the first one.
+    let node = node.split_whitespace().next().unwrap().to_owned();
     let label = c.eventually(
         &[
             "get",
