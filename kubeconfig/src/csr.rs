@@ -14,7 +14,13 @@ use x509_parser::prelude::FromDer;
 /// A new private key and a PEM certificate request for subject `cn` (CN) in `orgs` (O).
 /// Returns `(key_pem, csr_pem)`.
 pub fn new_request(cn: &str, orgs: &[&str]) -> Result<(String, String)> {
-    let mut p = CertificateParams::new(Vec::<String>::new()).map_err(cert_err(cn))?;
+    new_request_with_sans(cn, orgs, &[])
+}
+
+/// As [`new_request`], with subject alternative names (`sans`: IP addresses or DNS names),
+/// for a serving certificate.
+pub fn new_request_with_sans(cn: &str, orgs: &[&str], sans: &[String]) -> Result<(String, String)> {
+    let mut p = CertificateParams::new(sans.to_vec()).map_err(cert_err(cn))?;
     let mut dn = DistinguishedName::new();
     for o in orgs {
         dn.push(DnType::OrganizationName, *o);

@@ -236,6 +236,31 @@ pub async fn request_node_certificate(
     timeout: Duration,
 ) -> Result<(String, String), JoinError> {
     let (key, request) = csr::new_request(&format!("system:node:{node}"), &["system:nodes"])?;
+    let cert = submit_request(
+        client,
+        node,
+        &request,
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &["digital signature", "client auth"],
+        timeout,
+        None,
+    )
+    .await?;
+    Ok((cert, key))
+}
+
+/// Posts the certificate request `request` (PEM) for `node` to `signer` with `usages`,
+/// approves it with `approver` when given (a serving CSR, which nothing approves on its own),
+/// and waits up to `timeout` for the certificate (PEM).
+pub async fn submit_request(
+    client: kube::Client,
+    node: &str,
+    request: &str,
+    signer: &str,
+    usages: &[&str],
+    timeout: Duration,
+    approver: Option<(&kube::Client, &str)>,
+) -> Result<String, JoinError> {
     let api: Api<CertificateSigningRequest> = Api::all(client);
     let csr = CertificateSigningRequest {
         metadata: ObjectMeta {
@@ -243,9 +268,9 @@ pub async fn request_node_certificate(
             ..Default::default()
         },
         spec: CertificateSigningRequestSpec {
-            request: ByteString(request.into_bytes()),
-            signer_name: "kubernetes.io/kube-apiserver-client-kubelet".into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            request: ByteString(request.as_bytes().to_vec()),
+            signer_name: signer.into(),
+            usages: Some(usages.iter().map(|u| (*u).to_owned()).collect()),
             ..Default::default()
         },
         status: None,
@@ -258,7 +283,22 @@ pub async fn request_node_certificate(
             source,
         })?;
     let name = created.metadata.name.clone().unwrap_or_default();
-    tracing::info!(csr = %name, node, "posted the node's certificate request");
+    tracing::info!(csr = %name, node, signer, "posted the node's certificate request");
+    if let Some((approver, why)) = approver {
+        let patch = serde_json::json!({"status": {"conditions": [{"type": "Approved", "status": "True",
+            "reason": "AutoApproved", "message": why}]}});
+        Api::<CertificateSigningRequest>::all(approver.clone())
+            .patch_approval(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|source| JoinError::Api {
+                what: "approving the node's certificate request",
+                source,
+            })?;
+    }
     let deadline = tokio::time::Instant::now() + timeout;
     loop {
         let now = api.get(&name).await.map_err(|source| JoinError::Api {
@@ -282,7 +322,7 @@ pub async fn request_node_certificate(
             let cert = String::from_utf8(cert.0).map_err(|_| {
                 JoinError::BadClusterInfo("the issued certificate is not PEM".into())
             })?;
-            return Ok((cert, key));
+            return Ok(cert);
         }
         if tokio::time::Instant::now() > deadline {
             return Err(JoinError::Timeout(name));

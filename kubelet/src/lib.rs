@@ -86,7 +86,8 @@ impl Config {
         }
     }
 
-    fn layout(&self) -> Layout {
+    /// Folders and cgroups of this node's pods.
+    pub fn layout(&self) -> Layout {
         Layout {
             node: self.node_name.clone(),
             root: self.root.clone(),
@@ -104,7 +105,7 @@ fn error_policy(pod: Arc<Pod>, e: &Error, _: Arc<Worker>) -> Action {
 
 /// Removes sandboxes of this node whose pod is no longer in `live`, and forgets the probes
 /// of containers that are gone.
-async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
+pub async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
     let mine = HashMap::from([(labels::NODE.to_owned(), w.layout.node.clone())]);
     let mut gone: HashSet<String> = HashSet::new();
     for s in w.cri.sandboxes(mine).await? {
@@ -134,7 +135,7 @@ async fn remove_orphans(w: &Worker, live: &HashSet<String>) -> Result<()> {
 
 /// Says plainly at start when the runtime has no sandbox (pause) image and cannot pull one:
 /// every pod would stay in ContainerCreating with `FailedCreatePodSandBox` events.
-async fn check_pause_image(cri: &Cri, image: &str) {
+pub async fn check_pause_image(cri: &Cri, image: &str) {
     if matches!(cri.image_id(image).await, Ok(Some(_))) {
         return;
     }

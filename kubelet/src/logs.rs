@@ -198,3 +198,57 @@ mod tests {
         assert_eq!(render(&lines, &limited), "one\nt");
     }
 }
+
+/// Why a container's log could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// No such container (or no previous one) in the pod.
+    #[error("{0}")]
+    NotFound(String),
+    /// The runtime failed.
+    #[error("{0}")]
+    Runtime(#[from] crate::Error),
+}
+
+/// The log of the pod's newest container named `container` (or the one before it with
+/// `previous`), read from its CRI log file and rendered with `opts`, partial last line
+/// included (no follow).
+pub async fn read(
+    cri: &crate::cri::Cri,
+    pod_uid: &str,
+    pod_name: &str,
+    container: &str,
+    previous: bool,
+    opts: &Options,
+) -> Result<String, ReadError> {
+    use crate::cri::labels;
+    let by = std::collections::HashMap::from([
+        (labels::POD_UID.to_owned(), pod_uid.to_owned()),
+        (labels::CONTAINER_NAME.to_owned(), container.to_owned()),
+    ]);
+    let mut found = cri.containers(by).await?;
+    found.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    let Some(target) = found.get(usize::from(previous)) else {
+        let what = if previous {
+            "previous terminated container"
+        } else {
+            "container"
+        };
+        return Err(ReadError::NotFound(format!(
+            "{what} \"{container}\" in pod \"{pod_name}\" not found"
+        )));
+    };
+    let path = match cri.container_status(&target.id).await? {
+        Some(st) => st.log_path,
+        None => {
+            return Err(ReadError::NotFound(format!(
+                "container {} is gone",
+                target.id
+            )));
+        }
+    };
+    let text = tokio::fs::read_to_string(&path).await.unwrap_or_default();
+    let (mut lines, consumed) = parse(&text);
+    lines.extend(unfinished(&text[consumed..]));
+    Ok(render(&lines, opts))
+}
