@@ -6,6 +6,8 @@
 //! node with a NoExecute taint are evicted (deleted) once their toleration runs out
 //! (`tolerationSeconds`, counted from the taint's `timeAdded`); pods that do not tolerate
 //! it go at once, and their Ready condition is set to False while the node is unreachable.
+//! A node annotated `node.minik8s.io/autonomy: "true"` (an edge node, which runs its pods on
+//! its own while the cloud cannot reach it) is tainted the same, but its pods stay.
 //!
 //! Heartbeats are timed on this controller's clock (when it saw a change), as upstream does,
 //! so clock skew between machines does not matter.
@@ -28,6 +30,9 @@ use tokio_util::sync::CancellationToken;
 pub const UNREACHABLE: &str = "node.kubernetes.io/unreachable";
 /// Taint key of nodes that report Ready=False.
 pub const NOT_READY: &str = "node.kubernetes.io/not-ready";
+/// The annotation of a node whose pods are not evicted while it is unreachable (`"true"`:
+/// an edge node, which keeps running them on its own).
+pub const AUTONOMY_ANNOTATION: &str = "node.minik8s.io/autonomy";
 
 /// Timing of the controller.
 #[derive(Clone, Debug)]
@@ -78,8 +83,11 @@ pub fn health(node: &Node, fresh: bool) -> Health {
     match (fresh, ready_status(node)) {
         (false, _) => Health::Unreachable,
         (true, Some("True")) => Health::Ready,
+        // A node whose status says it cannot tell (a virtual node whose backend does not
+        // answer) is unreachable, as upstream taints a Ready=Unknown node.
+        (true, Some("Unknown")) => Health::Unreachable,
         // Heartbeating but not yet reporting: the kubelet will say.
-        (true, Some("Unknown") | None) if has_taint(node, UNREACHABLE) => Health::Unreachable,
+        (true, None) if has_taint(node, UNREACHABLE) => Health::Unreachable,
         (true, _) => Health::NotReady,
     }
 }
@@ -301,6 +309,12 @@ async fn sync(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
             Action::requeue(d.max(cfg.period))
         }));
     }
+    // Edge autonomy: the pods of a node that runs them on its own while unreachable (an edge
+    // node) stay; only their Ready condition says the cloud cannot see them.
+    let autonomous = node
+        .annotations()
+        .get(AUTONOMY_ANNOTATION)
+        .is_some_and(|v| v == "true");
     for pod in ctx.pods.state() {
         if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(name.as_str())
             || pod.metadata.deletion_timestamp.is_some()
@@ -319,6 +333,9 @@ async fn sync(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
                     &Patch::Strategic(json!({"status": {"conditions": [cond]}})),
                 )
                 .await;
+        }
+        if autonomous {
+            continue;
         }
         match eviction_time(&pod, &no_execute, now) {
             Some(t) if t <= now => {
@@ -416,6 +433,11 @@ mod tests {
         };
         assert_eq!(wanted_taints(&tainted, Health::Ready, now).len(), 1);
         assert_eq!(health(&node("False", json!([])), true), Health::NotReady);
+        // A node saying it cannot tell (a virtual node whose backend is gone) is unreachable.
+        assert_eq!(
+            health(&node("Unknown", json!([])), true),
+            Health::Unreachable
+        );
     }
 
     #[test]

@@ -656,6 +656,7 @@ fn base_info(pod: &Pod) -> VNodeInfo {
             "containerRuntimeVersion".to_owned(),
             format!("base://{}", python_image()),
         )]),
+        ..Default::default()
     }
 }
 

@@ -81,8 +81,12 @@ pub struct Config {
     pub provider: String,
     /// This replica's identity (the Leases' `holderIdentity`).
     pub identity: String,
-    /// The label selector of the one pod watch (the pods virtual nodes may run).
+    /// The label selector of the one pod watch (the pods virtual nodes may run; empty:
+    /// any label).
     pub pod_selector: String,
+    /// A field selector of the one pod watch (for pods bound by users to the provider's
+    /// nodes, which carry no provider label: `spec.nodeName!=`).
+    pub pod_fields: Option<String>,
     /// Where the kubelet endpoint listens (port 0: any free port).
     pub listen: SocketAddr,
     /// The address the apiserver reaches the endpoint at: every node's InternalIP, as
@@ -111,6 +115,7 @@ impl Config {
             provider: provider.to_owned(),
             identity: identity.to_owned(),
             pod_selector: format!("{PROVIDER_LABEL}={provider}"),
+            pod_fields: None,
             listen: SocketAddr::from(([0, 0, 0, 0], 0)),
             address: "127.0.0.1".into(),
             client_ca: None,
@@ -208,11 +213,18 @@ pub async fn run(
         shutdown.clone(),
     );
     let (trigger, triggered) = mpsc::unbounded_channel();
+    let mut selection = watcher::Config::default();
+    if !cfg.pod_selector.is_empty() {
+        selection = selection.labels(&cfg.pod_selector);
+    }
+    if let Some(fields) = &cfg.pod_fields {
+        selection = selection.fields(fields);
+    }
     let driver = minik8s_controllers::driver::Driver::<Pod>::filtered(
         "vnode-pods",
         &informers,
         Api::all(client.clone()),
-        watcher::Config::default().labels(&cfg.pod_selector),
+        selection,
     )
     .with(|c| {
         c.reconcile_on(tokio_stream::wrappers::UnboundedReceiverStream::new(

@@ -8,7 +8,7 @@
 use crate::pods::PodState;
 use crate::{Config, MANAGER, PROVIDER_LABEL, Provider, Shared, TAINT_KEY, VNodeInfo, metrics};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeStatus, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -104,7 +104,7 @@ async fn serve(
 ) -> Result<(), crate::Error> {
     let cfg = &shared.cfg;
     let name = served.name();
-    let (pod_tx, mut pod_rx) = mpsc::unbounded_channel::<Pod>();
+    let (pod_tx, mut pod_rx) = mpsc::unbounded_channel::<crate::provider::PodUpdate>();
     let (node_tx, mut node_rx) = mpsc::unbounded_channel::<crate::provider::NodeUpdate>();
     served.provider.notify_pods(crate::PodNotify(pod_tx));
     served
@@ -153,12 +153,19 @@ async fn serve(
     loop {
         tokio::select! {
             _ = served.stop.cancelled() => return Ok(()),
-            Some(pod) = pod_rx.recv() => {
+            Some(update) = pod_rx.recv() => {
                 // Status writes run beside the renewals, a few at a time.
                 let (shared, served, permits) = (shared.clone(), served.clone(), status_writes.clone());
                 minik8s_task::spawn_on(&shared.tasks.clone(), "vnode-pod-status", async move {
                     let _permit = permits.acquire().await;
-                    crate::pods::on_provider_status(&shared, &served, pod).await;
+                    match update {
+                        crate::provider::PodUpdate::Status(pod) => {
+                            crate::pods::on_provider_status(&shared, &served, pod).await
+                        }
+                        crate::provider::PodUpdate::Gone(pod) => {
+                            crate::pods::on_provider_gone(&shared, &served, pod).await
+                        }
+                    }
                 });
             }
             Some(update) = node_rx.recv() => match update {
@@ -166,6 +173,14 @@ async fn serve(
                     extra = Some(*status);
                     write_status(shared, &name, &health, extra.as_ref()).await;
                     status_written = Instant::now();
+                }
+                crate::provider::NodeUpdate::Resync => {
+                    crate::pods::resync(shared, served, false).await;
+                    for pod in shared.pods.state() {
+                        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
+                            let _ = shared.trigger.send(ObjectRef::from(pod.as_ref()));
+                        }
+                    }
                 }
                 crate::provider::NodeUpdate::Labels(labels) => {
                     let info = {
@@ -258,21 +273,31 @@ pub fn node_object(cfg: &Config, info: &VNodeInfo, port: u16) -> Value {
     for (k, v) in &info.labels {
         labels[k] = json!(v);
     }
+    let mut addresses = vec![json!({"type": "InternalIP", "address": cfg.address})];
+    if let Some(ip) = &info.external_ip {
+        addresses.push(json!({"type": "ExternalIP", "address": ip}));
+    }
+    addresses.push(json!({"type": "Hostname", "address": info.name}));
+    let mut metadata = json!({"name": info.name, "labels": labels});
+    if !info.annotations.is_empty() {
+        metadata["annotations"] = json!(info.annotations);
+    }
+    let fact = |k: &str| info.node_info.get(k).cloned().unwrap_or_default();
     json!({
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": info.name, "labels": labels},
+        "metadata": metadata,
         "spec": {"taints": [{"key": TAINT_KEY, "value": cfg.provider, "effect": "NoSchedule"}]},
         "status": {
             "capacity": info.capacity, "allocatable": info.capacity,
-            "addresses": [{"type": "InternalIP", "address": cfg.address},
-                          {"type": "Hostname", "address": info.name}],
+            "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {
                 "kubeletVersion": VERSION, "kubeProxyVersion": "",
                 "operatingSystem": info.node_info.get("operatingSystem").map_or("linux", |s| s),
                 "architecture": info.node_info.get("architecture").map_or("amd64", |s| s),
                 "containerRuntimeVersion": info.node_info.get("containerRuntimeVersion").map_or("vnode://".to_owned() + &cfg.provider, |s| s.clone()),
-                "kernelVersion": "", "osImage": "", "machineID": "", "systemUUID": "", "bootID": "",
+                "kernelVersion": fact("kernelVersion"), "osImage": fact("osImage"),
+                "machineID": "", "systemUUID": "", "bootID": "",
             },
         },
     })
@@ -299,10 +324,16 @@ async fn write_status(shared: &Shared, name: &str, health: &Health, extra: Optio
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
         .unwrap_or_else(now);
     let heartbeat = now();
+    // A provider that does not answer leaves the node's state unknown, as a kubelet that
+    // stopped posting its status (the node lifecycle controller taints it unreachable).
     let (ready, reason, message) = if health.ready {
         ("True", "KubeletReady", "the provider answers")
     } else {
-        ("False", "KubeletNotReady", "the provider does not answer")
+        (
+            "Unknown",
+            "NodeStatusUnknown",
+            "the provider does not answer",
+        )
     };
     let cond = |t: &str, s: &str, reason: &str, message: &str| {
         json!({"type": t, "status": s, "reason": reason, "message": message,

@@ -210,6 +210,25 @@ pub(crate) async fn on_provider_status(shared: &Shared, served: &Served, reporte
     }
 }
 
+/// The provider no longer runs the pod: a pod being deleted (this uid) finishes its
+/// deletion; any other is left to the next resync, which reports it vanished.
+pub(crate) async fn on_provider_gone(shared: &Shared, served: &Served, gone: Pod) {
+    let k = key(&gone);
+    let Some(pod) = shared
+        .pods
+        .get(&kube::runtime::reflector::ObjectRef::new(&k.1).within(&k.0))
+    else {
+        return;
+    };
+    if pod.uid() != gone.uid() || pod.metadata.deletion_timestamp.is_none() {
+        return;
+    }
+    served.pods.lock().await.pods.remove(&k);
+    if let Err(e) = force_delete(shared, &pod).await {
+        tracing::warn!(pod = %format!("{}/{}", k.0, k.1), error = %e, "finishing the deletion failed");
+    }
+}
+
 /// Writes `status` to the pod unless it already says that.
 async fn write_status(shared: &Shared, pod: &Pod, status: &PodStatus) -> Result<(), Error> {
     if pod.status.as_ref() == Some(status) {

@@ -46,15 +46,30 @@ pub trait PodLifecycleHandler: Send + Sync {
     async fn get_pods(&self) -> Result<Vec<Pod>, ProviderError>;
 }
 
+/// A pod change a provider reports.
+#[derive(Clone, Debug)]
+pub(crate) enum PodUpdate {
+    /// The pod with its new status.
+    Status(Pod),
+    /// The provider no longer has the pod (its deletion finished there).
+    Gone(Pod),
+}
+
 /// Where a provider sends pod changes (a pod with its new status).
 #[derive(Clone, Debug)]
-pub struct PodNotify(pub(crate) mpsc::UnboundedSender<Pod>);
+pub struct PodNotify(pub(crate) mpsc::UnboundedSender<PodUpdate>);
 
 impl PodNotify {
     /// Reports the pod's current status (the pod as the provider runs it). Quietly dropped
     /// once this process no longer serves the node.
     pub fn notify(&self, pod: Pod) {
-        let _ = self.0.send(pod);
+        let _ = self.0.send(PodUpdate::Status(pod));
+    }
+
+    /// Reports that the provider no longer runs the pod (namespace, name and uid set): a pod
+    /// being deleted finishes its deletion at once instead of at the next resync.
+    pub fn gone(&self, pod: Pod) {
+        let _ = self.0.send(PodUpdate::Gone(pod));
     }
 }
 
@@ -72,6 +87,9 @@ pub(crate) enum NodeUpdate {
     Status(Box<NodeStatus>),
     /// The provider's labels on the Node (replacing those it set before).
     Labels(BTreeMap<String, String>),
+    /// Compare the node's pods with the provider's now, and reconcile each of them at once
+    /// (the provider's backend is back after an outage).
+    Resync,
 }
 
 /// Where a provider sends node changes.
@@ -88,6 +106,13 @@ impl NodeNotify {
     /// which tenant a node serves now); applied at once.
     pub fn labels(&self, labels: BTreeMap<String, String>) {
         let _ = self.0.send(NodeUpdate::Labels(labels));
+    }
+
+    /// Asks for the node's pods to be compared with the provider's and reconciled now, past
+    /// any back-off (the backend answers again after an outage: what changed meanwhile on
+    /// either side is caught up).
+    pub fn resync(&self) {
+        let _ = self.0.send(NodeUpdate::Resync);
     }
 }
 
@@ -131,8 +156,14 @@ pub struct VNodeInfo {
     pub labels: BTreeMap<String, String>,
     /// Capacity (= allocatable): `cpu`, `memory`, `pods`.
     pub capacity: BTreeMap<String, String>,
-    /// `status.nodeInfo` fields the provider knows (`operatingSystem`, `architecture`…).
+    /// `status.nodeInfo` fields the provider knows (`operatingSystem`, `architecture`,
+    /// `kernelVersion`, `osImage`, `containerRuntimeVersion`).
     pub node_info: BTreeMap<String, String>,
+    /// Annotations of the Node.
+    pub annotations: BTreeMap<String, String>,
+    /// The backend's own address, shown as the node's `ExternalIP` (the InternalIP stays the
+    /// process's, where the apiserver reaches the kubelet endpoint).
+    pub external_ip: Option<String>,
 }
 
 /// A change in the set of virtual nodes a provider has (every replica sees every node).
