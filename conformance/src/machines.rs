@@ -245,6 +245,43 @@ impl InitCluster {
         m
     }
 
+    /// A new edge machine `name` at 10.250.0.`index`: its network namespace running the real
+    /// `edgelet` (a copy of the binary in the machine's folder, which `edgectl upgrade` may
+    /// replace) with its own containerd and pod subnet 10.88.`index`.0/24, plus `extra`
+    /// flags. Not joined: the test runs `edgectl join` there.
+    pub fn edge_machine(&self, name: &str, index: u8, extra: &[&str]) -> Machine {
+        let mut m = Machine::new(name, index, self.dir.path());
+        m.edge = true;
+        let bin_dir = m.data_dir.join("bin");
+        std::fs::create_dir_all(&bin_dir).expect("the machine's bin folder");
+        std::fs::copy(bin("edgelet"), bin_dir.join("edgelet")).expect("copying the edgelet");
+        let mut args = vec![
+            "--data-dir".to_owned(),
+            m.data_dir.join("edge").display().to_string(),
+        ];
+        if !extra.contains(&"--node-name") {
+            args.extend(["--node-name".to_owned(), name.to_owned()]);
+        }
+        args.extend([
+            "--node-ip".into(),
+            m.ip.clone(),
+            "--pod-cidr".into(),
+            format!("10.88.{index}.0/24"),
+            "--image".into(),
+            node_images(),
+        ]);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        m.args = args;
+        m.child = Some(m.spawn_edgelet());
+        m.wait_edgelet();
+        m
+    }
+
+    /// The edge registry's address (`edgectl join`'s first argument).
+    pub fn edge_registry(&self) -> String {
+        format!("{HOST_IP}:10360")
+    }
+
     /// Runs a join that should fail on machine `name` (index as [`Self::join_machine`]) with
     /// the given server, token and pin; returns its output once it exits (with 20 s of
     /// discovery retries at most).
@@ -294,6 +331,8 @@ pub struct Machine {
     data_dir: PathBuf,
     child: Option<Child>,
     args: Vec<String>,
+    /// An edge machine (runs `edgelet`, not `minik8s join`).
+    edge: bool,
 }
 
 impl Machine {
@@ -333,7 +372,79 @@ impl Machine {
             netns,
             child: None,
             args: Vec::new(),
+            edge: false,
         }
+    }
+
+    /// The edgelet binary this edge machine runs.
+    pub fn edgelet_bin(&self) -> PathBuf {
+        self.data_dir.join("bin/edgelet")
+    }
+
+    fn spawn_edgelet(&self) -> Child {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir.join("edgelet.log"))
+            .expect("log");
+        Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(self.edgelet_bin())
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("the edgelet starts")
+    }
+
+    /// Runs `edgectl` inside the edge machine (its own HOME, so the remembered address is
+    /// the machine's); its output.
+    pub fn edgectl(&self, args: &[&str]) -> Run {
+        let out = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(bin("edgectl"))
+            .args(args)
+            .env("HOME", &self.data_dir)
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .expect("edgectl runs");
+        Run::from(out)
+    }
+
+    /// Waits until the edgelet answers `edgectl` (its runtime started, its images imported).
+    pub fn wait_edgelet(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let r = self.edgectl(&["--edgelet-address", "127.0.0.1:10351", "status"]);
+            if r.ok {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the edgelet of {} does not answer: {}\n{}",
+                self.name,
+                r.stderr,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// The edgelet's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Restarts the edge machine's edgelet with `extra` flags added (after [`Self::kill9`]
+    /// or [`Self::stop`]).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        assert!(self.child.is_none(), "the edgelet still runs");
+        let saved = self.args.clone();
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.child = Some(self.spawn_edgelet());
+        self.args = saved;
+        self.wait_edgelet();
     }
 
     fn node_args(&self) -> Vec<String> {
@@ -389,7 +500,12 @@ impl Machine {
     /// what the runtime runs).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "the node still runs");
-        self.child = Some(self.spawn_minik8s("join", &self.args));
+        if self.edge {
+            self.child = Some(self.spawn_edgelet());
+            self.wait_edgelet();
+        } else {
+            self.child = Some(self.spawn_minik8s("join", &self.args));
+        }
     }
 
     /// Runs `program` inside the machine's network namespace; its output.
@@ -441,15 +557,30 @@ impl Machine {
         assert!(run("kill", &[&format!("-{signal}"), pid.trim()]));
     }
 
-    /// The join process's log.
+    /// The join process's (or the edgelet's) log.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.data_dir.join("join.log")).unwrap_or_default()
+        let file = if self.edge { "edgelet.log" } else { "join.log" };
+        std::fs::read_to_string(self.data_dir.join(file)).unwrap_or_default()
     }
 }
 
 impl Drop for Machine {
     fn drop(&mut self) {
         self.stop();
+        if self.edge {
+            let _ = Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{}", self.netns))
+                .arg(bin("edgelet"))
+                .arg("--data-dir")
+                .arg(self.data_dir.join("edge"))
+                .args(["--node-name", &self.name])
+                .args(["--pod-cidr", "10.88.0.0/24"])
+                .arg("down")
+                .env("RUST_LOG", "warn")
+                .status();
+            run("ip", &["netns", "del", &self.netns]);
+            return;
+        }
         let _ = self
             .command(
                 "down",

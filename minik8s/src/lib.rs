@@ -45,6 +45,8 @@ pub struct UpConfig {
     pub gateway: Option<SocketAddr>,
     /// Where the node's HTTP router (`DNS` objects, Ingresses) listens (`None`: no router).
     pub router: Option<SocketAddr>,
+    /// Where the edge registry listens for edges (`None`: no edge registry).
+    pub edge_registry: Option<SocketAddr>,
     /// Run the apiserver and the controller manager as static pods of this node (`None`:
     /// in this process).
     pub static_control_plane: Option<static_plane::StaticPlane>,
@@ -100,6 +102,9 @@ pub enum UpError {
     /// Installing the router's kind, IngressClass and role.
     #[error("installing the router's DNS kind and IngressClass")]
     Router(#[source] minik8s_proxy::Error),
+    /// Installing the edge registry's role.
+    #[error("installing the edge registry's role")]
+    Edge(#[source] kube::Error),
     /// Copying the admin kubeconfig.
     #[error("writing {path}")]
     Io {
@@ -361,6 +366,11 @@ pub async fn up(
             }
         });
     }
+    if let Some(listen) = cfg.edge_registry
+        && cfg.static_control_plane.is_none()
+    {
+        start_edge_registry(&cfg, &pki, &admin, listen, &tasks, shutdown.clone()).await?;
+    }
     if cfg.run_node && cfg.static_control_plane.is_none() {
         start_local_node(&cfg, &pki, &tasks, shutdown.clone()).await?;
     }
@@ -376,6 +386,55 @@ pub async fn up(
         server.wait().await;
     }
     let _ = std::fs::remove_file(&pid);
+    Ok(())
+}
+
+/// Starts the edge registry (its role installed as the admin, then running as its own
+/// user): edges join through it and run as virtual nodes of this process.
+async fn start_edge_registry(
+    cfg: &UpConfig,
+    pki: &Pki,
+    admin: &std::path::Path,
+    listen: SocketAddr,
+    tasks: &tokio_util::task::TaskTracker,
+    shutdown: CancellationToken,
+) -> Result<(), UpError> {
+    minik8s_edge::cloud::install(minik8s_kubeconfig::client(admin).await?)
+        .await
+        .map_err(UpError::Edge)?;
+    let identity = Identity::new("edge-registry", minik8s_edge::cloud::USER, &[]);
+    let client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
+    let dir = cfg.data_dir.join("pki");
+    let read = |file: &str| {
+        let path = dir.join(file);
+        std::fs::read_to_string(&path).map_err(|source| UpError::Io { path, source })
+    };
+    let host = if cfg.bind.is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        cfg.bind.to_string()
+    };
+    let mut vnode =
+        minik8s_edge::cloud::RegistryConfig::vnode_config(&minik8s_controllers::leader::identity());
+    vnode.address = match &cfg.node_ip {
+        Some(ip) => ip.clone(),
+        None => minik8s_kubelet::node::default_ip().await,
+    };
+    vnode.client_ca = Some(pki.ca_path());
+    let rcfg = minik8s_edge::cloud::RegistryConfig {
+        listen,
+        apiserver: format!("https://{host}:{}", cfg.port),
+        ca_pem: pki.ca_pem().to_owned(),
+        serving: (read("apiserver.crt")?, read("apiserver.key")?),
+        client: (read("edge-registry.crt")?, read("edge-registry.key")?),
+        heartbeat: std::time::Duration::from_secs(10),
+        vnode,
+    };
+    minik8s_task::spawn_on(tasks, "edge-registry", async move {
+        if let Err(e) = minik8s_edge::cloud::run(client, rcfg, shutdown).await {
+            tracing::error!(error = %e, "the edge registry stopped");
+        }
+    });
     Ok(())
 }
 

@@ -366,6 +366,12 @@ struct UpArgs {
     /// Run no HTTP router.
     #[arg(long, env = "MINIK8S_NO_ROUTER")]
     no_router: bool,
+    /// Where the edge registry listens (edges join and are driven through it).
+    #[arg(long, env = "MINIK8S_EDGE_REGISTRY", default_value = "0.0.0.0:10360")]
+    edge_registry: std::net::SocketAddr,
+    /// Run no edge registry.
+    #[arg(long, env = "MINIK8S_NO_EDGE_REGISTRY")]
+    no_edge_registry: bool,
     /// How long a node may go without a heartbeat before it is NotReady (a Go duration).
     #[arg(long, default_value = "40s")]
     node_monitor_grace_period: String,
@@ -395,6 +401,7 @@ impl TryFrom<UpArgs> for UpConfig {
             registry: (!a.no_registry).then_some(a.registry),
             gateway: (!a.no_functions).then_some(a.gateway),
             router: (!a.no_router).then_some(a.router),
+            edge_registry: (!a.no_edge_registry).then_some(a.edge_registry),
             static_control_plane: None,
             signing_duration: minik8s_controllers::util::go_duration(&a.cluster_signing_duration)
                 .ok_or_else(|| {

@@ -1,0 +1,568 @@
+//! Edge nodes: two edge machines as network namespaces on the node network, each running the
+//! real `edgelet` with its own containerd, joined with `edgectl join` (a bootstrap token and
+//! the CA pin) to a control plane made with `minik8s init`, whose edge registry serves them as
+//! virtual nodes. Pods spread over them, log, read a ConfigMap that follows changes, run init
+//! containers and crash-loop as on any node; the node shows the edge's facts and pressure;
+//! the link is cut for a minute with the edgelet SIGKILLed and restarted meanwhile, and
+//! nothing is evicted or lost; `reset` leaves the containers running and `upgrade` swaps the
+//! binary under running pods.
+
+use minik8s_conformance::machines::{InitCluster, Machine};
+use minik8s_conformance::node::free_port;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const WEB: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: greeting}
+data: {text: hello}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      nodeSelector: {node-role.kubernetes.io/edge: ""}
+      tolerations: [{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}]
+      topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule,
+         labelSelector: {matchLabels: {app: web}}}
+      volumes:
+      - {name: work, emptyDir: {}}
+      - {name: greeting, configMap: {name: greeting}}
+      initContainers:
+      - name: init
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "echo init done; echo prepared > /work/ready"]
+        volumeMounts: [{name: work, mountPath: /work}]
+      containers:
+      - name: web
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "cat /work/ready; while true; do echo \"greeting: $(cat /config/text) edge-web-marker\"; sleep 1; done"]
+        volumeMounts:
+        - {name: work, mountPath: /work}
+        - {name: greeting, mountPath: /config}
+"#;
+
+/// A pod pinned to edge node `node`.
+fn pinned(name: &str, node: &str, command: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {{kubernetes.io/hostname: {node}}}
+  tolerations: [{{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}}]
+  containers:
+  - name: main
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", {command:?}]
+"#
+    )
+}
+
+fn ready(c: &InitCluster, node: &str, want: &str, limit: Duration) {
+    c.eventually(
+        limit,
+        &[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ],
+        |s| s == want,
+    );
+}
+
+fn join(c: &InitCluster, m: &Machine) -> String {
+    let r = m.edgectl(&[
+        "--edgelet-address",
+        "127.0.0.1:10351",
+        "join",
+        &c.edge_registry(),
+        "--token",
+        c.token(),
+        "--discovery-token-ca-cert-hash",
+        c.ca_hash(),
+    ]);
+    assert!(
+        r.ok,
+        "edgectl join on {} failed:\n{}\n{}\n{}",
+        m.name,
+        r.stdout,
+        r.stderr,
+        m.log()
+    );
+    r.stdout
+}
+
+/// `name node` of the web pods.
+fn web_pods(c: &InitCluster) -> Vec<(String, String)> {
+    c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter_map(|l| {
+        let mut w = l.split_whitespace();
+        Some((w.next()?.to_owned(), w.next()?.to_owned()))
+    })
+    .collect()
+}
+
+/// `uid containerID restartCount` of the pods on `node`.
+fn containers_on(c: &InitCluster, node: &str) -> BTreeSet<String> {
+    c.ok(&[
+        "get",
+        "pods",
+        "--field-selector",
+        &format!("spec.nodeName={node}"),
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.uid} {.status.containerStatuses[0].containerID} {.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+/// How many processes of the web pods run in node `node`'s cgroups (seen from this machine).
+fn web_processes(node: &str) -> usize {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let p = e.path();
+        let cmd = std::fs::read(p.join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmd).contains("edge-web-marker") {
+            continue;
+        }
+        let cg = std::fs::read_to_string(p.join("cgroup")).unwrap_or_default();
+        if cg.contains(&format!("/minik8s/{node}/")) {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn restarts(c: &InitCluster, pod: &str) -> i64 {
+    c.ok(&[
+        "get",
+        "pod",
+        pod,
+        "-o",
+        "jsonpath={.status.containerStatuses[0].restartCount}",
+    ])
+    .trim()
+    .parse()
+    .unwrap_or(0)
+}
+
+#[test]
+fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
+    let c = InitCluster::start(free_port());
+    let mut a = c.edge_machine("edge-a", 21, &[]);
+    let b = c.edge_machine("edge-b", 22, &[]);
+
+    // Bad input first: a wrong token and a wrong pin are refused with kubeadm's messages,
+    // and nothing is created.
+    let wrong = b.edgectl(&[
+        "join",
+        &c.edge_registry(),
+        "--token",
+        "abcdef.0123456789abcdef",
+        "--discovery-token-ca-cert-hash",
+        c.ca_hash(),
+    ]);
+    assert!(!wrong.ok);
+    assert!(
+        wrong
+            .stderr
+            .contains("there is no JWS signed token in the cluster-info ConfigMap"),
+        "{}",
+        wrong.stderr
+    );
+    let pin = format!("sha256:{}", "0".repeat(64));
+    let wrong = b.edgectl(&[
+        "join",
+        &c.edge_registry(),
+        "--token",
+        c.token(),
+        "--discovery-token-ca-cert-hash",
+        &pin,
+    ]);
+    assert!(!wrong.ok);
+    assert!(
+        wrong.stderr.contains("none of the public keys"),
+        "{}",
+        wrong.stderr
+    );
+    assert!(
+        !c.kubectl(&["get", "node", "edge-b"]).ok,
+        "a refused join made a Node"
+    );
+
+    // Join both; each is a Ready edge node with the virtual-kubelet taint.
+    assert!(join(&c, &a).contains("has joined the cluster as edge-a"));
+    join(&c, &b);
+    ready(&c, "edge-a", "True", Duration::from_secs(60));
+    ready(&c, "edge-b", "True", Duration::from_secs(60));
+    let nodes = c.ok(&[
+        "get",
+        "nodes",
+        "-l",
+        "node-role.kubernetes.io/edge",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(nodes.lines().count(), 2, "{nodes}");
+    // A second join of a joined edge is refused and changes nothing.
+    let again = a.edgectl(&[
+        "join",
+        &c.edge_registry(),
+        "--token",
+        c.token(),
+        "--discovery-token-ca-cert-hash",
+        c.ca_hash(),
+    ]);
+    assert!(
+        !again.ok && again.stderr.contains("already joined"),
+        "{}",
+        again.stderr
+    );
+    // Another machine presenting a joined edge's name is refused.
+    let impostor = c.edge_machine("edge-c", 23, &["--node-name", "edge-a"]);
+    let r = impostor.edgectl(&[
+        "join",
+        &c.edge_registry(),
+        "--token",
+        c.token(),
+        "--discovery-token-ca-cert-hash",
+        c.ca_hash(),
+    ]);
+    assert!(
+        !r.ok && r.stderr.contains("already joined from"),
+        "{}",
+        r.stderr
+    );
+    drop(impostor);
+
+    // A Deployment for edge nodes spreads over both, init container first.
+    c.kubectl_stdin(&["apply", "-f", "-"], WEB);
+    let placed = c.eventually(
+        Duration::from_secs(120),
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={range .items[*]}{.status.phase} {.spec.nodeName}{\"\\n\"}{end}",
+        ],
+        |o| o.lines().filter(|l| l.starts_with("Running ")).count() == 4,
+    );
+    let on: BTreeSet<&str> = placed
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(on, BTreeSet::from(["edge-a", "edge-b"]), "{placed}");
+    let pods = web_pods(&c);
+    let (pod_a, _) = pods.iter().find(|(_, n)| n == "edge-a").cloned().unwrap();
+    // `kubectl logs` of an edge pod (read from the edge's CRI log files), its init container's too.
+    assert_eq!(c.ok(&["logs", &pod_a, "-c", "init"]).trim(), "init done");
+    let log = c.eventually(
+        Duration::from_secs(30),
+        &["logs", &pod_a, "-c", "web"],
+        |l| l.contains("greeting: hello"),
+    );
+    assert!(log.starts_with("prepared"), "{log}");
+    // The ConfigMap's change reaches the file at the edge.
+    c.ok(&[
+        "patch",
+        "configmap",
+        "greeting",
+        "-p",
+        r#"{"data":{"text":"hola"}}"#,
+    ]);
+    c.eventually(
+        Duration::from_secs(60),
+        &["logs", &pod_a, "-c", "web", "--tail", "1"],
+        |l| l.contains("greeting: hola"),
+    );
+    // The data sits in the edge's store as files, kind/namespace/name/key.
+    let file = std::fs::read_to_string(
+        c.dir()
+            .join("edge-a/edge/store/volumes/configmaps/default/greeting/text"),
+    )
+    .unwrap_or_default();
+    assert_eq!(file, "hola");
+
+    // A crashing container shows CrashLoopBackOff, as on any node.
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pinned("crasher", "edge-a", "echo boom; exit 1"),
+    );
+    c.eventually(
+        Duration::from_secs(120),
+        &[
+            "get",
+            "pod",
+            "crasher",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
+        ],
+        |r| r == "CrashLoopBackOff",
+    );
+    let events = c.ok(&["describe", "pod", "crasher"]);
+    assert!(
+        events.contains("Back-off restarting failed container"),
+        "{events}"
+    );
+
+    // DescribeNodeStatus values in `kubectl describe node`.
+    let described = c.ok(&["describe", "node", "edge-a"]);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    for want in [
+        "node-role.kubernetes.io/edge",
+        "node.minik8s.io/autonomy: true",
+        "ExternalIP:  10.250.0.21",
+        kernel.trim(),
+        "containerd://",
+        "MemoryPressure   False",
+        "memory use ",
+        "disk use ",
+    ] {
+        assert!(
+            described.contains(want),
+            "{want:?} missing from:\n{described}"
+        );
+    }
+
+    // Memory pressure, simulated with the threshold flag.
+    a.stop();
+    a.restart_with(&["--memory-pressure-threshold", "1"]);
+    c.eventually(
+        Duration::from_secs(60),
+        &[
+            "get",
+            "node",
+            "edge-a",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
+        ],
+        |s| s == "True",
+    );
+    let described = c.ok(&["describe", "node", "edge-a"]);
+    assert!(described.contains("(pressure above 1%)"), "{described}");
+    a.stop();
+    a.restart();
+    c.eventually(
+        Duration::from_secs(60),
+        &[
+            "get",
+            "node",
+            "edge-a",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
+        ],
+        |s| s == "False",
+    );
+
+    // Autonomy drill: the link down for a minute, and the edgelet SIGKILLed and restarted
+    // meanwhile. Nothing is evicted or restarted but the crashing container; a pod deleted
+    // in the cloud meanwhile goes from the edge at reconnect, one created meanwhile starts.
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pinned(
+            "doomed",
+            "edge-a",
+            "trap 'exit 0' TERM; while true; do sleep 1; done",
+        ),
+    );
+    c.eventually(
+        Duration::from_secs(60),
+        &["get", "pod", "doomed", "-o", "jsonpath={.status.phase}"],
+        |p| p == "Running",
+    );
+    // The crasher's container changes by design; the others' must not.
+    // The crasher's container changes by design, and the doomed pod goes; the others' must
+    // not change.
+    let crasher_uid = c.ok(&["get", "pod", "crasher", "-o", "jsonpath={.metadata.uid}"]);
+    let doomed_uid = c.ok(&["get", "pod", "doomed", "-o", "jsonpath={.metadata.uid}"]);
+    let before: BTreeSet<String> = containers_on(&c, "edge-a")
+        .into_iter()
+        .filter(|l| !l.starts_with(&crasher_uid) && !l.starts_with(&doomed_uid))
+        .collect();
+    let crashes_before = restarts(&c, "crasher");
+    let web_before = web_processes("edge-a");
+    assert!(web_before >= 1, "no web process found on edge-a");
+    a.link(false);
+    let cut = Instant::now();
+    ready(&c, "edge-a", "Unknown", Duration::from_secs(90));
+    let taints = c.ok(&[
+        "get",
+        "node",
+        "edge-a",
+        "-o",
+        "jsonpath={.spec.taints[*].key}",
+    ]);
+    assert!(
+        taints.contains("node.kubernetes.io/unreachable"),
+        "{taints}"
+    );
+    c.ok(&["delete", "pod", "doomed", "--wait=false"]);
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pinned("late", "edge-a", "while true; do sleep 1; done"),
+    );
+    a.kill9();
+    std::thread::sleep(Duration::from_secs(2));
+    a.restart();
+    // The edge goes on alone: its pods run and the crashing container is restarted there.
+    let status = c.dir().join("edge-a/edge/store/pods");
+    let edge_status = a.edgectl(&["status"]);
+    assert!(edge_status.ok, "{}", edge_status.stderr);
+    assert!(
+        edge_status.stdout.contains("disconnected"),
+        "{}",
+        edge_status.stdout
+    );
+    while cut.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    assert_eq!(
+        web_processes("edge-a"),
+        web_before,
+        "a web container stopped during the outage"
+    );
+    assert!(status.exists());
+    let reconnect = Instant::now();
+    a.link(true);
+    c.eventually(
+        Duration::from_secs(30),
+        &["get", "pods", "-o", "name"],
+        |o| !o.lines().any(|l| l == "pod/doomed"),
+    );
+    let gone_after = reconnect.elapsed();
+    println!("the pod deleted during the outage was gone {gone_after:?} after reconnect");
+    assert!(gone_after <= Duration::from_secs(5), "took {gone_after:?}");
+    ready(&c, "edge-a", "True", Duration::from_secs(60));
+    c.eventually(
+        Duration::from_secs(60),
+        &["get", "pod", "late", "-o", "jsonpath={.status.phase}"],
+        |p| p == "Running",
+    );
+    // Nothing evicted, nothing restarted but what crashed; the crasher restarted on its own.
+    let after: BTreeSet<String> = c
+        .eventually(
+            Duration::from_secs(30),
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "spec.nodeName=edge-a",
+                "-o",
+                "name",
+            ],
+            |_| true,
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert!(after.contains("pod/crasher"), "{after:?}");
+    let now: BTreeSet<String> = containers_on(&c, "edge-a")
+        .into_iter()
+        .filter(|l| !l.starts_with(&crasher_uid))
+        .collect();
+    for line in &before {
+        assert!(
+            now.contains(line),
+            "{line} changed over the outage; now {now:?}"
+        );
+    }
+    let crashes_after = c.eventually(
+        Duration::from_secs(30),
+        &[
+            "get",
+            "pod",
+            "crasher",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount}",
+        ],
+        |n| n.parse::<i64>().unwrap_or(0) > crashes_before,
+    );
+    println!("crasher restarts: {crashes_before} before the outage, {crashes_after} after");
+
+    // Upgrade: the binary is swapped atomically and the edgelet restarts into it (same
+    // process), its pods untouched.
+    let new = c.dir().join("edgelet-new");
+    std::fs::copy(minik8s_conformance::node::bin("edgelet"), &new).unwrap();
+    let inode = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().ino()
+    };
+    let old_inode = inode(&a.edgelet_bin());
+    let pid = a.pid();
+    let before = containers_on(&c, "edge-a");
+    let up = a.edgectl(&[
+        "upgrade",
+        "--component",
+        "edgelet",
+        "--from",
+        &new.display().to_string(),
+    ]);
+    assert!(up.ok, "{}\n{}", up.stdout, up.stderr);
+    assert!(up.stdout.contains("restarting"), "{}", up.stdout);
+    assert_ne!(
+        inode(&a.edgelet_bin()),
+        old_inode,
+        "the binary was not swapped"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let v = a.edgectl(&["version"]);
+    assert!(v.ok, "{}", v.stderr);
+    assert!(
+        v.stdout.contains("edgelet: v") && v.stdout.contains("cloud:   v"),
+        "{}",
+        v.stdout
+    );
+    assert_eq!(a.pid(), pid);
+    assert!(a.log().matches("edgelet started").count() >= 2);
+    ready(&c, "edge-a", "True", Duration::from_secs(30));
+    let after = containers_on(&c, "edge-a");
+    for line in before.iter().filter(|l| !l.starts_with(&crasher_uid)) {
+        assert!(
+            after.contains(line),
+            "{line} changed over the upgrade; now {after:?}"
+        );
+    }
+
+    // Reset: the Node goes, the containers keep running.
+    let web_b = web_processes("edge-b");
+    assert!(web_b >= 1);
+    let r = b.edgectl(&["reset"]);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(r.stdout.contains("keep running"), "{}", r.stdout);
+    c.eventually(
+        Duration::from_secs(30),
+        &["get", "nodes", "-o", "name"],
+        |o| !o.contains("node/edge-b"),
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(web_processes("edge-b"), web_b, "reset stopped containers");
+    let st = b.edgectl(&["status"]);
+    assert!(st.stdout.contains("not joined"), "{}", st.stdout);
+}
