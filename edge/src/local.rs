@@ -126,7 +126,8 @@ async fn handle(store: &Store, req: http::Request<kube::client::Body>) -> Respon
             let Ok(patch) = parsed() else {
                 return status(400, "BadRequest", "the status patch is not JSON".into());
             };
-            match store.patch_status(ns, name, &patch["status"]) {
+            let uid = patch["metadata"]["uid"].as_str();
+            match store.patch_status(ns, name, uid, &patch["status"]) {
                 Ok(Some(pod)) => answer(200, &serde_json::to_value(pod).unwrap_or_default()),
                 Ok(None) => not_found(format!("pods \"{name}\"")),
                 Err(e) => status(500, "InternalError", e.to_string()),
@@ -136,14 +137,19 @@ async fn handle(store: &Store, req: http::Request<kube::client::Body>) -> Respon
             Some(pod) => answer(200, &serde_json::to_value(pod).unwrap_or_default()),
             None => not_found(format!("pods \"{name}\"")),
         },
-        ("DELETE", ["api", "v1", "namespaces", ns, "pods", name]) => match store.finish(ns, name) {
-            Ok(Some(pod)) => {
-                tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted at the edge");
-                answer(200, &serde_json::to_value(pod).unwrap_or_default())
+        ("DELETE", ["api", "v1", "namespaces", ns, "pods", name]) => {
+            // The kubelet deletes this very pod (a uid precondition).
+            let body: Value = serde_json::from_slice(&body).unwrap_or_default();
+            let uid = body["preconditions"]["uid"].as_str();
+            match store.finish(ns, name, uid) {
+                Ok(Some(pod)) => {
+                    tracing::info!(pod = %format!("{ns}/{name}"), "pod deleted at the edge");
+                    answer(200, &serde_json::to_value(pod).unwrap_or_default())
+                }
+                Ok(None) => not_found(format!("pods \"{name}\"")),
+                Err(e) => status(500, "InternalError", e.to_string()),
             }
-            Ok(None) => not_found(format!("pods \"{name}\"")),
-            Err(e) => status(500, "InternalError", e.to_string()),
-        },
+        }
         ("POST", ["api", "v1", "namespaces", _, "events"]) => match parsed() {
             Ok(event) => {
                 store.push_event(event.clone());

@@ -357,13 +357,16 @@ impl Store {
         &self,
         namespace: &str,
         name: &str,
+        uid: Option<&str>,
         status: &Value,
     ) -> Result<Option<Pod>, StoreError> {
         let stored = {
             let inner = self.inner.lock().expect("store");
-            let Some(s) = inner.pods.values().find(|s| {
-                s.pod.namespace().as_deref() == Some(namespace) && s.pod.name_any() == name
-            }) else {
+            let Some(s) = inner
+                .pods
+                .values()
+                .find(|s| named(&s.pod, namespace, name, uid))
+            else {
                 return Ok(None);
             };
             let mut value =
@@ -394,15 +397,18 @@ impl Store {
 
     /// The pod's deletion finished (nothing of it runs): it goes from the store, and the
     /// cloud hears it is gone.
-    pub fn finish(&self, namespace: &str, name: &str) -> Result<Option<Pod>, StoreError> {
+    pub fn finish(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+    ) -> Result<Option<Pod>, StoreError> {
         let found = {
             let inner = self.inner.lock().expect("store");
             inner
                 .pods
                 .iter()
-                .find(|(_, s)| {
-                    s.pod.namespace().as_deref() == Some(namespace) && s.pod.name_any() == name
-                })
+                .find(|(_, s)| named(&s.pod, namespace, name, uid))
                 .map(|(uid, s)| (uid.clone(), s.pod.clone()))
         };
         let Some((uid, pod)) = found else {
@@ -642,6 +648,14 @@ impl Store {
     }
 }
 
+/// Whether `pod` is `namespace/name` (with this uid, when one is given: a pod replaced under
+/// the same name is another pod).
+fn named(pod: &Pod, namespace: &str, name: &str, uid: Option<&str>) -> bool {
+    pod.namespace().as_deref() == Some(namespace)
+        && pod.name_any() == name
+        && uid.is_none_or(|u| pod.uid().as_deref() == Some(u))
+}
+
 /// Whether two node statuses say the same (the figures that only drift do not count).
 fn same_node(a: &NodeStatusReply, b: &NodeStatusReply) -> bool {
     a.memory_pressure == b.memory_pressure
@@ -694,7 +708,7 @@ mod tests {
             "a duplicate create"
         );
         assert!(!s.put_pod(pod("u1"), 4, false).unwrap(), "an older update");
-        s.patch_status("default", "p", &json!({"phase": "Running"}))
+        s.patch_status("default", "p", Some("u1"), &json!({"phase": "Running"}))
             .unwrap()
             .unwrap();
         // A temporary file left by a write cut short is ignored.
@@ -710,7 +724,8 @@ mod tests {
         // Everything counts as changed after a start.
         assert_eq!(s.changes_since(0).pods.len(), 1);
         assert!(s.delete_pod("u1", 0).unwrap());
-        s.finish("default", "p").unwrap().unwrap();
+        assert!(s.finish("default", "p", Some("other")).unwrap().is_none());
+        s.finish("default", "p", Some("u1")).unwrap().unwrap();
         let c = s.changes_since(1);
         assert!(c.pods.iter().any(|p| p.gone && p.uid == "u1"));
         assert!(

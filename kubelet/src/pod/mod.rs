@@ -772,7 +772,9 @@ impl Worker {
         }
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
-        let patch = serde_json::json!({"status": status});
+        // This very pod (its uid), as upstream's status manager: a pod replaced under the
+        // same name is not written over.
+        let patch = serde_json::json!({"metadata": {"uid": uid}, "status": status});
         match api
             .patch_status(
                 &pod.name_any(),
@@ -788,7 +790,7 @@ impl Worker {
                     .insert(uid, (status, std::time::Instant::now()));
                 Ok(())
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
