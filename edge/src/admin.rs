@@ -717,3 +717,54 @@ impl EdgeAdmin for AdminService {
         }))
     }
 }
+
+/// Renews the node's client certificate through the registry (presenting the current one)
+/// once 80 % of its lifetime has passed, as the kubelet's certificate manager does; checked
+/// every minute.
+pub async fn renew_certificates(agent: Arc<Agent>) {
+    loop {
+        tokio::select! {
+            _ = agent.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+        }
+        let cfg = agent.store.config();
+        if !cfg.joined() {
+            continue;
+        }
+        let pki = agent.store.pki();
+        let Ok(cert) = std::fs::read_to_string(pki.join("client.crt")) else {
+            continue;
+        };
+        let Ok((from, to)) = minik8s_kubeconfig::csr::validity(&cert) else {
+            continue;
+        };
+        let now = jiff::Timestamp::now().as_second();
+        if now < from + (to - from) * 4 / 5 {
+            continue;
+        }
+        let renewed = async {
+            let cn = format!("system:node:{}", agent.node);
+            let (key, csr) =
+                minik8s_kubeconfig::csr::new_request(&cn, &["system:nodes"]).map_err(internal)?;
+            let cert = registry_client(&agent, &cfg)?
+                .renew(RenewRequest {
+                    hello: hello(&agent.node),
+                    client_csr: csr,
+                })
+                .await?
+                .into_inner()
+                .client_cert;
+            crate::store::write_atomic(&pki.join("client.key"), key.as_bytes())
+                .map_err(internal)?;
+            crate::store::write_atomic(&pki.join("client.crt"), cert.as_bytes())
+                .map_err(internal)?;
+            Ok::<_, Status>(())
+        };
+        match renewed.await {
+            Ok(()) => tracing::info!(node = %agent.node, "renewed the node's client certificate"),
+            Err(e) => {
+                tracing::warn!(node = %agent.node, error = %e.message(), "renewing the node's client certificate failed; retrying in a minute")
+            }
+        }
+    }
+}

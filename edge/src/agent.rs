@@ -281,6 +281,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<Option<Path
     minik8s_task::spawn_on(&tasks, "edgelet-pods", run_pods(agent.clone()));
     minik8s_task::spawn_on(&tasks, "edgelet-orphans", orphans(agent.clone()));
     minik8s_task::spawn_on(&tasks, "edgelet-node-status", node_status(agent.clone()));
+    minik8s_task::spawn_on(
+        &tasks,
+        "edgelet-certificates",
+        crate::admin::renew_certificates(agent.clone()),
+    );
     crate::admin::serve_admin(agent.clone()).await?;
     if store.config().joined() {
         crate::admin::start_cloud(&agent)?;

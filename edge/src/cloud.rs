@@ -651,8 +651,18 @@ impl EdgeProvider {
         }
         if let Some((sa, seconds)) = token {
             let name = pod.name_any();
+            // A token is requested again once 80 % of its lifetime has passed, as the
+            // kubelet's token manager does.
             let key = ("tokens".to_owned(), ns.clone(), name.clone());
-            if self.shipped.lock().expect("shipped").contains_key(&key) {
+            let now = jiff::Timestamp::now().as_second();
+            let due = self
+                .shipped
+                .lock()
+                .expect("shipped")
+                .get(&key)
+                .and_then(|renew_at| renew_at.parse::<i64>().ok())
+                .is_none_or(|renew_at| now >= renew_at);
+            if !due {
                 return Ok(());
             }
             let req = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -676,11 +686,13 @@ impl EdgeProvider {
                 .ok_or_else(|| ProviderError::Failed("the token request has no token".into()))?;
             let object = json!({"serviceAccount": sa, "token": status.token,
                                 "expirationTimestamp": status.expiration_timestamp});
-            self.send_volume("tokens", &ns, &name, &object, 1).await?;
+            self.send_volume("tokens", &ns, &name, &object, now as u64)
+                .await?;
+            let renew_at = now + seconds * 4 / 5;
             self.shipped
                 .lock()
                 .expect("shipped")
-                .insert(key, "1".into());
+                .insert(key, renew_at.to_string());
         }
         Ok(())
     }

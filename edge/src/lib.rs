@@ -85,3 +85,33 @@ pub fn now() -> String {
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_of_another_protocol_version_is_told_both_versions() {
+        assert!(check_hello(hello("n").as_ref()).is_ok());
+        let other = proto::Hello {
+            version: PROTOCOL + 1,
+            node: "n".into(),
+        };
+        let e = check_hello(Some(&other)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(
+            e.message().contains(&format!("v{PROTOCOL}")),
+            "{}",
+            e.message()
+        );
+        assert!(
+            e.message().contains(&format!("v{}", PROTOCOL + 1)),
+            "{}",
+            e.message()
+        );
+        assert_eq!(
+            check_hello(None).unwrap_err().code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+}
