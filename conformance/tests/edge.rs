@@ -171,6 +171,79 @@ fn restarts(c: &InitCluster, pod: &str) -> i64 {
     .unwrap_or(0)
 }
 
+/// Calls edge-a's cloud-facing service from here: a peer of another protocol version, a
+/// malformed or oversized message, another node's name, a pod of another node, a caller that
+/// is not the registry, and a server that is not the node meant all get clear errors, and the
+/// edgelet keeps answering.
+fn bad_input_gets_error_replies(c: &InitCluster) {
+    use minik8s_edge::proto::edgelet_client::EdgeletClient;
+    use minik8s_edge::proto::{GetPodsRequest, Hello, PodRequest};
+    let pki = c.data_dir().join("pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap();
+    let client = |cert: &str, key: &str, node: &str| {
+        let tls = minik8s_edge::tls::client_config(
+            &read("ca.crt"),
+            Some((&read(cert), &read(key))),
+            Some(format!("system:node:{node}")),
+        )
+        .unwrap();
+        let ch =
+            minik8s_edge::tls::channel("10.250.0.21:10350", tls, Duration::from_secs(10)).unwrap();
+        EdgeletClient::new(ch).max_encoding_message_size(64 << 20)
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut cl = client("edge-registry.crt", "edge-registry.key", "edge-a");
+        let hello = minik8s_edge::hello("edge-a");
+        let e = cl
+            .get_pods(GetPodsRequest {
+                hello: Some(Hello { version: 2, node: "edge-a".into() }),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+        assert!(e.message().contains("v1") && e.message().contains("v2"), "{}", e.message());
+        let e = cl
+            .create_pod(PodRequest { hello: hello.clone(), pod: b"{not json".to_vec(), seq: 1 })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{}", e.message());
+        let e = cl
+            .create_pod(PodRequest { hello: hello.clone(), pod: vec![b' '; 5 << 20], seq: 1 })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e.code(), tonic::Code::ResourceExhausted | tonic::Code::OutOfRange),
+            "{e:?}"
+        );
+        let e = cl
+            .get_pods(GetPodsRequest { hello: minik8s_edge::hello("edge-b") })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
+        let other = br#"{"metadata":{"name":"x","namespace":"default","uid":"u-x"},"spec":{"nodeName":"edge-b","containers":[{"name":"c","image":"busybox"}]}}"#;
+        let e = cl
+            .create_pod(PodRequest { hello: hello.clone(), pod: other.to_vec(), seq: 1 })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
+        // Still answering.
+        cl.get_pods(GetPodsRequest { hello: hello.clone() }).await.unwrap();
+        // Only the registry may call.
+        let e = client("admin.crt", "admin.key", "edge-a")
+            .get_pods(GetPodsRequest { hello: hello.clone() })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
+        // The cloud refuses a server that is not the node it means.
+        let e = client("edge-registry.crt", "edge-registry.key", "edge-b")
+            .get_pods(GetPodsRequest { hello: hello.clone() })
+            .await
+            .unwrap_err();
+        assert_ne!(e.code(), tonic::Code::Ok);
+    });
+}
+
 #[test]
 fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     let c = InitCluster::start(free_port());
@@ -260,6 +333,8 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     );
     drop(impostor);
 
+    bad_input_gets_error_replies(&c);
+
     // A Deployment for edge nodes spreads over both, init container first.
     c.kubectl_stdin(&["apply", "-f", "-"], WEB);
     let placed = c.eventually(
@@ -330,6 +405,22 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     assert!(
         events.contains("Back-off restarting failed container"),
         "{events}"
+    );
+    // A pod the edge cannot run says why, as on any node.
+    let missing = pinned("missing", "edge-b", "true")
+        .replace("image: busybox", "image: minik8s.invalid/none:1")
+        .replace("imagePullPolicy: IfNotPresent", "imagePullPolicy: Never");
+    c.kubectl_stdin(&["apply", "-f", "-"], &missing);
+    c.eventually(
+        Duration::from_secs(60),
+        &[
+            "get",
+            "pod",
+            "missing",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].state.waiting.reason}",
+        ],
+        |r| r == "ErrImageNeverPull",
     );
 
     // DescribeNodeStatus values in `kubectl describe node`.
