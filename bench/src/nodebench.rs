@@ -12,20 +12,35 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-fn pod(name: &str) -> Pod {
-    serde_json::from_value(json!({
+/// A benchmark pod, on node `node` when given (tolerating the edge nodes' taint).
+fn pod(name: &str, node: Option<&str>) -> Pod {
+    let mut p = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "labels": {"bench": "pods"}},
         "spec": {"terminationGracePeriodSeconds": 0,
                  "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "IfNotPresent",
                                  "command": ["sleep", "3600"]}]},
-    }))
-    .expect("pod")
+    });
+    if let Some(node) = node {
+        p["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": node});
+        p["spec"]["tolerations"] =
+            json!([{"key": "virtual-kubelet.io/provider", "operator": "Exists"}]);
+    }
+    serde_json::from_value(p).expect("pod")
 }
 
 /// Creates `n` pods one after another, each once the previous is Running; returns each
 /// create → Running latency as the watch saw it.
 pub async fn pod_starts(client: kube::Client, n: usize) -> anyhow::Result<Vec<Duration>> {
+    pod_starts_on(client, n, None).await
+}
+
+/// As [`pod_starts`], on node `node` when given.
+pub async fn pod_starts_on(
+    client: kube::Client,
+    n: usize,
+    node: Option<&str>,
+) -> anyhow::Result<Vec<Duration>> {
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let mut watch = pods
         .watch(&WatchParams::default().labels("bench=pods"), "0")
@@ -35,7 +50,8 @@ pub async fn pod_starts(client: kube::Client, n: usize) -> anyhow::Result<Vec<Du
     for i in 0..n {
         let name = format!("bench-{i}");
         let started = Instant::now();
-        pods.create(&PostParams::default(), &pod(&name)).await?;
+        pods.create(&PostParams::default(), &pod(&name, node))
+            .await?;
         loop {
             let event = tokio::time::timeout(Duration::from_secs(60), watch.next())
                 .await
