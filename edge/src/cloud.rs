@@ -1245,3 +1245,67 @@ impl Streams for EdgeProvider {
         Ok(String::from_utf8_lossy(&r.into_inner().log).into_owned())
     }
 }
+
+/// `minik8s edge-registry`: one more registry replica (the one in `minik8s up` is the first);
+/// replicas share the edge nodes by racing for their Leases, as the virtual nodes do.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Kubeconfig of the identity it acts as (`system:minik8s-edge-registry`).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: std::path::PathBuf,
+    /// The apiserver's URL (bootstrap-token clients of joins use it).
+    #[arg(long)]
+    pub apiserver: String,
+    /// The cluster CA.
+    #[arg(long)]
+    pub ca: std::path::PathBuf,
+    /// The registry's serving certificate and key (PEM files).
+    #[arg(long, num_args = 2, value_names = ["CERT", "KEY"], required = true)]
+    pub tls: Vec<std::path::PathBuf>,
+    /// The client certificate and key presented to edgelets (PEM files; CN
+    /// `system:minik8s-edge-registry`).
+    #[arg(long, num_args = 2, value_names = ["CERT", "KEY"], required = true)]
+    pub client: Vec<std::path::PathBuf>,
+    /// Where it serves edges.
+    #[arg(long, default_value = "0.0.0.0:10360")]
+    pub listen: SocketAddr,
+    /// This replica's identity (default: host name and a random suffix).
+    #[arg(long)]
+    pub identity: Option<String>,
+    /// The address the apiserver reaches this replica's kubelet endpoint at.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: String,
+    /// Where the kubelet endpoint listens.
+    #[arg(long, default_value = "0.0.0.0:0")]
+    pub kubelet_listen: SocketAddr,
+    /// Seconds between heartbeats to an edge whose watch stream is down (the seed's: 60).
+    #[arg(long, default_value_t = 10)]
+    pub heartbeat_seconds: u64,
+}
+
+/// Runs one registry replica from its command line until SIGINT/SIGTERM.
+pub async fn run_cli(args: Args) -> anyhow::Result<()> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))
+    };
+    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+    let client = minik8s_kubeconfig::client(&args.kubeconfig).await?;
+    let identity = args
+        .identity
+        .unwrap_or_else(minik8s_controllers::leader::identity);
+    let mut vnode = RegistryConfig::vnode_config(&identity);
+    vnode.address = args.address;
+    vnode.listen = args.kubelet_listen;
+    vnode.client_ca = Some(args.ca.clone());
+    let cfg = RegistryConfig {
+        listen: args.listen,
+        apiserver: args.apiserver,
+        ca_pem: read(&args.ca)?,
+        serving: (read(&args.tls[0])?, read(&args.tls[1])?),
+        client: (read(&args.client[0])?, read(&args.client[1])?),
+        heartbeat: Duration::from_secs(args.heartbeat_seconds.max(1)),
+        vnode,
+    };
+    run(client, cfg, shutdown).await?;
+    Ok(())
+}

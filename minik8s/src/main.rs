@@ -55,6 +55,9 @@ enum Command {
     /// Runs one replica of the function-module controller (function bases as virtual nodes)
     /// in the foreground; replicas share the bases by racing for their node Leases.
     FunctionModules(minik8s_serverless::modules::Args),
+    /// Runs one more edge registry replica (edges join through it and run as its virtual
+    /// nodes; replicas share them by Lease races).
+    EdgeRegistry(minik8s_edge::cloud::Args),
     /// Certificates and kubeconfigs.
     Pki {
         #[command(subcommand)]
@@ -496,6 +499,9 @@ fn main() -> anyhow::Result<()> {
         }
         Command::FunctionModules(args) => {
             tokio::runtime::Runtime::new()?.block_on(minik8s_serverless::modules::run_cli(args))
+        }
+        Command::EdgeRegistry(args) => {
+            tokio::runtime::Runtime::new()?.block_on(minik8s_edge::cloud::run_cli(args))
         }
         Command::Init(args) => {
             tokio::runtime::Runtime::new()?.block_on(init(args))?;
