@@ -1309,3 +1309,74 @@ pub async fn run_cli(args: Args) -> anyhow::Result<()> {
     run(client, cfg, shutdown).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_edge_gets_only_what_its_pods_use() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "serviceAccountName": "robot",
+                "volumes": [
+                    {"name": "a", "configMap": {"name": "cm-a"}},
+                    {"name": "b", "secret": {"secretName": "s-b"}},
+                    {"name": "c", "projected": {"sources": [
+                        {"configMap": {"name": "kube-root-ca.crt"}},
+                        {"secret": {"name": "s-c"}},
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                    ]}},
+                    {"name": "d", "emptyDir": {}},
+                ],
+                "initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "cm-i"}}]}],
+                "containers": [{"name": "c", "env": [
+                    {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s-x", "key": "k"}}},
+                    {"name": "Y", "valueFrom": {"configMapKeyRef": {"name": "cm-a", "key": "k"}}},
+                ]}],
+            },
+        }))
+        .unwrap();
+        let (maps, secrets, token) = references(&pod);
+        assert_eq!(maps, ["cm-a", "cm-i", "kube-root-ca.crt"]);
+        assert_eq!(secrets, ["s-b", "s-c", "s-x"]);
+        assert_eq!(token, Some(("robot".to_owned(), 3607)));
+    }
+
+    #[test]
+    fn pressure_follows_the_edges_thresholds() {
+        let r = NodeStatusReply {
+            memory_total_bytes: 100 << 20,
+            memory_used_bytes: 95 << 20,
+            memory_pressure: true,
+            memory_threshold: 90,
+            disk_total_bytes: 100 << 30,
+            disk_used_bytes: 10 << 30,
+            disk_threshold: 80,
+            disk_path: "/var/lib/edge".into(),
+            cpus: 4,
+            ..Default::default()
+        };
+        let st = node_status(&r);
+        let conds = st.conditions.unwrap();
+        let mem = conds.iter().find(|c| c.type_ == "MemoryPressure").unwrap();
+        assert_eq!(mem.status, "True");
+        assert!(mem.message.as_deref().unwrap().contains("memory use 95%"));
+        assert!(
+            mem.message
+                .as_deref()
+                .unwrap()
+                .contains("pressure above 90%")
+        );
+        let disk = conds.iter().find(|c| c.type_ == "DiskPressure").unwrap();
+        assert_eq!(disk.status, "False");
+        assert!(
+            disk.message
+                .as_deref()
+                .unwrap()
+                .contains("on /var/lib/edge")
+        );
+        assert_eq!(st.capacity.unwrap()["cpu"].0, "4");
+    }
+}
