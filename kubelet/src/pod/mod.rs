@@ -773,8 +773,17 @@ impl Worker {
         let api: Api<Pod> =
             Api::namespaced(self.client.clone(), &pod.namespace().unwrap_or_default());
         // This very pod (its uid), as upstream's status manager: a pod replaced under the
-        // same name is not written over.
-        let patch = serde_json::json!({"metadata": {"uid": uid}, "status": status});
+        // same name is not written over. A static pod's status goes to its mirror pod,
+        // which has a uid of its own.
+        let from_file = pod
+            .annotations()
+            .get(crate::static_pods::SOURCE)
+            .is_some_and(|s| s == "file");
+        let patch = if from_file {
+            serde_json::json!({"status": status})
+        } else {
+            serde_json::json!({"metadata": {"uid": uid}, "status": status})
+        };
         match api
             .patch_status(
                 &pod.name_any(),
