@@ -86,6 +86,20 @@ fn ready(c: &InitCluster, node: &str, want: &str, limit: Duration) {
     );
 }
 
+fn memory_pressure(c: &InitCluster, node: &str, want: &str) {
+    c.eventually(
+        Duration::from_secs(60),
+        &[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
+        ],
+        |s| s == want,
+    );
+}
+
 fn join(c: &InitCluster, m: &Machine) -> String {
     let r = m.edgectl(&[
         "--edgelet-address",
@@ -445,32 +459,12 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     // Memory pressure, simulated with the threshold flag.
     a.stop();
     a.restart_with(&["--memory-pressure-threshold", "1"]);
-    c.eventually(
-        Duration::from_secs(60),
-        &[
-            "get",
-            "node",
-            "edge-a",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
-        ],
-        |s| s == "True",
-    );
+    memory_pressure(&c, "edge-a", "True");
     let described = c.ok(&["describe", "node", "edge-a"]);
     assert!(described.contains("(pressure above 1%)"), "{described}");
     a.stop();
     a.restart();
-    c.eventually(
-        Duration::from_secs(60),
-        &[
-            "get",
-            "node",
-            "edge-a",
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
-        ],
-        |s| s == "False",
-    );
+    memory_pressure(&c, "edge-a", "False");
 
     // Autonomy drill: the link down for a minute, and the edgelet SIGKILLed and restarted
     // meanwhile. Nothing is evicted or restarted but the crashing container; a pod deleted

@@ -616,6 +616,28 @@ impl EdgeProvider {
         hello(&self.node)
     }
 
+    /// Hands the pod to the edge (created, or updated), its volumes' data first.
+    async fn give(&self, pod: &Pod, create: bool) -> Result<(), ProviderError> {
+        self.ship_volumes(pod).await?;
+        let req = PodRequest {
+            hello: self.hello(),
+            pod: serde_json::to_vec(pod).unwrap_or_default(),
+            seq: seq_of(pod),
+        };
+        let mut rpc = self.rpc.clone();
+        let sent = if create {
+            rpc.create_pod(req).await
+        } else {
+            rpc.update_pod(req).await
+        };
+        sent.map_err(|s| provider_error(&self.node, s))?;
+        self.given
+            .lock()
+            .expect("given")
+            .insert(pod.uid().unwrap_or_default(), pod.clone());
+        Ok(())
+    }
+
     /// Ships the ConfigMaps, Secrets and service-account tokens the pod uses (what the node
     /// authorizer would let its kubelet read), when they changed since last shipped.
     async fn ship_volumes(&self, pod: &Pod) -> Result<(), ProviderError> {
@@ -1079,39 +1101,11 @@ fn decode_pod(bytes: &[u8]) -> Result<Option<Pod>, ProviderError> {
 #[async_trait::async_trait]
 impl PodLifecycleHandler for EdgeProvider {
     async fn create_pod(&self, pod: &Pod) -> Result<(), ProviderError> {
-        self.ship_volumes(pod).await?;
-        self.rpc
-            .clone()
-            .create_pod(PodRequest {
-                hello: self.hello(),
-                pod: serde_json::to_vec(pod).unwrap_or_default(),
-                seq: seq_of(pod),
-            })
-            .await
-            .map_err(|s| provider_error(&self.node, s))?;
-        self.given
-            .lock()
-            .expect("given")
-            .insert(pod.uid().unwrap_or_default(), pod.clone());
-        Ok(())
+        self.give(pod, true).await
     }
 
     async fn update_pod(&self, pod: &Pod) -> Result<(), ProviderError> {
-        self.ship_volumes(pod).await?;
-        self.rpc
-            .clone()
-            .update_pod(PodRequest {
-                hello: self.hello(),
-                pod: serde_json::to_vec(pod).unwrap_or_default(),
-                seq: seq_of(pod),
-            })
-            .await
-            .map_err(|s| provider_error(&self.node, s))?;
-        self.given
-            .lock()
-            .expect("given")
-            .insert(pod.uid().unwrap_or_default(), pod.clone());
-        Ok(())
+        self.give(pod, false).await
     }
 
     async fn delete_pod(&self, pod: &Pod) -> Result<(), ProviderError> {
