@@ -3,7 +3,7 @@
 use clap::Parser;
 use minik8s_storage::bench::{self, Plan};
 use minik8s_storage::testing::TestEtcd;
-use minik8s_storage::{Embedded, Storage, Store};
+use minik8s_storage::{Embedded, EmbeddedOptions, Storage, Store};
 
 /// Storage micro-benchmark: sequential and concurrent creates, range, watch delivery, churn.
 #[derive(Parser, Debug)]
@@ -25,8 +25,20 @@ struct Args {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum Which {
     All,
+    /// Both engines of the embedded store.
     Embedded,
+    /// Only the embedded store with its write-ahead log.
+    EmbeddedWal,
     Etcd,
+}
+
+/// Bytes of the files in a folder (the store's data on disk).
+fn dir_bytes(dir: &std::path::Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        total += entry?.metadata()?.len();
+    }
+    Ok(total)
 }
 
 #[tokio::main]
@@ -40,28 +52,33 @@ async fn main() -> anyhow::Result<()> {
         concurrent: args.concurrent,
         ..Plan::default()
     };
-    if args.backend != Which::Etcd {
+    // The embedded store's two engines side by side: the write-ahead log (the default) and a
+    // durable redb commit per batch (the engine before it).
+    let engines = [("embedded", true), ("embedded-redb-commit", false)];
+    for (name, wal) in engines {
+        if args.backend == Which::Etcd || (args.backend == Which::EmbeddedWal && !wal) {
+            continue;
+        }
+        let options = || EmbeddedOptions {
+            wal,
+            ..EmbeddedOptions::default()
+        };
         let dir = tempfile::tempdir()?;
-        let store = Storage::Embedded(Embedded::open(dir.path())?);
-        let report = bench::run("embedded", &store, &plan).await?;
+        let store = Storage::Embedded(Embedded::open_with(dir.path(), options())?);
+        let report = bench::run(name, &store, &plan).await?;
         println!("{}", serde_json::to_string(&report)?);
         store.close().await?;
         if args.churn > 0 {
             let dir = tempfile::tempdir()?;
-            let store = Embedded::open(dir.path())?;
+            let store = Embedded::open_with(dir.path(), options())?;
             let mut report = bench::churn(&store, args.churn_keys, args.churn, 16, 300).await?;
-            let path = store.path().to_owned();
             report.writer = Some(store.stats());
             store.close().await?;
-            report.file_mib =
-                (std::fs::metadata(&path)?.len() as f64 / 1048576.0 * 10.0).round() / 10.0;
-            println!(
-                "{}",
-                serde_json::json!({"backend": "embedded", "churn": report})
-            );
+            report.file_mib = (dir_bytes(dir.path())? as f64 / 1048576.0 * 10.0).round() / 10.0;
+            println!("{}", serde_json::json!({"backend": name, "churn": report}));
         }
     }
-    if args.backend != Which::Embedded {
+    if matches!(args.backend, Which::All | Which::Etcd) {
         let etcd = TestEtcd::start().await?;
         let store = Storage::Etcd(etcd.connect().await?);
         let report = bench::run("etcd", &store, &plan).await?;

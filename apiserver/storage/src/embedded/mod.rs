@@ -1,9 +1,11 @@
 //! The embedded backend: one redb file holding the current keys (`kv`), a bounded history of
 //! changes keyed by revision (`log`, for watches and reads at older revisions) and the current
-//! revision (`meta`). Writes go through one writer thread that commits concurrent requests
-//! together; reads use redb's snapshot transactions and never wait for the writer.
+//! revision (`meta`), and a write-ahead log beside it. Writes go through one writer thread that
+//! commits concurrent requests together, made durable by one sequential append to the log;
+//! reads use redb's snapshot transactions and never wait for the writer.
 
 mod codec;
+mod wal;
 mod writer;
 
 use crate::{
@@ -43,6 +45,10 @@ pub struct EmbeddedOptions {
     /// redb's page cache size in bytes (32 MiB holds a 5,000-pod cluster's hot pages; more
     /// only raised the apiserver's RSS in the scale benchmark).
     pub cache_bytes: usize,
+    /// Make commits durable through the write-ahead log (sequential appends, redb checkpointed
+    /// in the background) rather than with a durable redb commit per batch, whose random page
+    /// writes stalled writers for up to 0.85 s under churn.
+    pub wal: bool,
 }
 
 impl Default for EmbeddedOptions {
@@ -52,6 +58,7 @@ impl Default for EmbeddedOptions {
             watch_buffer: 1024,
             write_queue: 8192,
             cache_bytes: 32 << 20,
+            wal: true,
         }
     }
 }
@@ -74,6 +81,8 @@ pub(crate) struct WriterStats {
     compacted_entries: AtomicU64,
     worst_commit_us: AtomicU64,
     worst_compaction_us: AtomicU64,
+    checkpoints: AtomicU64,
+    worst_checkpoint_us: AtomicU64,
 }
 
 /// What the writer has done since the store was opened.
@@ -89,6 +98,10 @@ pub struct Stats {
     pub worst_commit_ms: f64,
     /// The longest time compaction added to one commit, in milliseconds.
     pub worst_compaction_ms: f64,
+    /// Checkpoints of the write-ahead log into redb.
+    pub checkpoints: u64,
+    /// The longest checkpoint, in milliseconds.
+    pub worst_checkpoint_ms: f64,
 }
 
 struct Inner {
@@ -145,11 +158,12 @@ impl Embedded {
             (get(META_REVISION)?, get(META_COMPACTED)?)
         };
         txn.commit().map_err(|e| open_err(e.into()))?;
+        let (revision, compacted, wal) = recover(&db, dir, revision, floor, options.wal)?;
 
         let db = Arc::new(db);
         let published = Arc::new(Published {
             revision: AtomicI64::new(revision),
-            compacted: AtomicI64::new(floor),
+            compacted: AtomicI64::new(compacted),
             stats: WriterStats::default(),
         });
         let (events, _) = broadcast::channel(options.watch_buffer.max(16));
@@ -162,6 +176,9 @@ impl Embedded {
             revision,
             physical_floor: floor,
             history: options.history.max(1),
+            wal,
+            logged_floor: compacted,
+            last_checkpoint: std::time::Instant::now(),
         };
         std::thread::Builder::new()
             .name("storage-writer".into())
@@ -226,6 +243,8 @@ impl Embedded {
             compacted_entries: s.compacted_entries.load(Ordering::Relaxed),
             worst_commit_ms: ms(&s.worst_commit_us),
             worst_compaction_ms: ms(&s.worst_compaction_us),
+            checkpoints: s.checkpoints.load(Ordering::Relaxed),
+            worst_checkpoint_ms: ms(&s.worst_checkpoint_us),
         }
     }
 
@@ -263,6 +282,70 @@ impl Embedded {
             .await
             .map_err(|e| Error::Corrupt(format!("read task failed: {e}")))?
     }
+}
+
+/// Applies the write-ahead log's batches that redb's last durable commit does not hold, makes
+/// them durable in redb and empties the log. Returns the revision, the logical compaction
+/// floor and the log to go on with (`None` when the store runs without one).
+fn recover(
+    db: &Database,
+    dir: &Path,
+    revision: i64,
+    floor: i64,
+    use_wal: bool,
+) -> Result<(i64, i64, Option<wal::Wal>)> {
+    if !use_wal && !dir.join(wal::FILE).exists() {
+        return Ok((revision, floor, None));
+    }
+    let wal::Recovered {
+        mut wal,
+        records,
+        torn_bytes,
+    } = wal::Wal::open(dir)?;
+    let compacted = records.iter().map(|r| r.compacted).fold(floor, i64::max);
+    let (mut last, mut replayed) = (revision, 0usize);
+    if records.iter().any(|r| r.revision > revision) {
+        let txn = db.begin_write()?;
+        {
+            let mut kv = txn.open_table(KV)?;
+            let mut log = txn.open_table(LOG)?;
+            for record in &records {
+                for event in &record.events {
+                    let rev = event.revision();
+                    if rev <= last {
+                        continue;
+                    }
+                    if rev != last + 1 {
+                        return Err(Error::Corrupt(format!(
+                            "write-ahead log jumps from revision {last} to {rev}"
+                        )));
+                    }
+                    writer::store_event(&mut kv, &mut log, event)?;
+                    last = rev;
+                    replayed += 1;
+                }
+            }
+            txn.open_table(META)?.insert(META_REVISION, last as u64)?;
+        }
+        txn.commit()?;
+    }
+    if replayed > 0 || torn_bytes > 0 {
+        tracing::info!(
+            replayed,
+            torn_bytes,
+            revision = last,
+            "recovered the embedded store from its write-ahead log"
+        );
+    }
+    wal.reset()?;
+    if !use_wal {
+        std::fs::remove_file(dir.join(wal::FILE)).map_err(|source| Error::Io {
+            what: "removing the write-ahead log".into(),
+            source,
+        })?;
+        return Ok((last, compacted, None));
+    }
+    Ok((last, compacted, Some(wal)))
 }
 
 fn kv_reply(reply: Reply) -> KeyValue {

@@ -2,8 +2,13 @@
 //! them in one redb transaction (each successful write gets the next revision), commits once
 //! with an fsync (group commit), then publishes the events and answers the callers.
 //! It also drops old history in small chunks so no commit is held up for long.
+//!
+//! With the write-ahead log (the default), a batch's durability is the log's fsync: redb is
+//! committed without one, and every so often a checkpoint (one durable redb commit, then an
+//! emptied log) runs after the batch's callers have their answers.
 
 use super::codec;
+use super::wal::Wal;
 use super::{KV, LOG, META, META_COMPACTED, META_REVISION, Published};
 use crate::{Deleted, Error, Event, EventKind, KeyValue, Result};
 use bytes::Bytes;
@@ -18,6 +23,10 @@ const MAX_BATCH: usize = 1024;
 const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(20);
 /// Most history entries dropped in one commit.
 const COMPACT_CHUNK: u64 = 1024;
+/// A checkpoint runs once the log holds this much…
+const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// …or this long after the last one, whichever comes first.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A write the writer thread carries out.
 pub(super) enum Op {
@@ -64,6 +73,12 @@ pub(super) struct Writer {
     pub physical_floor: i64,
     /// How many revisions of history to keep.
     pub history: i64,
+    /// The write-ahead log, or `None` for a durable redb commit per batch.
+    pub wal: Option<Wal>,
+    /// The compaction floor in the last logged record.
+    pub logged_floor: i64,
+    /// When the last checkpoint finished.
+    pub last_checkpoint: std::time::Instant,
 }
 
 impl Writer {
@@ -104,6 +119,9 @@ impl Writer {
                 tracing::error!(error = %e, "embedded store commit failed");
             }
             if let Some(close) = close {
+                if let Err(e) = self.checkpoint() {
+                    tracing::error!(error = %e, "final checkpoint of the embedded store failed");
+                }
                 drop(self.rx);
                 drop(self.db);
                 let _ = close.reply.send(Ok(Reply::Done));
@@ -125,7 +143,10 @@ impl Writer {
         let mut compacted = 0;
         let outcome = (|| -> Result<i64> {
             let mut txn = self.db.begin_write()?;
-            txn.set_durability(Durability::Immediate)?;
+            txn.set_durability(match self.wal {
+                Some(_) => Durability::None,
+                None => Durability::Immediate,
+            })?;
             let mut revision = start_revision;
             let mut floor = self.physical_floor;
             {
@@ -164,10 +185,18 @@ impl Writer {
                 if revision != start_revision {
                     meta.insert(META_REVISION, revision as u64)?;
                 }
-                self.physical_floor = floor;
+            }
+            if let Some(wal) = &mut self.wal {
+                // Durable from here: the log's fsync, before redb shows the batch to anyone.
+                let floor = self.published.compacted.load(Ordering::Acquire);
+                if !events.is_empty() || floor != self.logged_floor {
+                    wal.append(revision, floor, &events)?;
+                    self.logged_floor = floor;
+                }
             }
             let applied = started.elapsed();
             txn.commit()?;
+            self.physical_floor = floor;
             let took = started.elapsed();
             let stats = &self.published.stats;
             stats.commits.fetch_add(1, Ordering::Relaxed);
@@ -198,6 +227,9 @@ impl Writer {
                 for (req, result) in batch.drain(..).zip(results) {
                     let _ = req.reply.send(result);
                 }
+                if self.checkpoint_due() {
+                    self.checkpoint()?;
+                }
                 Ok(())
             }
             Err(e) => {
@@ -213,12 +245,49 @@ impl Writer {
     }
 }
 
+impl Writer {
+    fn checkpoint_due(&self) -> bool {
+        self.wal.as_ref().is_some_and(|wal| {
+            wal.len() >= CHECKPOINT_BYTES
+                || (wal.len() > 0 && self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY)
+        })
+    }
+
+    /// Makes every logged batch durable in redb (one durable commit) and empties the log.
+    fn checkpoint(&mut self) -> Result<()> {
+        let Some(wal) = &mut self.wal else {
+            return Ok(());
+        };
+        if wal.len() == 0 {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)?;
+        txn.open_table(META)?
+            .insert(META_REVISION, self.revision as u64)?;
+        txn.commit()?;
+        wal.reset()?;
+        let took = started.elapsed();
+        self.last_checkpoint = std::time::Instant::now();
+        let stats = &self.published.stats;
+        stats.checkpoints.fetch_add(1, Ordering::Relaxed);
+        stats
+            .worst_checkpoint_us
+            .fetch_max(micros(took), Ordering::Relaxed);
+        if took > SLOW_COMMIT {
+            tracing::warn!(took_ms = took.as_millis() as u64, "slow storage checkpoint");
+        }
+        Ok(())
+    }
+}
+
 fn micros(d: std::time::Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
-type KvTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
-type LogTable<'t> = Table<'t, u64, &'static [u8]>;
+pub(super) type KvTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
+pub(super) type LogTable<'t> = Table<'t, u64, &'static [u8]>;
 
 /// Applies one write at `revision`; returns the reply and, if it changed anything, its event.
 fn apply(
@@ -295,6 +364,23 @@ fn apply(
         // Compaction itself happens after the batch's writes; these only wake the writer.
         Op::Compact | Op::Close => return Ok((Reply::Done, None)),
     };
+    store_event(kv, log, &event)?;
+    let reply = match event.kind {
+        EventKind::Put => Reply::Kv(event.kv.clone()),
+        EventKind::Delete => Reply::Deleted(Deleted {
+            prev: event.prev.clone().expect("a delete has a previous value"),
+            revision,
+        }),
+    };
+    Ok((reply, Some(event)))
+}
+
+/// Writes one change: the key's new current value (or its removal) and its history entry.
+pub(super) fn store_event(
+    kv: &mut KvTable<'_>,
+    log: &mut LogTable<'_>,
+    event: &Event,
+) -> Result<()> {
     match event.kind {
         EventKind::Put => {
             let raw = codec::encode_value(
@@ -308,13 +394,9 @@ fn apply(
             kv.remove(event.kv.key.as_bytes())?;
         }
     }
-    log.insert(revision as u64, codec::encode_event(&event).as_slice())?;
-    let reply = match event.kind {
-        EventKind::Put => Reply::Kv(event.kv.clone()),
-        EventKind::Delete => Reply::Deleted(Deleted {
-            prev: event.prev.clone().expect("a delete has a previous value"),
-            revision,
-        }),
-    };
-    Ok((reply, Some(event)))
+    log.insert(
+        event.kv.mod_revision as u64,
+        codec::encode_event(event).as_slice(),
+    )?;
+    Ok(())
 }
