@@ -169,6 +169,9 @@ fn cm(name: &str) -> ConfigMap {
     .expect("configmap")
 }
 
+/// The Accept header `kubectl get` sends: a server-side Table, plain JSON as the fallback.
+const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+
 /// Runs every measurement and returns the report.
 pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
@@ -265,6 +268,39 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
         list.push(t.elapsed());
     }
 
+    // The first page of `kubectl get` (a 500-row Table, as kubectl asks for it), then a warm
+    // `kubectl get` of all `n` (four such pages, printed).
+    let mut table = Vec::new();
+    for _ in 0..20 {
+        let req = http::Request::get("/api/v1/namespaces/seq/configmaps?limit=500")
+            .header(http::header::ACCEPT, KUBECTL_TABLE)
+            .body(Vec::new())?;
+        let t = Instant::now();
+        let body = client.request_text(req).await?;
+        table.push(t.elapsed());
+        anyhow::ensure!(
+            body.contains("\"kind\":\"Table\"") && body.matches("\"cells\"").count() == 500.min(n),
+            "the Table page is not 500 rows"
+        );
+    }
+    let mut kubectl_get = Vec::new();
+    for _ in 0..6 {
+        let t = Instant::now();
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&server.kubeconfig)
+            .args(["get", "configmaps", "-n", "seq", "--no-headers"])
+            .stderr(Stdio::inherit())
+            .output()?;
+        kubectl_get.push(t.elapsed());
+        anyhow::ensure!(
+            out.status.success() && out.stdout.split(|b| *b == b'\n').count() > n,
+            "kubectl get failed"
+        );
+    }
+    // The first run warms kubectl's discovery cache.
+    kubectl_get.remove(0);
+
     // Watch delivery: from the start of a create to the event arriving.
     let wapi: Api<ConfigMap> = Api::namespaced(client.clone(), "watch");
     let mut stream = wapi.watch(&WatchParams::default(), "0").await?.boxed();
@@ -302,6 +338,8 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
         "get": percentiles(&mut get),
         "update": {"latency": percentiles(&mut update), "server_cpu_ms_per_op": (update_cpu * 1000.0).round() / 1000.0},
         "list": {"items": listed, "latency_typed_client": percentiles(&mut list), "latency_raw_body": percentiles(&mut list_raw)},
+        "table_first_page_500": percentiles(&mut table),
+        "kubectl_get_warm": {"items": n, "latency": percentiles(&mut kubectl_get)},
         "watch_delivery_from_request_start": percentiles(&mut watch),
         "delete": percentiles(&mut delete),
         "rss_after_mib": rss_mib(pid),

@@ -225,14 +225,16 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
         meta["continue"] = json!(c);
     }
     if ctx.wants_table() {
-        let table = crate::table::table(
+        let mut out = Vec::new();
+        crate::table::write(
+            &mut out,
             &ctx.res,
             &page.items,
             ctx.params.include_object.as_deref(),
-            Some(meta),
+            &meta,
             true,
         );
-        return Ok(json_response(StatusCode::OK, &table, &[]));
+        return Ok(raw_json(StatusCode::OK, out, &[]));
     }
     // Write the list around the items without building one big value.
     let metadata_only = ctx.wants_metadata();
