@@ -258,18 +258,27 @@ fn in_scope(quota: &Value, res: &ResourceInfo, obj: &Value) -> bool {
     })
 }
 
+/// The namespace's quotas, read in short pages: most namespaces have none or a few, and a
+/// short read is answered without a hand-off to a blocking thread (this runs on every create).
 async fn quotas(api: &Api, ns: &str) -> ApiResult<Vec<(String, i64, Value)>> {
-    let listed = api
-        .store
-        .range(RangeRequest::prefix(format!(
-            "/registry/core/resourcequotas/{ns}/"
-        )))
-        .await?;
-    listed
-        .kvs
-        .iter()
-        .map(|kv| Ok((kv.key.clone(), kv.mod_revision, from_store(kv)?)))
-        .collect()
+    let mut out = Vec::new();
+    let mut req = RangeRequest {
+        prefix: format!("/registry/core/resourcequotas/{ns}/"),
+        limit: 64,
+        ..Default::default()
+    };
+    loop {
+        let page = api.store.range(req.clone()).await?;
+        for kv in &page.kvs {
+            out.push((kv.key.clone(), kv.mod_revision, from_store(kv)?));
+        }
+        if !page.more {
+            return Ok(out);
+        }
+        // Later pages read at the first page's revision, as one consistent list.
+        req.start_after = page.kvs.last().map(|kv| kv.key.clone());
+        req.revision = page.revision;
+    }
 }
 
 /// What every object of (group, plural) in a namespace that the quota's scopes take in adds

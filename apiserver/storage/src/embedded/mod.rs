@@ -30,6 +30,9 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const META_REVISION: &str = "revision";
 const META_COMPACTED: &str = "compacted";
 
+/// Ranges of at most this many keys at the latest revision are read on the caller's thread.
+const INLINE_RANGE: usize = 64;
+
 /// How many history entries a watch replays per read transaction.
 const REPLAY_CHUNK: u64 = 512;
 
@@ -384,6 +387,11 @@ impl Store for Embedded {
     }
 
     async fn range(&self, req: RangeRequest) -> Result<RangeResult> {
+        // A short read of the latest revision costs less than the hand-off to a blocking
+        // thread (two context switches); long ranges and reads of history go there.
+        if req.revision <= 0 && (1..=INLINE_RANGE).contains(&req.limit) {
+            return range_at(&*self.db()?, &self.inner.published, &req);
+        }
         self.blocking(move |db, published| range_at(db, published, &req))
             .await
     }
