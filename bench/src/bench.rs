@@ -122,7 +122,11 @@ impl Server {
             .arg("--data-dir")
             .arg(dir)
             .args(["--port", &port.to_string(), "--audit-level", "None"])
-            .env("RUST_LOG", "warn")
+            // MINIK8S_BENCH_LOG sets the server's log filter (for a profile); warnings otherwise.
+            .env(
+                "RUST_LOG",
+                std::env::var("MINIK8S_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()?;

@@ -41,15 +41,34 @@ pub async fn pod_starts_on(
     n: usize,
     node: Option<&str>,
 ) -> anyhow::Result<Vec<Duration>> {
+    Ok(pod_starts_staged(client, n, node).await?.running)
+}
+
+/// Per pod, when the watch saw it bound to a node and when Running, from its create.
+pub struct Starts {
+    /// Create → `spec.nodeName` set (the scheduler's share).
+    pub bound: Vec<Duration>,
+    /// Create → phase Running.
+    pub running: Vec<Duration>,
+}
+
+/// As [`pod_starts_on`], with the time each pod was seen bound.
+pub async fn pod_starts_staged(
+    client: kube::Client,
+    n: usize,
+    node: Option<&str>,
+) -> anyhow::Result<Starts> {
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let mut watch = pods
         .watch(&WatchParams::default().labels("bench=pods"), "0")
         .await?
         .boxed();
     let mut samples = Vec::new();
+    let mut bound = Vec::new();
     for i in 0..n {
         let name = format!("bench-{i}");
         let started = Instant::now();
+        let mut seen_bound = None;
         pods.create(&PostParams::default(), &pod(&name, node))
             .await?;
         loop {
@@ -57,11 +76,19 @@ pub async fn pod_starts_on(
                 .await
                 .map_err(|_| anyhow::anyhow!("pod {name} not Running after 60 s"))?
                 .ok_or_else(|| anyhow::anyhow!("watch ended"))??;
-            if let WatchEvent::Modified(p) | WatchEvent::Added(p) = event
-                && p.metadata.name.as_deref() == Some(name.as_str())
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-            {
-                samples.push(started.elapsed());
+            let (WatchEvent::Modified(p) | WatchEvent::Added(p)) = event else {
+                continue;
+            };
+            if p.metadata.name.as_deref() != Some(name.as_str()) {
+                continue;
+            }
+            if seen_bound.is_none() && p.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
+                seen_bound = Some(started.elapsed());
+            }
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                let at = started.elapsed();
+                samples.push(at);
+                bound.push(seen_bound.unwrap_or(at));
                 break;
             }
         }
@@ -71,7 +98,10 @@ pub async fn pod_starts_on(
         &kube::api::ListParams::default().labels("bench=pods"),
     )
     .await?;
-    Ok(samples)
+    Ok(Starts {
+        bound,
+        running: samples,
+    })
 }
 
 /// Sandbox + container start straight on the runtime, `n` times: the floor a kubelet sits on.
@@ -184,7 +214,10 @@ pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> any
     let (server, client) = with_node(binary, dir.path(), images).await?;
     // One pod first, to warm the image and the caches.
     let _ = pod_starts(client.clone(), 1).await?;
-    let mut through_cluster = pod_starts(client, n).await?;
+    let Starts {
+        mut bound,
+        running: mut through_cluster,
+    } = pod_starts_staged(client, n, None).await?;
     let socket = dir.path().join("node/containerd/containerd.sock");
     let mut floor = cri_floor(&socket, 10).await?;
     let down = std::process::Command::new(binary)
@@ -200,6 +233,7 @@ pub async fn pods(binary: &Path, images: &[std::path::PathBuf], n: usize) -> any
     Ok(json!({
         "pods": n,
         "create_to_running": percentiles(&mut through_cluster),
+        "create_to_bound": percentiles(&mut bound),
         "cri_floor_sandbox_and_container": percentiles(&mut floor),
     }))
 }

@@ -898,7 +898,16 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     }
     let mut prepared: Option<volumes::Prepared> = None;
     let mut requeue = Some(deadline.map_or(RELIST, |d| d.min(RELIST)));
+    // Where a pass spends its time (logged at debug: the pod-start profile of node-bench).
+    let pass = std::time::Instant::now();
+    let mut steps: Vec<(&str, Duration)> = Vec::new();
+    let mut step = |name: &'static str, since: &mut std::time::Instant| {
+        steps.push((name, since.elapsed()));
+        *since = std::time::Instant::now();
+    };
+    let mut since = pass;
     let mut observed = Observed::read(&w.cri, &uid).await?;
+    step("observe", &mut since);
     let rejected = pod.status.as_ref().is_some_and(|s| {
         s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("NodePorts")
     });
@@ -909,6 +918,12 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
     // new pod reaches Running in one pass.
     for _ in 0..8 {
         let state = plan::state(&shape, &observed, now_ns());
+        let name = match &state {
+            State::NoSandbox { .. } => "sandbox",
+            State::Initializing { .. } => "init-container",
+            State::Running { .. } => "containers",
+            _ => "other",
+        };
         let acted = match &state {
             State::NoSandbox { attempt } => {
                 match w.start_sandbox(&pod, *attempt, &observed).await {
@@ -972,7 +987,9 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         if !acted {
             break;
         }
+        step(name, &mut since);
         observed = Observed::read(&w.cri, &uid).await?;
+        step("observe", &mut since);
     }
     let mut state = plan::state(&shape, &observed, now_ns());
     // configMap, secret, downwardAPI and projected volumes follow the API while the pod
@@ -1087,7 +1104,19 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
             );
         }
     }
+    step("probes-and-status", &mut since);
     w.write_status(&pod, new).await?;
+    step("status-write", &mut since);
+    tracing::debug!(
+        pod = %pod.name_any(),
+        total_ms = pass.elapsed().as_secs_f64() * 1e3,
+        steps = %steps
+            .iter()
+            .map(|(n, d)| format!("{n}={:.1}ms", d.as_secs_f64() * 1e3))
+            .collect::<Vec<_>>()
+            .join(" "),
+        "pod sync pass"
+    );
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }
 
