@@ -23,10 +23,8 @@ const MAX_BATCH: usize = 1024;
 const SLOW_COMMIT: std::time::Duration = std::time::Duration::from_millis(20);
 /// Most history entries dropped in one commit.
 const COMPACT_CHUNK: u64 = 1024;
-/// A checkpoint runs once the log holds this much…
+/// A checkpoint runs once the log holds this much (or `checkpoint_every` after the last one).
 const CHECKPOINT_BYTES: u64 = 16 << 20;
-/// …or this long after the last one, whichever comes first.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// A write the writer thread carries out.
 pub(super) enum Op {
@@ -79,6 +77,8 @@ pub(super) struct Writer {
     pub logged_floor: i64,
     /// When the last checkpoint finished.
     pub last_checkpoint: std::time::Instant,
+    /// How long after the last checkpoint the next one is due.
+    pub checkpoint_every: std::time::Duration,
 }
 
 impl Writer {
@@ -249,7 +249,7 @@ impl Writer {
     fn checkpoint_due(&self) -> bool {
         self.wal.as_ref().is_some_and(|wal| {
             wal.len() >= CHECKPOINT_BYTES
-                || (wal.len() > 0 && self.last_checkpoint.elapsed() >= CHECKPOINT_EVERY)
+                || (wal.len() > 0 && self.last_checkpoint.elapsed() >= self.checkpoint_every)
         })
     }
 
