@@ -5,6 +5,7 @@
 //! reads use redb's snapshot transactions and never wait for the writer.
 
 mod codec;
+mod hub;
 mod wal;
 mod writer;
 
@@ -21,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use writer::{Op, Reply, Request, Writer};
 
 const KV: TableDefinition<&[u8], &[u8]> = TableDefinition::new("kv");
@@ -115,7 +116,9 @@ pub struct Stats {
 struct Inner {
     path: PathBuf,
     db: Mutex<Option<Arc<Database>>>,
-    events: Mutex<Option<broadcast::Sender<Arc<[Event]>>>>,
+    hub: Arc<hub::Hub>,
+    /// Batches a watch may have queued before it catches up from history instead.
+    watch_buffer: usize,
     writes: mpsc::Sender<Request>,
     published: Arc<Published>,
 }
@@ -174,12 +177,12 @@ impl Embedded {
             compacted: AtomicI64::new(compacted),
             stats: WriterStats::default(),
         });
-        let (events, _) = broadcast::channel(options.watch_buffer.max(16));
+        let hub = Arc::new(hub::Hub::new());
         let (writes, rx) = mpsc::channel(options.write_queue.max(16));
         let writer = Writer {
             db: db.clone(),
             rx,
-            events: events.clone(),
+            hub: hub.clone(),
             published: published.clone(),
             revision,
             physical_floor: floor,
@@ -201,7 +204,8 @@ impl Embedded {
             inner: Arc::new(Inner {
                 path,
                 db: Mutex::new(Some(db)),
-                events: Mutex::new(Some(events)),
+                hub,
+                watch_buffer: options.watch_buffer.max(16),
                 writes,
                 published,
             }),
@@ -223,7 +227,7 @@ impl Embedded {
         {
             let _ = rx.await;
         }
-        self.inner.events.lock().expect("events lock").take();
+        self.inner.hub.close();
         let db = self.inner.db.lock().expect("db lock").take();
         if let Some(mut db) = db {
             // Short reads may still hold the database; wait for them to finish.
@@ -437,12 +441,9 @@ impl Store for Embedded {
         // Subscribe before reading history, so nothing committed in between is missed.
         let live = self
             .inner
-            .events
-            .lock()
-            .expect("events lock")
-            .as_ref()
-            .ok_or(Error::Closed)?
-            .subscribe();
+            .hub
+            .subscribe(prefix, self.inner.watch_buffer)
+            .ok_or(Error::Closed)?;
         let next = match start_revision {
             0 => self.inner.published.revision.load(Ordering::Acquire) + 1,
             r => r,
@@ -633,36 +634,53 @@ struct Watcher {
 }
 
 impl Watcher {
-    async fn run(mut self, mut live: broadcast::Receiver<Arc<[Event]>>) {
+    async fn run(mut self, mut live: hub::Subscription) {
         if let Err(e) = self.catch_up().await {
             let _ = self.tx.send(Err(e)).await;
             return;
         }
         loop {
             let batch = tokio::select! {
-                batch = live.recv() => batch,
-                _ = self.tx.closed() => return,
-            };
-            match batch {
-                Ok(batch) => {
-                    for event in batch.iter() {
-                        if !self.deliver(event.clone()).await {
+                batch = live.batches.recv() => batch,
+                _ = live.lag.notified() => {
+                    // Deliver what is queued first, then what was dropped, from history.
+                    while let Ok(batch) = live.batches.try_recv() {
+                        if !self.deliver_batch(&batch).await {
                             return;
                         }
                     }
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    if let Err(e) = self.catch_up().await {
+                    if live.lagged.swap(false, Ordering::AcqRel)
+                        && let Err(e) = self.catch_up().await
+                    {
                         let _ = self.tx.send(Err(e)).await;
                         return;
                     }
+                    continue;
                 }
-                Err(broadcast::error::RecvError::Closed) => {
+                _ = self.tx.closed() => return,
+            };
+            match batch {
+                Some(batch) => {
+                    if !self.deliver_batch(&batch).await {
+                        return;
+                    }
+                }
+                None => {
                     let _ = self.tx.send(Err(Error::Closed)).await;
                     return;
                 }
             }
         }
+    }
+
+    /// Sends a batch's events under the prefix; false once the receiver is gone.
+    async fn deliver_batch(&mut self, batch: &[Event]) -> bool {
+        for event in batch {
+            if !self.deliver(event.clone()).await {
+                return false;
+            }
+        }
+        true
     }
 
     /// Sends one event if it is new and under the prefix; false once the receiver is gone.

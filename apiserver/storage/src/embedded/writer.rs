@@ -15,7 +15,7 @@ use bytes::Bytes;
 use redb::{Database, Durability, ReadableTable, Table};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 /// Most requests applied in one commit.
 const MAX_BATCH: usize = 1024;
@@ -63,7 +63,7 @@ pub(super) struct Request {
 pub(super) struct Writer {
     pub db: Arc<Database>,
     pub rx: mpsc::Receiver<Request>,
-    pub events: broadcast::Sender<Arc<[Event]>>,
+    pub hub: Arc<super::hub::Hub>,
     pub published: Arc<Published>,
     /// The last committed revision.
     pub revision: i64,
@@ -222,7 +222,7 @@ impl Writer {
                 self.revision = revision;
                 self.published.revision.store(revision, Ordering::Release);
                 if !events.is_empty() {
-                    let _ = self.events.send(events.into());
+                    self.hub.publish(&events.into());
                 }
                 for (req, result) in batch.drain(..).zip(results) {
                     let _ = req.reply.send(result);
