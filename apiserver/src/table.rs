@@ -10,8 +10,8 @@ use crate::kinds::Row;
 use crate::registry::ResourceInfo;
 use serde_json::Value;
 
-/// Renders objects of one resource as a Table; `include_object` is `None`, `Metadata`
-/// (the default) or `Object`.
+/// Renders objects of one resource as a Table value (for tests; responses use [`write`]).
+#[cfg(test)]
 pub fn table(
     res: &ResourceInfo,
     objects: &[Value],
@@ -25,7 +25,8 @@ pub fn table(
     serde_json::from_slice(&out).expect("a Table is JSON")
 }
 
-/// Writes objects of one resource as a Table into `out` (see [`table`]).
+/// Writes objects of one resource as a Table into `out`; `include_object` is `None`,
+/// `Metadata` (the default) or `Object`.
 pub fn write(
     out: &mut Vec<u8>,
     res: &ResourceInfo,

@@ -27,20 +27,6 @@ pub struct Args {
     pub changed: usize,
 }
 
-fn ready(c: &InitCluster, node: &str, want: &str) {
-    c.eventually(
-        Duration::from_secs(120),
-        &[
-            "get",
-            "node",
-            node,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ],
-        |s| s == want,
-    );
-}
-
 fn join(c: &InitCluster, m: &Machine) -> anyhow::Result<()> {
     let r = m.edgectl(&[
         "join",
@@ -111,7 +97,7 @@ pub fn run(args: &Args) -> anyhow::Result<Value> {
     let c = InitCluster::start(free_port());
     let edge = c.edge_machine("edge-a", 31, &[]);
     join(&c, &edge)?;
-    ready(&c, "edge-a", "True");
+    c.node_condition("edge-a", "Ready", "True", Duration::from_secs(120));
     let normal = c.join_machine("node-b", 32);
     // Idle: joined, no pods.
     std::thread::sleep(Duration::from_secs(30));
@@ -149,7 +135,7 @@ pub fn run(args: &Args) -> anyhow::Result<Value> {
     let old_running = wait_running(&c, "edge-old", half, Duration::from_secs(600))?;
     edge.link(false);
     let cut = Instant::now();
-    ready(&c, "edge-a", "Unknown");
+    c.node_condition("edge-a", "Ready", "Unknown", Duration::from_secs(120));
     c.ok(&["delete", "pods", "-l", "bench=edge-old", "--wait=false"]);
     c.kubectl_stdin(
         &["apply", "-f", "-"],

@@ -231,18 +231,14 @@ impl InitCluster {
         args.extend(m.node_args());
         m.child = Some(m.spawn_minik8s("join", &args));
         m.args = args;
-        self.eventually(
-            Duration::from_secs(90),
-            &[
-                "get",
-                "node",
-                name,
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ],
-            |s| s == "True",
-        );
+        self.node_condition(name, "Ready", "True", Duration::from_secs(90));
         m
+    }
+
+    /// Waits (up to `limit`) until Node `node`'s condition `condition` has status `want`.
+    pub fn node_condition(&self, node: &str, condition: &str, want: &str, limit: Duration) {
+        let path = format!("jsonpath={{.status.conditions[?(@.type==\"{condition}\")].status}}");
+        self.eventually(limit, &["get", "node", node, "-o", &path], |s| s == want);
     }
 
     /// A new edge machine `name` at 10.250.0.`index`: its network namespace running the real

@@ -72,34 +72,6 @@ spec:
     )
 }
 
-fn ready(c: &InitCluster, node: &str, want: &str, limit: Duration) {
-    c.eventually(
-        limit,
-        &[
-            "get",
-            "node",
-            node,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ],
-        |s| s == want,
-    );
-}
-
-fn memory_pressure(c: &InitCluster, node: &str, want: &str) {
-    c.eventually(
-        Duration::from_secs(60),
-        &[
-            "get",
-            "node",
-            node,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"MemoryPressure\")].status}",
-        ],
-        |s| s == want,
-    );
-}
-
 fn join(c: &InitCluster, m: &Machine) -> String {
     let r = m.edgectl(&[
         "--edgelet-address",
@@ -305,8 +277,8 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     // Join both; each is a Ready edge node with the virtual-kubelet taint.
     assert!(join(&c, &a).contains("has joined the cluster as edge-a"));
     join(&c, &b);
-    ready(&c, "edge-a", "True", Duration::from_secs(60));
-    ready(&c, "edge-b", "True", Duration::from_secs(60));
+    c.node_condition("edge-a", "Ready", "True", Duration::from_secs(60));
+    c.node_condition("edge-b", "Ready", "True", Duration::from_secs(60));
     let nodes = c.ok(&[
         "get",
         "nodes",
@@ -459,12 +431,12 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     // Memory pressure, simulated with the threshold flag.
     a.stop();
     a.restart_with(&["--memory-pressure-threshold", "1"]);
-    memory_pressure(&c, "edge-a", "True");
+    c.node_condition("edge-a", "MemoryPressure", "True", Duration::from_secs(60));
     let described = c.ok(&["describe", "node", "edge-a"]);
     assert!(described.contains("(pressure above 1%)"), "{described}");
     a.stop();
     a.restart();
-    memory_pressure(&c, "edge-a", "False");
+    c.node_condition("edge-a", "MemoryPressure", "False", Duration::from_secs(60));
 
     // Autonomy drill: the link down for a minute, and the edgelet SIGKILLed and restarted
     // meanwhile. Nothing is evicted or restarted but the crashing container; a pod deleted
@@ -496,7 +468,7 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     assert!(web_before >= 1, "no web process found on edge-a");
     a.link(false);
     let cut = Instant::now();
-    ready(&c, "edge-a", "Unknown", Duration::from_secs(90));
+    c.node_condition("edge-a", "Ready", "Unknown", Duration::from_secs(90));
     let taints = c.ok(&[
         "get",
         "node",
@@ -544,7 +516,7 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     let gone_after = reconnect.elapsed();
     println!("the pod deleted during the outage was gone {gone_after:?} after reconnect");
     assert!(gone_after <= Duration::from_secs(5), "took {gone_after:?}");
-    ready(&c, "edge-a", "True", Duration::from_secs(60));
+    c.node_condition("edge-a", "Ready", "True", Duration::from_secs(60));
     c.eventually(
         Duration::from_secs(60),
         &["get", "pod", "late", "-o", "jsonpath={.status.phase}"],
@@ -626,7 +598,7 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     );
     assert_eq!(a.pid(), pid);
     assert!(a.log().matches("edgelet started").count() >= 2);
-    ready(&c, "edge-a", "True", Duration::from_secs(30));
+    c.node_condition("edge-a", "Ready", "True", Duration::from_secs(30));
     let after = containers_on(&c, "edge-a");
     for line in before.iter().filter(|l| !l.starts_with(&crasher_uid)) {
         assert!(

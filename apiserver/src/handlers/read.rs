@@ -34,14 +34,16 @@ pub async fn get(ctx: Ctx) -> ApiResult<Response> {
         ));
     }
     if ctx.wants_table() {
-        let table = crate::table::table(
+        let mut out = Vec::new();
+        crate::table::write(
+            &mut out,
             &ctx.res,
             &[obj],
             ctx.params.include_object.as_deref(),
-            None,
+            &json!({}),
             true,
         );
-        return Ok(json_response(StatusCode::OK, &table, &[]));
+        return Ok(raw_json(StatusCode::OK, out, &[]));
     }
     Ok(json_response(StatusCode::OK, &obj, &[]))
 }
@@ -350,15 +352,22 @@ impl Encoder {
 
     fn event(&mut self, kind: &str, obj: Value) -> bytes::Bytes {
         let obj = if self.table && kind != "BOOKMARK" && kind != "ERROR" {
-            let t = crate::table::table(
+            // The one-row Table is written straight after the event's head.
+            let mut line = Vec::with_capacity(1024);
+            line.extend_from_slice(b"{\"type\":");
+            serde_json::to_writer(&mut line, kind).expect("json");
+            line.extend_from_slice(b",\"object\":");
+            crate::table::write(
+                &mut line,
                 &self.res,
                 &[obj],
                 self.include_object.as_deref(),
-                None,
+                &json!({}),
                 !self.sent_columns,
             );
             self.sent_columns = true;
-            t
+            line.extend_from_slice(b"}\n");
+            return line.into();
         } else if self.metadata && kind != "BOOKMARK" && kind != "ERROR" {
             object::partial_metadata(&obj)
         } else {

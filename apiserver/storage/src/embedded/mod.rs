@@ -350,14 +350,15 @@ fn recover(
             "recovered the embedded store from its write-ahead log"
         );
     }
-    wal.reset()?;
     if !use_wal {
+        drop(wal);
         std::fs::remove_file(dir.join(wal::FILE)).map_err(|source| Error::Io {
             what: "removing the write-ahead log".into(),
             source,
         })?;
         return Ok((last, compacted, None));
     }
+    wal.reset()?;
     Ok((last, compacted, Some(wal)))
 }
 
