@@ -36,6 +36,10 @@ pub fn compile(rule: &str) -> Result<(), RuleError> {
 pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
     let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
     let mut context = cel::Context::default();
+    // Upstream's list library (k8s.io/apiserver/pkg/cel/library/lists.go) adds `sum()`.
+    context
+        .add_function("sum", sum)
+        .map_err(|e| RuleError::Execute(e.to_string()))?;
     context
         .add_variable("self", value.clone())
         .map_err(|e| RuleError::Execute(e.to_string()))?;
@@ -46,6 +50,41 @@ pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
         cel::Value::Bool(b) => Ok(b),
         other => Err(RuleError::NotBool(format!("{other:?}"))),
     }
+}
+
+/// `list.sum()`: the sum of a list of integers or of doubles (0 for an empty list), as
+/// upstream's list library.
+fn sum(
+    cel::extractors::This(list): cel::extractors::This<std::sync::Arc<Vec<cel::Value>>>,
+) -> Result<cel::Value, cel::ExecutionError> {
+    let mut ints: i64 = 0;
+    let mut doubles: Option<f64> = None;
+    for v in list.iter() {
+        match v {
+            cel::Value::Int(i) => {
+                ints = ints
+                    .checked_add(*i)
+                    .ok_or_else(|| cel::ExecutionError::function_error("sum", "integer overflow"))?
+            }
+            cel::Value::UInt(u) => {
+                ints = i64::try_from(*u)
+                    .ok()
+                    .and_then(|u| ints.checked_add(u))
+                    .ok_or_else(|| cel::ExecutionError::function_error("sum", "integer overflow"))?
+            }
+            cel::Value::Float(f) => *doubles.get_or_insert(0.0) += f,
+            other => {
+                return Err(cel::ExecutionError::function_error(
+                    "sum",
+                    format!("no such overload for a list of {other:?}"),
+                ));
+            }
+        }
+    }
+    Ok(match doubles {
+        Some(d) => cel::Value::Float(d + ints as f64),
+        None => cel::Value::Int(ints),
+    })
 }
 
 fn kind_of(v: &Value) -> &'static str {
@@ -102,6 +141,22 @@ pub fn causes(schema: &Value, value: &Value, path: &str) -> Vec<Cause> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn lists_sum_as_upstreams_list_library() {
+        let rule = "self.traffic.map(t, has(t.percent) ? t.percent : 0).sum() == 100";
+        let split = json!({"traffic": [{"percent": 90}, {"percent": 10}, {"tag": "x"}]});
+        assert!(check(rule, &split).unwrap());
+        let short = json!({"traffic": [{"percent": 90}, {"percent": 5}]});
+        assert!(!check(rule, &short).unwrap());
+        assert!(check("[].sum() == 0", &json!({})).unwrap());
+        assert!(check("[1.5, 2.5].sum() == 4.0", &json!({})).unwrap());
+        assert!(check("['a'].sum() == 0", &json!({})).is_err());
+        let unique = "self.traffic.all(a, !has(a.tag) || self.traffic.exists_one(b, has(b.tag) && b.tag == a.tag))";
+        assert!(check(unique, &split).unwrap());
+        let twice = json!({"traffic": [{"tag": "a"}, {"tag": "a"}, {}]});
+        assert!(!check(unique, &twice).unwrap());
+    }
 
     #[test]
     fn rules_see_self_and_report_their_message_or_the_rule() {
