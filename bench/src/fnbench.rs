@@ -80,6 +80,55 @@ pub(crate) async fn url_of(fns: &Api<Function>, name: &str) -> anyhow::Result<St
     }
 }
 
+/// Warm calls through the gateway to function `warm` split 50/50 between two warm revisions
+/// (the cost of the split); none on a server without revisions.
+async fn split_calls(fns: &Api<Function>, calls: usize) -> anyhow::Result<Vec<Duration>> {
+    let status = fns.get("warm").await?.status.unwrap_or_default();
+    let Some(first) = status.latest_created_revision else {
+        return Ok(Vec::new());
+    };
+    let v2 = "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"], \"v\": 2}\n";
+    apply_code(fns, "warm", v2, json!({"minScale": 1, "maxScale": 1})).await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        let s = fns.get("warm").await?.status.unwrap_or_default();
+        match s.latest_ready_revision {
+            Some(r) if r != first => break r,
+            _ => {}
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "the second revision never got ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let traffic = json!({"spec": {"traffic": [
+        {"revisionName": first, "percent": 50}, {"revisionName": second, "percent": 50}]}});
+    fns.patch("warm", &PatchParams::default(), &Patch::Merge(&traffic))
+        .await?;
+    while fns
+        .get("warm")
+        .await?
+        .status
+        .unwrap_or_default()
+        .traffic
+        .len()
+        != 2
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the split never took effect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let url = url_of(fns, "warm").await?;
+    for _ in 0..20 {
+        call(&url).await?;
+    }
+    let mut out = Vec::new();
+    for _ in 0..calls {
+        out.push(call(&url).await?);
+    }
+    Ok(out)
+}
+
 /// Waits until the function has no pods at all (scaled to zero and gone).
 async fn wait_gone(pods: &Api<Pod>, name: &str) -> anyhow::Result<()> {
     let lp = ListParams::default().labels(&format!("{LABEL}={name}"));
@@ -353,6 +402,10 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
     }
     let overhead_ms =
         (percentile(&mut via_gateway, 0.5) - percentile(&mut direct, 0.5)).as_secs_f64() * 1e3;
+    let mut via_split = split_calls(&fns, plan.warm_calls).await?;
+    let split_overhead_ms = (!via_split.is_empty()).then(|| {
+        (percentile(&mut via_split, 0.5) - percentile(&mut direct, 0.5)).as_secs_f64() * 1e3
+    });
 
     // Sustained load: clients calling back to back; the pods used are sampled.
     apply(
@@ -393,8 +446,14 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
         let (deployments, max_pods) = (deployments.clone(), max_pods.clone());
         tokio::spawn(async move {
             while Instant::now() < until {
-                if let Ok(d) = deployments.get("fn-load").await {
-                    let n = d.spec.and_then(|s| s.replicas).unwrap_or(0);
+                // Every revision of the function (one here): pods asked for in all.
+                let lp = ListParams::default().labels(&format!("{LABEL}=load"));
+                if let Ok(list) = deployments.list(&lp).await {
+                    let n = list
+                        .items
+                        .iter()
+                        .filter_map(|d| d.spec.as_ref()?.replicas)
+                        .sum();
                     max_pods.fetch_max(n, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -431,6 +490,8 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
             "through_gateway": percentiles(&mut via_gateway),
             "direct_to_pod": percentiles(&mut direct),
             "gateway_overhead_p50_ms": (overhead_ms * 1000.0).round() / 1000.0,
+            "through_gateway_split_50_50": (!via_split.is_empty()).then(|| percentiles(&mut via_split)),
+            "gateway_overhead_split_p50_ms": split_overhead_ms.map(|o| (o * 1000.0).round() / 1000.0),
         },
         "sustained": {
             "clients": plan.clients,

@@ -22,16 +22,36 @@ fn post(c: &Cluster, url: &str, body: &str) -> (u16, String) {
     }
 }
 
+/// Pods asked for over the Deployments of the function's revisions.
 fn replicas(c: &Cluster, function: &str) -> i64 {
+    let label = format!("serverless.minik8s.io/function={function}");
     c.ok(&[
         "get",
-        "deployment",
-        &format!("fn-{function}"),
+        "deployments",
+        "-l",
+        &label,
         "-o",
-        "jsonpath={.spec.replicas}",
+        "jsonpath={.items[*].spec.replicas}",
     ])
-    .parse()
-    .unwrap_or(-1)
+    .split_whitespace()
+    .map(|n| n.parse::<i64>().unwrap_or(-1000))
+    .sum()
+}
+
+/// Waits until the function has no pods asked for.
+fn at_zero(c: &Cluster, function: &str) {
+    let label = format!("serverless.minik8s.io/function={function}");
+    c.eventually(
+        &[
+            "get",
+            "deployments",
+            "-l",
+            &label,
+            "-o",
+            "jsonpath={.items[*].spec.replicas}",
+        ],
+        |r| !r.trim().is_empty() && r.split_whitespace().all(|n| n == "0"),
+    );
 }
 
 fn register(c: &Cluster, name: &str, code: &str, extra: &[&str]) {
@@ -213,16 +233,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         |r| r == "ImportError",
     );
     assert_eq!(cond, "ImportError");
-    c.eventually(
-        &[
-            "get",
-            "deployment",
-            "fn-broken",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-        |r| r == "0",
-    );
+    at_zero(&c, "broken");
     std::thread::sleep(Duration::from_secs(2));
     let tried = c.ok(&[
         "get",
@@ -297,16 +308,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
     }
 
     // Idle for the period: back to zero, and the module is unloaded from its base.
-    c.eventually(
-        &[
-            "get",
-            "deployment",
-            "fn-add",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-        |r| r == "0",
-    );
+    at_zero(&c, "add");
     c.eventually(
         &[
             "get",

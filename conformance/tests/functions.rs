@@ -18,30 +18,53 @@ fn post(c: &Cluster, url: &str, body: &str) -> (u16, String) {
     }
 }
 
-fn replicas(c: &Cluster, function: &str) -> i64 {
-    c.ok(&[
-        "get",
-        "deployment",
-        &format!("fn-{function}"),
-        "-o",
-        "jsonpath={.spec.replicas}",
-    ])
-    .parse()
-    .unwrap_or(-1)
+/// The sum of `path` over the Deployments of the function's revisions.
+fn over_revisions(c: &Cluster, function: &str, path: &str) -> String {
+    let label = format!("serverless.minik8s.io/function={function}");
+    let jsonpath = format!("jsonpath={{.items[*]{path}}}");
+    c.ok(&["get", "deployments", "-l", &label, "-o", &jsonpath])
 }
 
-/// Waits until the function's Deployment has one ready pod.
+fn sum(text: &str) -> i64 {
+    text.split_whitespace()
+        .map(|n| n.parse::<i64>().unwrap_or(-1000))
+        .sum()
+}
+
+/// Pods asked for over the function's revisions.
+fn replicas(c: &Cluster, function: &str) -> i64 {
+    sum(&over_revisions(c, function, ".spec.replicas"))
+}
+
+/// Waits until the function's revisions have one ready pod.
 fn one_pod_ready(c: &Cluster, function: &str) {
-    let deployment = format!("fn-{function}");
+    let label = format!("serverless.minik8s.io/function={function}");
     c.eventually(
         &[
             "get",
-            "deployment",
-            &deployment,
+            "deployments",
+            "-l",
+            &label,
             "-o",
-            "jsonpath={.status.readyReplicas}",
+            "jsonpath={.items[*].status.readyReplicas}",
         ],
-        |r| r == "1",
+        |r| sum(r) == 1,
+    );
+}
+
+/// Waits until the function has no pods asked for.
+fn at_zero(c: &Cluster, function: &str) {
+    let label = format!("serverless.minik8s.io/function={function}");
+    c.eventually(
+        &[
+            "get",
+            "deployments",
+            "-l",
+            &label,
+            "-o",
+            "jsonpath={.items[*].spec.replicas}",
+        ],
+        |r| !r.trim().is_empty() && sum(r) == 0,
     );
 }
 
@@ -192,16 +215,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     assert_eq!(from_pod.trim(), r#"{"sum": 3}"#);
 
     // Idle for the period: back to zero.
-    c.eventually(
-        &[
-            "get",
-            "deployment",
-            "fn-add",
-            "-o",
-            "jsonpath={.spec.replicas}",
-        ],
-        |r| r == "0",
-    );
+    at_zero(&c, "add");
 
     // Concurrent load on a slow function scales it 1 → N, never past maxScale.
     register(
@@ -390,10 +404,11 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     // image itself qualifies: without a code volume it calls a module the image carries.
     let image = c.ok(&[
         "get",
-        "deployment",
-        "fn-add",
+        "deployments",
+        "-l",
+        "serverless.minik8s.io/function=add",
         "-o",
-        "jsonpath={.spec.template.spec.containers[0].image}",
+        "jsonpath={.items[0].spec.template.spec.containers[0].image}",
     ]);
     let made = c.with_manifest(
         &["apply"],
@@ -504,7 +519,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     c.eventually(
         &[
             "get",
-            "deployments,services,configmaps,pods",
+            "functionrevisions,deployments,services,configmaps,pods",
             "-l",
             "serverless.minik8s.io/function=add",
             "-o",

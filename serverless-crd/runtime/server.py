@@ -3,7 +3,8 @@
 POST / with a JSON body calls handler(event) (or handler(event, context) when the handler takes
 two arguments; context has invocation_id and deadline) and answers its JSON result. A handler
 exception is a 500 {"error", "traceback"}; a body that is not JSON is a 400; code that does not
-import is a 502 {"error", "sourceReady": false} for every call, and GET /healthz says so too.
+import is a 502 {"error", "sourceReady": false} for every call, and GET /healthz says so too
+(a 503 then, so that a readiness probe keeps the pod out of service).
 
 With RUNTIME_MODE=base the server is a *base*: it runs no code of its own and loads function
 modules on request, many per process (see base.py).
@@ -81,7 +82,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/healthz":
-            self.answer(200, {"sourceReady": LOAD_ERROR is None, "error": LOAD_ERROR})
+            code = 200 if LOAD_ERROR is None else 503
+            self.answer(code, {"sourceReady": LOAD_ERROR is None, "error": LOAD_ERROR})
         else:
             self.answer(404, {"error": "not found"})
 

@@ -1,7 +1,8 @@
 //! `kubectl fn`: the kubectl plugin for Functions (`kubectl-fn` on the PATH). `register FILE`
 //! creates or updates a Function from a Python file by server-side apply; `invoke NAME [JSON|-]`
-//! prints the function's JSON answer (non-zero exit and the error on failure); `list`, `logs
-//! NAME`, `delete NAME`; `wf start NAME [--input JSON] [--wait]`, `wf runs NAME`, `wf describe
+//! prints the function's JSON answer (non-zero exit and the error on failure; `NAME@TAG` calls
+//! the revision a tag names); `list`, `logs NAME`, `delete NAME`; `revisions NAME`, `traffic
+//! NAME --to REV=PERCENT,… [--tag REV=TAG,…]` (a rollback is a traffic change); `wf start NAME [--input JSON] [--wait]`, `wf runs NAME`, `wf describe
 //! RUN` for Workflows. `-n/--namespace` as kubectl, else the kubeconfig's namespace.
 
 use crate::types::Function;
@@ -60,13 +61,31 @@ enum Command {
     },
     /// Invokes a function with a JSON event (an argument, `-` for standard input, or `{}`).
     Invoke {
-        /// The Function.
+        /// The Function, or `NAME@TAG` for the revision its traffic tags so.
         name: String,
         /// The event.
         data: Option<String>,
     },
     /// Lists Functions.
     List,
+    /// Lists a function's revisions, newest first, with their share of its traffic.
+    Revisions {
+        /// The Function.
+        name: String,
+    },
+    /// Sets how a function's calls are split between its revisions (`spec.traffic`):
+    /// `--to add-00001=90,add-00002=10` (`@latest` is the latest ready revision), and
+    /// `--tag add-00002=canary` to reach a revision at `…/add@canary` whatever its share.
+    Traffic {
+        /// The Function.
+        name: String,
+        /// `REVISION=PERCENT,…` summing to 100.
+        #[arg(long, value_delimiter = ',', required = true)]
+        to: Vec<String>,
+        /// `REVISION=TAG,…`.
+        #[arg(long, value_delimiter = ',')]
+        tag: Vec<String>,
+    },
     /// Prints the logs of a function's pods.
     Logs {
         /// The Function.
@@ -221,6 +240,10 @@ pub async fn run(args: Args) -> Result<(), Error> {
                 Some(d) => d.to_owned(),
                 None => "{}".to_owned(),
             };
+            let (name, tag) = match name.split_once('@') {
+                Some((n, t)) => (n.to_owned(), Some(t.to_owned())),
+                None => (name, None),
+            };
             // A function registered a moment ago gets its URL from the controller shortly.
             let mut url = None;
             for _ in 0..50 {
@@ -233,6 +256,10 @@ pub async fn run(args: Args) -> Result<(), Error> {
             }
             let url =
                 url.ok_or_else(|| Error::Invoke(format!("function {name} has no URL yet")))?;
+            let url = match tag {
+                Some(t) => format!("{url}@{t}"),
+                None => url,
+            };
             let (code, answer) = crate::gateway::post(&url, body.into_bytes().into())
                 .await
                 .map_err(Error::Invoke)?;
@@ -261,6 +288,44 @@ pub async fn run(args: Args) -> Result<(), Error> {
                 );
             }
         }
+        Command::Revisions { name } => {
+            let revisions: Api<crate::types::FunctionRevision> = Api::namespaced(client, &ns);
+            let lp = ListParams::default()
+                .labels(&format!("{}={name}", crate::controller::FUNCTION_LABEL));
+            let mut list = revisions.list(&lp).await?.items;
+            list.sort_by_key(|r| std::cmp::Reverse(r.spec.generation));
+            list.sort_by_key(|r| {
+                std::cmp::Reverse(crate::revision::revision_number(&name, &r.name_any()))
+            });
+            println!(
+                "{:<28} {:<10} {:<7} {:<9} {:<16} REASON",
+                "NAME", "GENERATION", "READY", "REPLICAS", "TRAFFIC"
+            );
+            for r in list {
+                let status = r.status.clone().unwrap_or_default();
+                let ready = crate::revision::find(&status.conditions, "Ready");
+                println!(
+                    "{:<28} {:<10} {:<7} {:<9} {:<16} {}",
+                    r.name_any(),
+                    r.spec.generation,
+                    ready.map_or("Unknown", |c| c.status.as_str()),
+                    status.replicas,
+                    status.traffic.unwrap_or_default(),
+                    ready.map_or("", |c| c.reason.as_str()),
+                );
+            }
+        }
+        Command::Traffic { name, to, tag } => {
+            let traffic = traffic_spec(&to, &tag).map_err(Error::Invoke)?;
+            let patch = serde_json::json!({"spec": {"traffic": traffic}});
+            functions
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            println!(
+                "function.serverless.minik8s.io/{name} traffic: {}",
+                to.join(",")
+            );
+        }
         Command::Logs { name } => {
             let pods: Api<Pod> = Api::namespaced(client, &ns);
             let lp = ListParams::default()
@@ -279,6 +344,49 @@ pub async fn run(args: Args) -> Result<(), Error> {
         Command::Wf(wf) => workflows(client, &ns, wf).await?,
     }
     Ok(())
+}
+
+/// `spec.traffic` from `REVISION=PERCENT` and `REVISION=TAG` pairs (`@latest`: the latest
+/// ready revision). A tag of a revision with no share is a target of 0 %.
+fn traffic_spec(to: &[String], tags: &[String]) -> Result<Vec<serde_json::Value>, String> {
+    use serde_json::json;
+    let target = |rev: &str| {
+        if rev == "@latest" {
+            json!({"latestRevision": true})
+        } else {
+            json!({"revisionName": rev})
+        }
+    };
+    let mut out: Vec<(String, serde_json::Value)> = Vec::new();
+    for pair in to.iter().filter(|p| !p.is_empty()) {
+        let (rev, percent) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--to {pair}: expected REVISION=PERCENT"))?;
+        let percent: i64 = percent
+            .parse()
+            .map_err(|_| format!("--to {pair}: {percent} is not a whole percentage"))?;
+        let mut t = target(rev);
+        t["percent"] = percent.into();
+        out.push((rev.to_owned(), t));
+    }
+    for pair in tags.iter().filter(|p| !p.is_empty()) {
+        let (rev, tag) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("--tag {pair}: expected REVISION=TAG"))?;
+        match out
+            .iter_mut()
+            .find(|(r, t)| r == rev && t.get("tag").is_none())
+        {
+            Some((_, t)) => t["tag"] = tag.into(),
+            None => {
+                let mut t = target(rev);
+                t["percent"] = 0.into();
+                t["tag"] = tag.into();
+                out.push((rev.to_owned(), t));
+            }
+        }
+    }
+    Ok(out.into_iter().map(|(_, t)| t).collect())
 }
 
 /// A duration as people read it (`4.2ms`, `1.305s`).
@@ -413,4 +521,26 @@ async fn workflows(client: Client, ns: &str, wf: Wf) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn traffic_flags_become_spec_traffic() {
+        let to = ["add-00001=90".to_owned(), "@latest=10".to_owned()];
+        let tags = ["add-00001=stable".to_owned(), "add-00003=next".to_owned()];
+        assert_eq!(
+            traffic_spec(&to, &tags).unwrap(),
+            vec![
+                json!({"revisionName": "add-00001", "percent": 90, "tag": "stable"}),
+                json!({"latestRevision": true, "percent": 10}),
+                json!({"revisionName": "add-00003", "percent": 0, "tag": "next"}),
+            ]
+        );
+        assert!(traffic_spec(&["add-00001".to_owned()], &[]).is_err());
+        assert!(traffic_spec(&["add-00001=ten".to_owned()], &[]).is_err());
+    }
 }

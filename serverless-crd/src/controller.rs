@@ -1,21 +1,24 @@
-//! The Function controller: a Function becomes a code ConfigMap (inline source), a Deployment
-//! of the runtime image mounting the code, and a Service, all owned by the Function so that
-//! deleting it removes them. A change of code or handler rolls the pods (the code's hash is a
-//! template annotation). Replicas belong to the autoscaler: the controller sets them only when
-//! it creates the Deployment (`minScale`), and never again.
+//! The Function controller: every change to what a Function runs becomes an immutable
+//! revision (see [`crate::revision`], which runs each as a Deployment of its own); the
+//! Function's `traffic` is resolved over its revisions into `status.traffic`, which the
+//! gateway splits calls by; old revisions beyond `revisionHistoryLimit` go. A Service
+//! `fn-<function>` selects all its pods. Replicas belong to the autoscaler.
 
-use crate::types::{Function, FunctionStatus, Placement, Runtime};
+use crate::revision::{self, Unresolved};
+use crate::types::{
+    Function, FunctionRevision, FunctionStatus, Placement, REVISION_LABEL, Runtime,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use minik8s_controllers::driver::Driver;
 use minik8s_controllers::informer::Informers;
-use serde_json::{Value, json};
+use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -74,22 +77,13 @@ pub struct Config {
 struct Ctx {
     client: Client,
     cfg: Config,
+    revisions: Store<FunctionRevision>,
+    recorder: minik8s_events::Recorder,
 }
 
 /// The name of a function's children (ConfigMap, Deployment, Service).
 pub fn child_name(function: &str) -> String {
     format!("fn-{function}")
-}
-
-/// The module file the handler names (`main.handler` → `main.py`).
-fn module_file(handler: &str) -> String {
-    let module = handler.rsplit_once('.').map_or("main", |(m, _)| m);
-    format!("{}.py", module.replace('.', "/"))
-}
-
-fn owner(f: &Function) -> OwnerReference {
-    f.controller_owner_ref(&())
-        .expect("a stored Function has a uid")
 }
 
 /// A condition, keeping its last transition time while its status stays the same.
@@ -127,77 +121,13 @@ pub(crate) fn hash(parts: &[&str]) -> String {
     format!("{h:016x}")
 }
 
-/// The Deployment's pod template for a function.
-fn template(f: &Function, code_hash: &str) -> Value {
-    let name = f.name_any();
-    let spec = &f.spec;
-    let mut env = vec![
-        json!({"name": "FUNCTION_HANDLER", "value": spec.handler}),
-        json!({"name": "FUNCTION_TIMEOUT_SECONDS", "value": spec.timeout_seconds.to_string()}),
-    ];
-    env.extend(
-        spec.env
-            .iter()
-            .map(|e| serde_json::to_value(e).unwrap_or(Value::Null)),
-    );
-    let (image, volumes, mounts) = match spec.runtime {
-        Runtime::Python3 => {
-            let (cm, key) = match spec.source.as_ref().and_then(|s| s.config_map_ref.as_ref()) {
-                Some(r) => (r.name.clone(), r.key.clone()),
-                None => (child_name(&name), module_file(&spec.handler)),
-            };
-            (
-                python_image(),
-                json!([{"name": "code", "configMap": {"name": cm,
-                    "items": [{"key": key, "path": module_file(&spec.handler)}]}}]),
-                json!([{"name": "code", "mountPath": "/code", "readOnly": true}]),
-            )
-        }
-        Runtime::Image => (spec.image.clone().unwrap_or_default(), json!([]), json!([])),
-    };
-    let mut container = json!({
-        "name": "function",
-        "image": image,
-        "imagePullPolicy": "IfNotPresent",
-        "ports": [{"name": "http", "containerPort": RUNTIME_PORT}],
-        "env": env,
-        "volumeMounts": mounts,
-    });
-    if let Some(r) = &spec.resources {
-        container["resources"] = serde_json::to_value(r).unwrap_or(Value::Null);
-    }
-    let mut template = json!({
-        "metadata": {
-            "labels": {FUNCTION_LABEL: name},
-            "annotations": {CODE_HASH: code_hash},
-        },
-        "spec": {
-            "containers": [container],
-            "volumes": volumes,
-            // A pod being removed gets no new requests from the gateway and finishes the one
-            // in hand (the runtime exits after it on SIGTERM) within the function's timeout.
-            "terminationGracePeriodSeconds": f.spec.timeout_seconds + 2,
-            "enableServiceLinks": false,
-        },
-    });
-    if spec.placement == Placement::Module {
-        crate::modules::module_template(&mut template, &f.namespace().unwrap_or_default());
-    }
-    template
-}
-
-async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let name = f.name_any();
+/// The code a function names: its inline source, or the key of the ConfigMap it refers to.
+async fn read_code(client: &Client, f: &Function) -> Result<Option<String>, Error> {
     let ns = f.namespace().unwrap_or_default();
-    let child = child_name(&name);
-    let owner = owner(&f);
-    let pp = PatchParams::apply(MANAGER).force();
-
-    // The code: inline source as a ConfigMap of our own; a configMapRef is read where it is.
-    let code = match f.spec.source.as_ref() {
+    Ok(match f.spec.source.as_ref() {
         Some(s) if s.config_map_ref.is_some() => {
             let r = s.config_map_ref.as_ref().expect("checked");
-            let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ns);
+            let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
             cms.get_opt(&r.name)
                 .await
                 .map_err(api("reading the source ConfigMap"))?
@@ -205,30 +135,84 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         }
         Some(s) => s.inline.clone(),
         None => None,
-    };
-    if f.spec.runtime == Runtime::Python3
-        && f.spec
-            .source
+    })
+}
+
+/// The revisions of `f` (owned by it), oldest first.
+fn revisions_of(store: &Store<FunctionRevision>, f: &Function) -> Vec<Arc<FunctionRevision>> {
+    let name = f.name_any();
+    let mut list: Vec<(u32, Arc<FunctionRevision>)> = store
+        .state()
+        .into_iter()
+        .filter(|r| r.namespace() == f.namespace() && r.spec.function == name)
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == f.metadata.uid.as_ref())
+        })
+        .filter_map(|r| Some((revision::revision_number(&name, &r.name_any())?, r)))
+        .collect();
+    list.sort_by_key(|(n, _)| *n);
+    list.into_iter().map(|(_, r)| r).collect()
+}
+
+async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let name = f.name_any();
+    let ns = f.namespace().unwrap_or_default();
+    let pp = PatchParams::apply(MANAGER).force();
+    let code = read_code(&ctx.client, &f).await?;
+    let source_missing = f.spec.runtime == Runtime::Python3 && code.is_none();
+
+    // A new revision when what runs changed (never for scale or traffic).
+    let mut revisions = revisions_of(&ctx.revisions, &f);
+    let latest_created = revisions.last().cloned();
+    if !source_missing {
+        let spec = revision::spec_for(&f, code.as_deref());
+        if latest_created
             .as_ref()
-            .and_then(|s| s.config_map_ref.as_ref())
-            .is_none()
-    {
-        let cm = json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
-                "labels": {FUNCTION_LABEL: name}},
-            "data": {module_file(&f.spec.handler): code.clone().unwrap_or_default()},
-        });
-        Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
-            .patch(&child, &pp, &Patch::Apply(&cm))
-            .await
-            .map_err(api("applying the code ConfigMap"))?;
+            .is_none_or(|r| r.spec.code_hash != spec.code_hash)
+        {
+            let n = latest_created
+                .as_ref()
+                .and_then(|r| revision::revision_number(&name, &r.name_any()))
+                .into_iter()
+                .chain(
+                    f.status
+                        .as_ref()
+                        .and_then(|s| s.latest_created_revision.as_deref())
+                        .and_then(|r| revision::revision_number(&name, r)),
+                )
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let rev = revision::revision_name(&name, n);
+            let min = f.spec.scale.min_scale.max(0);
+            let initial = if latest_created.is_some() {
+                min.max(1)
+            } else {
+                min
+            };
+            match revision::create(&ctx.client, &f, &rev, spec, code.as_deref(), initial).await {
+                Ok(made) => {
+                    ctx.recorder.normal(
+                        &f.object_ref(&()),
+                        "RevisionCreated",
+                        format!("revision {rev} (generation {})", made.spec.generation),
+                    );
+                    revisions.push(Arc::new(made));
+                }
+                Err(Error::Api {
+                    source: kube::Error::Api(s),
+                    ..
+                }) if s.code == 409 => {
+                    // Made already; our view of revisions lags.
+                    return Ok(Action::requeue(Duration::from_millis(200)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
-    let code_hash = hash(&[
-        code.as_deref().unwrap_or_default(),
-        &f.spec.handler,
-        f.spec.image.as_deref().unwrap_or_default(),
-    ]);
+    let latest_created = revisions.last().cloned();
 
     // Module functions run in the bases (made with the first of them).
     if f.spec.placement == Placement::Module {
@@ -237,48 +221,11 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             .map_err(api("making the function bases"))?;
     }
 
-    // The Deployment: created with minScale replicas; afterwards only its template changes.
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let template = template(&f, &code_hash);
-    let selector = json!({"matchLabels": {FUNCTION_LABEL: name}});
-    let existing = deployments
-        .get_opt(&child)
-        .await
-        .map_err(api("reading the Deployment"))?;
-    let deployment = match existing {
-        None => {
-            let d: Deployment = serde_json::from_value(json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
-                    "labels": {FUNCTION_LABEL: name}},
-                "spec": {
-                    "replicas": f.spec.scale.min_scale,
-                    "selector": selector,
-                    "template": template,
-                    // New pods come up before old ones go: a code update drops no request.
-                    "strategy": {"type": "RollingUpdate",
-                        "rollingUpdate": {"maxSurge": "100%", "maxUnavailable": 0}},
-                },
-            }))
-            .expect("a Deployment");
-            match deployments.create(&PostParams::default(), &d).await {
-                Ok(d) => d,
-                Err(kube::Error::Api(s)) if s.code == 409 => {
-                    return Ok(Action::requeue(Duration::from_millis(200)));
-                }
-                Err(e) => return Err(api("creating the Deployment")(e)),
-            }
-        }
-        Some(_) => deployments
-            .patch(
-                &child,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"template": template}})),
-            )
-            .await
-            .map_err(api("updating the Deployment"))?,
-    };
-
+    // One Service for all the function's pods (in-cluster callers that bypass the gateway).
+    let child = child_name(&name);
+    let owner = f
+        .controller_owner_ref(&())
+        .expect("a stored Function has a uid");
     let svc = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
@@ -290,11 +237,73 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .patch(&child, &pp, &Patch::Apply(&svc))
         .await
         .map_err(api("applying the Service"))?;
-
-    // Status: replicas from the Deployment, the URL, and conditions.
-    let ds = deployment.status.clone().unwrap_or_default();
     let old = f.status.clone().unwrap_or_default();
-    let source_missing = f.spec.runtime == Runtime::Python3 && code.is_none();
+    if old.latest_created_revision.is_none() {
+        // Before revisions a function had one Deployment and code ConfigMap of its own.
+        for result in [
+            Api::<Deployment>::namespaced(ctx.client.clone(), &ns)
+                .delete(&child, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+            Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+                .delete(&child, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+        ] {
+            match result {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(api("removing the Deployment of before revisions")(e)),
+            }
+        }
+    }
+
+    // Traffic: over the latest ready revision (the latest created while none was ready).
+    let latest_ready = revisions.iter().rev().find(|r| revision::is_ready(r));
+    let latest = latest_ready
+        .or(latest_created
+            .as_ref()
+            .filter(|_| latest_ready.is_none() && revisions.iter().all(|r| !revision::is_ready(r))))
+        .map(|r| r.name_any());
+    let url = format!("{}/function/{ns}/{name}", ctx.cfg.gateway_url);
+    let resolved = revision::resolve(
+        &f.spec.traffic,
+        latest.as_deref(),
+        |r| revisions.iter().any(|x| x.name_any() == r),
+        &url,
+    );
+    let traffic = match &resolved {
+        Ok(t) => t.clone(),
+        Err(_) => old.traffic.clone(),
+    };
+
+    // Old revisions that take no traffic go, beyond the history limit.
+    let mut keep: Vec<&str> = traffic
+        .iter()
+        .filter_map(|t| t.revision_name.as_deref())
+        .chain(
+            f.spec
+                .traffic
+                .iter()
+                .filter_map(|t| t.revision_name.as_deref()),
+        )
+        .collect();
+    let created_name = latest_created.as_ref().map(|r| r.name_any());
+    let ready_name = latest_ready.map(|r| r.name_any());
+    keep.extend(created_name.as_deref());
+    keep.extend(ready_name.as_deref());
+    for gone in revision::collect_garbage(&ctx.client, &f, &revisions, &keep).await? {
+        ctx.recorder.normal(
+            &f.object_ref(&()),
+            "RevisionDeleted",
+            format!(
+                "revision {gone}: beyond revisionHistoryLimit ({})",
+                f.spec.revision_history_limit
+            ),
+        );
+    }
+
+    // Status: replicas over the revisions, the URL, and conditions.
     let mut conditions = Vec::new();
     let mut set = |type_: &str, status: bool, reason: &str, message: String| {
         conditions.push(condition(
@@ -306,44 +315,10 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             f.metadata.generation,
         ));
     };
-    // SourceReady: known missing here; an import error is reported by the gateway, which
-    // keeps its condition (False with the Python message) until the code changes. A module
-    // function learns it from its module pods (`ModuleLoadFailed`).
-    let module_failed = match f.spec.placement {
-        Placement::Module => module_load_failure(&ctx.client, &ns, &name, &code_hash).await?,
-        Placement::Pod => None,
-    };
-    let import_failed = old
-        .conditions
-        .iter()
-        .find(|c| {
-            c.type_ == "SourceReady"
-                && c.status == "False"
-                && c.reason == "ImportError"
-                && old.observed_generation == f.metadata.generation
-        })
-        .map(|c| c.message.clone())
-        .or(module_failed);
-    if import_failed.is_some() && f.spec.placement == Placement::Module {
-        // Its pods would only fail again: none until the code changes (the gateway answers
-        // 502 with Python's message meanwhile, and the autoscaler leaves it at zero).
-        let scale = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(0);
-        if scale != 0 {
-            deployments
-                .patch_scale(
-                    &child,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": 0}})),
-                )
-                .await
-                .map_err(api("scaling a function whose module does not load to zero"))?;
-        }
-    }
-    match (source_missing, &import_failed) {
+    let created_failed = latest_created
+        .as_ref()
+        .and_then(|r| revision::load_error(r));
+    match (source_missing, &created_failed) {
         (true, _) => set(
             "SourceReady",
             false,
@@ -353,29 +328,90 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         (false, Some(m)) => set("SourceReady", false, "ImportError", m.clone()),
         (false, None) => set("SourceReady", true, "SourceLoaded", String::new()),
     }
-    let ready = !source_missing && import_failed.is_none();
-    set(
-        "Ready",
-        ready,
-        if ready { "Ready" } else { "SourceNotReady" },
-        if ready {
-            "the function answers at its URL (scaling from zero on the first request)".into()
-        } else {
-            "the function's source is not ready".into()
-        },
-    );
+    let routed_failed = traffic.iter().find_map(|t| {
+        let r = revisions
+            .iter()
+            .find(|r| Some(r.name_any().as_str()) == t.revision_name.as_deref())?;
+        revision::load_error(r).map(|e| (r.name_any(), e))
+    });
+    match (&resolved, &routed_failed, &created_failed) {
+        (Err(Unresolved::RevisionMissing(r)), _, _) => set(
+            "Ready",
+            false,
+            "RevisionMissing",
+            format!(
+                "spec.traffic names revision {r}, which does not exist; traffic stays as it was"
+            ),
+        ),
+        (Err(Unresolved::NoRevision), _, _) => set(
+            "Ready",
+            false,
+            if source_missing {
+                "SourceNotReady"
+            } else {
+                "NoRevision"
+            },
+            "the function has no revision to route to yet".into(),
+        ),
+        (Ok(_), Some((r, e)), _) => set(
+            "Ready",
+            false,
+            "SourceNotReady",
+            format!("revision {r}, which takes traffic, does not load: {e}"),
+        ),
+        (Ok(_), None, Some(e)) => set(
+            "Ready",
+            false,
+            "RevisionFailed",
+            format!(
+                "revision {} does not load ({e}); calls go to {}",
+                created_name.as_deref().unwrap_or_default(),
+                traffic
+                    .iter()
+                    .filter_map(|t| t.revision_name.as_deref())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        (Ok(_), None, None) => set(
+            "Ready",
+            true,
+            "Ready",
+            "the function answers at its URL (scaling from zero on the first request)".into(),
+        ),
+    }
+    let (replicas, ready_replicas) = revisions
+        .iter()
+        .filter_map(|r| r.status.as_ref())
+        .fold((0, 0), |(a, b), s| (a + s.replicas, b + s.ready_replicas));
     let status = FunctionStatus {
-        url: Some(format!("{}/function/{ns}/{name}", ctx.cfg.gateway_url)),
-        replicas: ds.replicas.unwrap_or(0),
-        ready_replicas: ds.ready_replicas.unwrap_or(0),
+        url: Some(url),
+        replicas,
+        ready_replicas,
         observed_generation: f.metadata.generation,
         conditions,
         last_cold_start_millis: old.last_cold_start_millis,
+        latest_created_revision: created_name,
+        latest_ready_revision: ready_name,
+        traffic,
     };
     if f.status.as_ref() != Some(&status) {
-        // Pinned to the version read: the gateway writes status too (a source that does not
-        // import, the last cold start), and a stale view must not overwrite it; a conflict
-        // is retried on a fresh read.
+        if let (Err(Unresolved::RevisionMissing(r)), false) = (
+            &resolved,
+            old.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.reason == "RevisionMissing"),
+        ) {
+            ctx.recorder.warning(
+                &f.object_ref(&()),
+                "RevisionMissing",
+                format!(
+                    "spec.traffic names revision {r}, which does not exist; traffic stays as it was"
+                ),
+            );
+        }
+        // Pinned to the version read: the gateway writes status too (the last cold start),
+        // and a stale view must not overwrite it; a conflict is retried on a fresh read.
         let functions: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
         let patch =
             json!({"metadata": {"resourceVersion": f.resource_version()}, "status": status});
@@ -393,33 +429,17 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
-/// Python's message when a module pod of the function's current code failed to load.
-async fn module_load_failure(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    code_hash: &str,
-) -> Result<Option<String>, Error> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("{FUNCTION_LABEL}={name}")))
-        .await
-        .map_err(api("listing the function's module pods"))?;
-    Ok(list.items.into_iter().find_map(|p| {
-        let status = p.status.as_ref()?;
-        (status.reason.as_deref() == Some("ModuleLoadFailed")
-            && p.annotations().get(CODE_HASH).map(String::as_str) == Some(code_hash))
-        .then(|| status.message.clone().unwrap_or_default())
-    }))
-}
-
-/// Runs the Function controller until `shutdown`.
+/// Runs the Function and revision controllers until `shutdown`.
 pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
     let tasks = TaskTracker::new();
     let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
-    let driver = Driver::<Function>::new("function", &informers).await;
-    // A change to a ConfigMap a function's `source.configMapRef` names rolls its pods.
-    let store = driver.store();
+    let recorder = minik8s_events::Recorder::new(client.clone(), MANAGER, None);
+    let revisions = Driver::<FunctionRevision>::new("function-revision", &informers).await;
+    let functions = Driver::<Function>::new("function", &informers).await;
+    let revision_store = revisions.store();
+    let function_store = functions.store();
+    // A change to a ConfigMap a function's `source.configMapRef` names makes a revision.
+    let store = functions.store();
     let referring = move |cm: ConfigMap| {
         let (ns, name) = (cm.namespace(), cm.name_any());
         store
@@ -436,35 +456,59 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
             .map(|f| ObjectRef::from_obj(&*f))
             .collect::<Vec<_>>()
     };
-    driver
-        .owns_api(
-            Api::<Deployment>::all(client.clone()),
-            watcher::Config::default().labels(FUNCTION_LABEL),
-        )
+    let functions = functions
+        .owns::<FunctionRevision>()
         .watches_api(
             Api::<ConfigMap>::all(client.clone()),
             watcher::Config::default(),
             referring,
         )
-        // A module pod that fails to load tells its Function.
+        .run(
+            reconcile,
+            Arc::new(Ctx {
+                client: client.clone(),
+                cfg,
+                revisions: revision_store.clone(),
+                recorder: recorder.clone(),
+            }),
+            shutdown.clone(),
+        );
+    // A revision follows its Deployment, its pods, and its Function's traffic.
+    let of_function = {
+        let store = revision_store.clone();
+        move |f: Arc<Function>| {
+            store
+                .state()
+                .into_iter()
+                .filter(|r| r.namespace() == f.namespace() && r.spec.function == f.name_any())
+                .map(|r| ObjectRef::from_obj(&*r))
+                .collect::<Vec<_>>()
+        }
+    };
+    let revisions = revisions
+        .owns_api(
+            Api::<Deployment>::all(client.clone()),
+            watcher::Config::default().labels(REVISION_LABEL),
+        )
+        .watches::<Function, _>(of_function)
         .watches_api(
             Api::<Pod>::all(client.clone()),
-            watcher::Config::default().labels(&format!(
-                "{}={}",
-                minik8s_vnode::PROVIDER_LABEL,
-                crate::modules::PROVIDER
-            )),
+            watcher::Config::default().labels(REVISION_LABEL),
             |p: Pod| {
-                let failed =
-                    p.status.as_ref().and_then(|s| s.reason.as_deref()) == Some("ModuleLoadFailed");
-                let function = p.labels().get(FUNCTION_LABEL).cloned();
-                failed
-                    .then(|| Some(ObjectRef::new(&function?).within(&p.namespace()?)))
-                    .flatten()
+                let revision = p.labels().get(REVISION_LABEL).cloned();
+                Some(ObjectRef::new(&revision?).within(&p.namespace()?))
             },
         )
-        .run(reconcile, Arc::new(Ctx { client, cfg }), shutdown)
-        .await;
+        .run(
+            revision::reconcile,
+            Arc::new(revision::Ctx {
+                client,
+                functions: function_store,
+                recorder,
+            }),
+            shutdown,
+        );
+    tokio::join!(functions, revisions);
     tasks.close();
     tasks.wait().await;
 }
@@ -475,6 +519,7 @@ mod tests {
 
     #[test]
     fn handlers_name_their_module_file_and_code_changes_change_the_hash() {
+        use crate::revision::module_file;
         assert_eq!(module_file("main.handler"), "main.py");
         assert_eq!(module_file("add.handler"), "add.py");
         assert_eq!(module_file("handler"), "main.py");

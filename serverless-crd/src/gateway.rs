@@ -7,8 +7,9 @@
 //! autoscaler writes each function's Deployment `scale`; `/metrics` is Prometheus text.
 
 use crate::autoscaler::{self, Samples};
-use crate::controller::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT, child_name};
-use crate::types::Function;
+use crate::controller::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT};
+use crate::revision::{self, deployment_name};
+use crate::types::{Function, FunctionRevision, REVISION_LABEL};
 use axum::Router;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -68,7 +69,7 @@ struct Backend {
     removed: std::sync::atomic::AtomicBool,
 }
 
-/// What the gateway keeps per function (rebuilt from pods and requests after a restart).
+/// What the gateway keeps per revision (rebuilt from pods and requests after a restart).
 #[derive(Default)]
 struct FnState {
     backends: Mutex<Vec<Arc<Backend>>>,
@@ -86,16 +87,24 @@ struct FnLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RevisionLabels {
+    namespace: String,
+    function: String,
+    revision: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabels {
     namespace: String,
     function: String,
+    revision: String,
     code: String,
 }
 
 struct Metrics {
     registry: Arc<Registry>,
     requests: Family<CodeLabels, Counter>,
-    duration: Family<FnLabels, Histogram>,
+    duration: Family<RevisionLabels, Histogram>,
     cold_starts: Family<FnLabels, Counter>,
     cold_start_duration: Family<FnLabels, Histogram>,
     inflight: Family<FnLabels, Gauge>,
@@ -110,8 +119,9 @@ impl Metrics {
     /// The gateway's metrics, added to `registry` (which may hold others' already).
     fn new(mut registry: Registry) -> Self {
         let requests = Family::<CodeLabels, Counter>::default();
-        let duration =
-            Family::<FnLabels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
+        let duration = Family::<RevisionLabels, Histogram>::new_with_constructor(
+            histogram as fn() -> Histogram,
+        );
         let cold_starts = Family::<FnLabels, Counter>::default();
         let cold_start_duration =
             Family::<FnLabels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
@@ -163,6 +173,8 @@ impl Metrics {
 pub struct Gateway {
     client: Client,
     functions: Store<Function>,
+    revisions: Store<FunctionRevision>,
+    deployments: Store<Deployment>,
     pods: Store<Pod>,
     states: Mutex<HashMap<(String, String), Arc<FnState>>>,
     metrics: Metrics,
@@ -171,6 +183,30 @@ pub struct Gateway {
 /// The header carrying an invocation's id to the function (`context["invocation_id"]`); a
 /// caller that retries sends the same id again, so a handler can deduplicate.
 pub const INVOCATION_ID: &str = "x-invocation-id";
+
+/// The header naming the tag a call goes to (as `<function>@<tag>` in the path).
+pub const FUNCTION_TAG: &str = "x-function-tag";
+/// The answer's header naming the revision that gave it.
+pub const FUNCTION_REVISION: &str = "x-function-revision";
+
+/// A function's answer to an invocation.
+#[derive(Debug)]
+pub struct Answer {
+    /// Its code (any the function itself gave).
+    pub code: StatusCode,
+    /// Its body.
+    pub body: Bytes,
+    /// The revision that answered.
+    pub revision: String,
+}
+
+/// `name@tag` → `(name, Some(tag))`.
+pub fn split_target(target: &str) -> (&str, Option<&str>) {
+    match target.split_once('@') {
+        Some((name, tag)) => (name, Some(tag)),
+        None => (target, None),
+    }
+}
 
 /// A failed invocation: its HTTP answer.
 #[derive(Debug)]
@@ -233,11 +269,17 @@ fn count(c: &AtomicUsize) -> Count<'_> {
 }
 
 impl Gateway {
-    /// Whether Function `ns/name` exists (as the gateway's watch last saw it).
-    pub fn has_function(&self, ns: &str, name: &str) -> bool {
-        self.functions
-            .get(&ObjectRef::new(name).within(ns))
-            .is_some()
+    /// Whether Function `ns/name` exists (as the gateway's watch last saw it); `name@tag`:
+    /// whether it has that tag too.
+    pub fn has_function(&self, ns: &str, target: &str) -> bool {
+        let (name, tag) = split_target(target);
+        let Some(f) = self.functions.get(&ObjectRef::new(name).within(ns)) else {
+            return false;
+        };
+        match tag {
+            None => true,
+            Some(t) => f.spec.traffic.iter().any(|x| x.tag.as_deref() == Some(t)),
+        }
     }
 
     /// Waits until the gateway's view of Functions is complete (after a start).
@@ -245,19 +287,19 @@ impl Gateway {
         let _ = self.functions.wait_until_ready().await;
     }
 
-    fn state(&self, ns: &str, name: &str) -> Arc<FnState> {
+    fn state(&self, ns: &str, revision: &str) -> Arc<FnState> {
         self.states
             .lock()
             .expect("states")
-            .entry((ns.to_owned(), name.to_owned()))
+            .entry((ns.to_owned(), revision.to_owned()))
             .or_default()
             .clone()
     }
 
-    /// Rebuilds a function's backends from its pods: running, with an address, not being
+    /// Rebuilds a revision's backends from its pods: running, with an address, not being
     /// removed. Backends that stay keep their in-flight counts.
-    fn refresh(&self, ns: &str, function: &str) {
-        let state = self.state(ns, function);
+    fn refresh(&self, ns: &str, revision: &str) {
+        let state = self.state(ns, revision);
         let mut backends = state.backends.lock().expect("backends");
         let pods: Vec<Arc<Pod>> = self
             .pods
@@ -265,7 +307,7 @@ impl Gateway {
             .into_iter()
             .filter(|p| {
                 p.namespace().as_deref() == Some(ns)
-                    && p.labels().get(FUNCTION_LABEL).map(String::as_str) == Some(function)
+                    && p.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision)
             })
             .collect();
         let mut next = Vec::new();
@@ -286,8 +328,9 @@ impl Gateway {
                 .map(String::as_str)
                 == Some(crate::modules::PROVIDER);
             let path = if module {
-                let revision = p.annotations().get(CODE_HASH).cloned().unwrap_or_default();
-                format!("/{ns}/{function}/{revision}")
+                let function = p.labels().get(FUNCTION_LABEL).cloned().unwrap_or_default();
+                let code = p.annotations().get(CODE_HASH).cloned().unwrap_or_default();
+                format!("/{ns}/{function}/{code}")
             } else {
                 "/".to_owned()
             };
@@ -326,11 +369,11 @@ impl Gateway {
         Some(b)
     }
 
-    /// Sets the function's Deployment to at least one pod, now (the first request of a
-    /// function scaled to zero must not wait for the autoscaler's tick).
+    /// Sets the revision's Deployment to at least one pod, now (the first request of a
+    /// revision scaled to zero must not wait for the autoscaler's tick).
     async fn wake(&self, ns: &str, name: &str) {
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
-        let child = child_name(name);
+        let child = deployment_name(name);
         match api.get_scale(&child).await {
             Ok(s) if s.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) == 0 => {
                 let patch = Patch::Merge(json!({"spec": {"replicas": 1}}));
@@ -346,40 +389,89 @@ impl Gateway {
         }
     }
 
-    /// Invokes function `ns/name` with a JSON `body`: the function's answer (code and body,
-    /// any code the function itself gave), or why the gateway could not get one.
-    pub async fn call(
+    /// The revision a call of `ns/name` goes to: the tag's, or one picked by the split.
+    /// Waits (up to `wait`) while the function has no route yet: just made, its first
+    /// revision is on its way.
+    async fn route(
         &self,
         ns: &str,
         name: &str,
+        tag: Option<&str>,
+        wait: Duration,
+    ) -> Result<(Arc<Function>, String), Failure> {
+        let until = Instant::now() + wait;
+        loop {
+            let f = self
+                .functions
+                .get(&ObjectRef::new(name).within(ns))
+                .ok_or_else(|| {
+                    Failure::new(
+                        StatusCode::NOT_FOUND,
+                        format!("function {ns}/{name} not found"),
+                    )
+                })?;
+            let traffic = f
+                .status
+                .as_ref()
+                .map(|s| s.traffic.as_slice())
+                .unwrap_or(&[]);
+            let picked = match tag {
+                Some(t) => match revision::tagged(traffic, t) {
+                    Some(r) => Some(r.to_owned()),
+                    None if traffic.is_empty() => None,
+                    None => {
+                        return Err(Failure::new(
+                            StatusCode::NOT_FOUND,
+                            format!("function {ns}/{name} has no tag {t}"),
+                        ));
+                    }
+                },
+                None => revision::pick(traffic, rand::random_range(0..100)).map(str::to_owned),
+            };
+            if let Some(r) = picked {
+                return Ok((f, r));
+            }
+            if Instant::now() >= until {
+                let mut e = Failure::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("function {ns}/{name} has no revision to route to yet"),
+                );
+                e.retry_after = Some(1);
+                return Err(e);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Invokes `target` (`<function>` or `<function>@<tag>`) in `ns` with a JSON `body`: the
+    /// function's answer (code and body, any code the function itself gave) and the revision
+    /// that gave it, or why the gateway could not get one.
+    pub async fn call(
+        &self,
+        ns: &str,
+        target: &str,
         body: Bytes,
         invocation_id: &str,
-    ) -> Result<(StatusCode, Bytes), Failure> {
+    ) -> Result<Answer, Failure> {
         let started = Instant::now();
-        let f = self
-            .functions
-            .get(&ObjectRef::new(name).within(ns))
-            .ok_or_else(|| {
-                Failure::new(
-                    StatusCode::NOT_FOUND,
-                    format!("function {ns}/{name} not found"),
-                )
-            })?;
+        let (name, tag) = split_target(target);
         if serde_json::from_slice::<serde_json::Value>(&body).is_err() && !body.is_empty() {
             return Err(Failure::new(
                 StatusCode::BAD_REQUEST,
                 "the request body is not JSON",
             ));
         }
-        if let Some(message) = module_broken(&f) {
-            // Its modules do not load: nothing would come up to answer.
+        let (f, rev) = self.route(ns, name, tag, Duration::from_secs(10)).await?;
+        let revision = self.revisions.get(&ObjectRef::new(&rev).within(ns));
+        if let Some(message) = revision.as_deref().and_then(revision::load_error) {
+            // Its code does not load: nothing would come up to answer.
             return Err(Failure::new(
                 StatusCode::BAD_GATEWAY,
                 format!("the function's source does not load: {message}"),
             ));
         }
         let spec = &f.spec;
-        let state = self.state(ns, name);
+        let state = self.state(ns, &rev);
         *state.last_request.lock().expect("last") = Some(started);
         let deadline = started + Duration::from_secs(spec.timeout_seconds.max(1) as u64);
         let target = spec.scale.target_concurrency.max(1) as usize;
@@ -415,7 +507,7 @@ impl Gateway {
                     self.metrics.queue.get_or_create(&labels).inc();
                     cold = state.backends.lock().expect("backends").is_empty();
                     if cold {
-                        self.wake(ns, name).await;
+                        self.wake(ns, &rev).await;
                     }
                     let got = loop {
                         let notified = state.changed.notified();
@@ -462,9 +554,14 @@ impl Gateway {
         let answer = match result {
             Ok((code, bytes)) => {
                 if code == StatusCode::BAD_GATEWAY {
-                    self.source_failed(&f, &bytes).await;
+                    self.source_failed(ns, &rev, revision.as_deref(), &bytes)
+                        .await;
                 }
-                Ok((code, bytes))
+                Ok(Answer {
+                    code,
+                    body: bytes,
+                    revision: rev.clone(),
+                })
             }
             Err(Forward::Timeout) => {
                 // A handler that never returns: the pod is recycled.
@@ -491,7 +588,7 @@ impl Gateway {
             )),
         };
         let code = match &answer {
-            Ok((code, _)) => *code,
+            Ok(a) => a.code,
             Err(f) => f.code,
         };
         let elapsed = started.elapsed();
@@ -500,12 +597,17 @@ impl Gateway {
             .get_or_create(&CodeLabels {
                 namespace: ns.to_owned(),
                 function: name.to_owned(),
+                revision: rev.clone(),
                 code: code.as_u16().to_string(),
             })
             .inc();
         self.metrics
             .duration
-            .get_or_create(&labels)
+            .get_or_create(&RevisionLabels {
+                namespace: ns.to_owned(),
+                function: name.to_owned(),
+                revision: rev.clone(),
+            })
             .observe(elapsed.as_secs_f64());
         if cold && code.is_success() {
             self.metrics.cold_starts.get_or_create(&labels).inc();
@@ -524,8 +626,15 @@ impl Gateway {
         answer
     }
 
-    /// A pod answered that the function's code does not load: the Function says so.
-    async fn source_failed(&self, f: &Function, body: &[u8]) {
+    /// A pod answered that the revision's code does not load: the revision says so (for
+    /// good: its code is frozen), and the Function follows.
+    async fn source_failed(
+        &self,
+        ns: &str,
+        rev: &str,
+        known: Option<&FunctionRevision>,
+        body: &[u8],
+    ) {
         let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else {
             return;
         };
@@ -533,51 +642,57 @@ impl Gateway {
             return;
         }
         let message = v.get("error").and_then(|e| e.as_str()).unwrap_or_default();
-        let now = jiff::Timestamp::now().to_string();
-        let conditions = json!([
-            {"type": "SourceReady", "status": "False", "reason": "ImportError", "message": message,
-             "lastTransitionTime": now, "observedGeneration": f.metadata.generation},
-            {"type": "Ready", "status": "False", "reason": "SourceNotReady",
-             "message": "the function's source is not ready", "lastTransitionTime": now,
-             "observedGeneration": f.metadata.generation},
-        ]);
-        let already = f.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "SourceReady" && c.status == "False" && c.message == message)
-        });
-        if already {
+        if known.and_then(revision::load_error).as_deref() == Some(message) {
             return;
         }
-        let api: Api<Function> =
-            Api::namespaced(self.client.clone(), &f.namespace().unwrap_or_default());
+        let now = jiff::Timestamp::now().to_string();
+        let conditions = json!([{"type": "Ready", "status": "False", "reason": "ImportError",
+            "message": message, "lastTransitionTime": now}]);
+        let api: Api<FunctionRevision> = Api::namespaced(self.client.clone(), ns);
         let patch = Patch::Merge(json!({"status": {"conditions": conditions}}));
-        if let Err(e) = api
-            .patch_status(&f.name_any(), &PatchParams::default(), &patch)
-            .await
-        {
-            tracing::warn!(function = %f.name_any(), error = %e, "reporting the source error");
+        if let Err(e) = api.patch_status(rev, &PatchParams::default(), &patch).await {
+            tracing::warn!(revision = %rev, error = %e, "reporting the source error");
         }
     }
 
-    /// One autoscaler pass over every function.
+    /// One autoscaler pass over every revision: each scales on its own traffic, with its
+    /// function's scale settings (`minScale` only while it takes traffic).
     async fn autoscale(&self) {
         let now = Instant::now();
-        let functions = self.functions.state();
-        // The state of deleted functions goes (requests still running hold their own).
+        let revisions = self.revisions.state();
+        // The state of deleted revisions goes (requests still running hold their own).
         self.states.lock().expect("states").retain(|(ns, name), _| {
-            functions
+            revisions
                 .iter()
-                .any(|f| f.namespace().as_deref() == Some(ns) && f.name_any() == *name)
+                .any(|r| r.namespace().as_deref() == Some(ns) && r.name_any() == *name)
         });
-        for f in functions {
-            if module_broken(&f).is_some() {
-                // Left at zero by its controller until its code changes.
+        for r in revisions {
+            if revision::load_error(&r).is_some() {
+                // Left at zero by the revision controller: its code does not load.
                 continue;
             }
-            let ns = f.namespace().unwrap_or_default();
-            let name = f.name_any();
-            let state = self.state(&ns, &name);
+            let ns = r.namespace().unwrap_or_default();
+            let rev = r.name_any();
+            let Some(f) = self
+                .functions
+                .get(&ObjectRef::new(&r.spec.function).within(&ns))
+            else {
+                continue;
+            };
+            let child = deployment_name(&rev);
+            let Some(current) = self
+                .deployments
+                .get(&ObjectRef::new(&child).within(&ns))
+                .and_then(|d| d.spec.as_ref().and_then(|s| s.replicas))
+            else {
+                continue;
+            };
+            let routed = f
+                .status
+                .as_ref()
+                .and_then(|s| revision::traffic_of(&s.traffic, &rev))
+                .is_some();
+            let state = self.state(&ns, &rev);
             let concurrency =
                 state.inflight.load(Ordering::SeqCst) + state.waiting.load(Ordering::SeqCst);
             let (stable, panic) = {
@@ -593,12 +708,6 @@ impl Gateway {
                 .lock()
                 .expect("last")
                 .map_or(Duration::MAX, |t| now.duration_since(t));
-            let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
-            let child = child_name(&name);
-            let Ok(scale) = api.get_scale(&child).await else {
-                continue;
-            };
-            let current = scale.spec.and_then(|s| s.replicas).unwrap_or(0);
             let s = &f.spec.scale;
             let want = autoscaler::desired(autoscaler::Inputs {
                 current,
@@ -607,18 +716,23 @@ impl Gateway {
                 now: concurrency,
                 idle,
                 target: s.target_concurrency,
-                min: s.min_scale,
+                min: if routed { s.min_scale } else { 0 },
                 max: s.max_scale,
                 to_zero_after: Duration::from_secs(s.scale_to_zero_after_seconds.max(0) as u64),
             });
+            if want < current && !revision::is_ready(&r) {
+                // Not down before it has shown it can serve (its first pod is coming up).
+                continue;
+            }
             if want != current {
-                tracing::info!(function = %name, namespace = %ns, from = current, to = want, concurrency, "scaling");
+                tracing::info!(revision = %rev, namespace = %ns, from = current, to = want, concurrency, "scaling");
+                let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
                 let patch = Patch::Merge(json!({"spec": {"replicas": want}}));
                 if let Err(e) = api
                     .patch_scale(&child, &PatchParams::default(), &patch)
                     .await
                 {
-                    tracing::warn!(function = %name, error = %e, "scaling");
+                    tracing::warn!(revision = %rev, error = %e, "scaling");
                 }
             }
         }
@@ -634,22 +748,6 @@ enum Forward {
     Failed(String),
     /// The pod went away before the request was sent: another may take it.
     Gone,
-}
-
-/// Python's message when `f` is a module function whose current code does not load.
-fn module_broken(f: &Function) -> Option<String> {
-    if f.spec.placement != crate::types::Placement::Module {
-        return None;
-    }
-    let status = f.status.as_ref()?;
-    if status.observed_generation != f.metadata.generation {
-        return None;
-    }
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == "SourceReady" && c.status == "False" && c.reason == "ImportError")
-        .map(|c| c.message.clone())
 }
 
 /// POSTs `body` to the pod, retrying a refused connection (the runtime is starting) until
@@ -751,6 +849,16 @@ async fn invoke(
     Path((ns, name)): Path<(String, String)>,
     req: Request,
 ) -> Response {
+    // `<name>@<tag>` in the path, or the tag in a header.
+    let tag = req
+        .headers()
+        .get(FUNCTION_TAG)
+        .and_then(|v| v.to_str().ok())
+        .filter(|t| !t.is_empty());
+    let target = match tag {
+        Some(t) if !name.contains('@') => format!("{name}@{t}"),
+        _ => name,
+    };
     // The caller's invocation id (a retry of the same invocation), or a new one.
     let id = req
         .headers()
@@ -768,9 +876,14 @@ async fn invoke(
             .into_response();
         }
     };
-    let mut r = match g.call(&ns, &name, body, &id).await {
-        Ok((code, bytes)) => {
-            (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+    let mut r = match g.call(&ns, &target, body, &id).await {
+        Ok(a) => {
+            let mut r =
+                (a.code, [(header::CONTENT_TYPE, "application/json")], a.body).into_response();
+            if let Ok(v) = HeaderValue::from_str(&a.revision) {
+                r.headers_mut().insert(FUNCTION_REVISION, v);
+            }
+            r
         }
         Err(f) => f.into_response(),
     };
@@ -847,10 +960,14 @@ pub async fn start(
         source,
     })?;
     let (functions, fn_writer) = reflector::store::<Function>();
+    let (revisions, rev_writer) = reflector::store::<FunctionRevision>();
+    let (deployments, deploy_writer) = reflector::store::<Deployment>();
     let (pods, pod_writer) = reflector::store::<Pod>();
     let g = Arc::new(Gateway {
         client: client.clone(),
         functions,
+        revisions,
+        deployments,
         pods,
         states: Mutex::new(HashMap::new()),
         metrics: Metrics::new(registry),
@@ -860,6 +977,24 @@ pub async fn start(
         watcher(
             Api::<Function>::all(client.clone()),
             watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| async {});
+    let rev_watch = reflector::reflector(
+        rev_writer,
+        watcher(
+            Api::<FunctionRevision>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| async {});
+    let deploy_watch = reflector::reflector(
+        deploy_writer,
+        watcher(
+            Api::<Deployment>::all(client.clone()),
+            watcher::Config::default().labels(REVISION_LABEL),
         ),
     )
     .default_backoff()
@@ -885,8 +1020,8 @@ pub async fn start(
                     _ => vec![],
                 };
                 for p in touched {
-                    if let (Some(ns), Some(f)) = (p.namespace(), p.labels().get(FUNCTION_LABEL)) {
-                        g.refresh(&ns, f);
+                    if let (Some(ns), Some(r)) = (p.namespace(), p.labels().get(REVISION_LABEL)) {
+                        g.refresh(&ns, r);
                     }
                 }
             }
@@ -910,6 +1045,8 @@ pub async fn start(
         tokio::select! {
             r = serve => if let Err(e) = r { tracing::error!(error = %e, "the gateway stopped") },
             _ = fn_watch => {},
+            _ = rev_watch => {},
+            _ = deploy_watch => {},
             _ = pod_watch => {},
             _ = scaler => {},
             _ = shutdown.cancelled() => {},

@@ -7,10 +7,11 @@ pub mod cli;
 pub mod controller;
 pub mod gateway;
 pub mod modules;
+pub mod revision;
 pub mod types;
 pub mod workflow;
 
-pub use types::{Function, FunctionSpec, FunctionStatus};
+pub use types::{Function, FunctionRevision, FunctionSpec, FunctionStatus};
 
 /// The user the gateway and the controllers run as (bound to [`rbac`]'s role by `install`).
 pub const USER: &str = "system:minik8s-functions";
@@ -70,6 +71,7 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
     let kinds = ["functions", "workflows", "workflowruns"];
     let statuses = [
         "functions/status",
+        "functionrevisions/status",
         "workflows/status",
         "workflowruns/status",
     ];
@@ -82,6 +84,7 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
         json!({}),
         json!([
             {"apiGroups": [types::GROUP], "resources": kinds, "verbs": manage},
+            {"apiGroups": [types::GROUP], "resources": ["functionrevisions"], "verbs": manage},
             {"apiGroups": [types::GROUP], "resources": statuses, "verbs": ["get", "patch", "update"]},
             {"apiGroups": [""], "resources": ["configmaps", "services", "pods"], "verbs": manage},
             {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create", "patch"]},
@@ -95,12 +98,15 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
         "minik8s:functions:edit",
         json!({"rbac.authorization.k8s.io/aggregate-to-edit": "true",
             "rbac.authorization.k8s.io/aggregate-to-admin": "true"}),
-        json!([{"apiGroups": [types::GROUP], "resources": kinds, "verbs": manage}]),
+        // Revisions are made by the Function controller: users read and delete them only.
+        json!([{"apiGroups": [types::GROUP], "resources": kinds, "verbs": manage},
+            {"apiGroups": [types::GROUP], "resources": ["functionrevisions"],
+             "verbs": ["get", "list", "watch", "delete", "deletecollection"]}]),
     );
     let view = role(
         "minik8s:functions:view",
         json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
-        json!([{"apiGroups": [types::GROUP], "resources": kinds.iter().chain(&statuses).collect::<Vec<_>>(), "verbs": read}]),
+        json!([{"apiGroups": [types::GROUP], "resources": kinds.iter().chain(&["functionrevisions"]).chain(&statuses).collect::<Vec<_>>(), "verbs": read}]),
     );
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "minik8s:functions"},
@@ -216,6 +222,7 @@ pub fn crds()
     use kube::CustomResourceExt;
     vec![
         Function::crd(),
+        types::FunctionRevision::crd(),
         workflow::Workflow::crd(),
         workflow::WorkflowRun::crd(),
     ]

@@ -102,6 +102,9 @@ fn default_handler() -> String {
 fn default_timeout() -> i64 {
     60
 }
+fn default_history() -> i32 {
+    10
+}
 
 impl Default for Scale {
     fn default() -> Self {
@@ -120,6 +123,9 @@ pub const GROUP: &str = "serverless.minik8s.io";
 
 /// A function: code, how it is called and how it scales.
 #[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.traffic) || size(self.traffic) == 0 || self.traffic.map(t, has(t.percent) ? t.percent : 0).sum() == 100").message("traffic percentages must sum to 100").field_path(".traffic"))]
+#[x_kube(validation = Rule::new("!has(self.traffic) || self.traffic.all(t, has(t.revisionName) != (has(t.latestRevision) && t.latestRevision))").message("a traffic target names either a revisionName or latestRevision: true").field_path(".traffic"))]
+#[x_kube(validation = Rule::new("!has(self.traffic) || self.traffic.all(a, !has(a.tag) || self.traffic.exists_one(b, has(b.tag) && b.tag == a.tag))").message("a tag may name only one traffic target").field_path(".traffic"))]
 #[x_kube(validation = Rule::new("!has(self.placement) || self.placement != 'module' || !has(self.runtime) || self.runtime == 'python3'").message("placement module needs runtime python3 (an image runs in pods of its own)"))]
 #[kube(
     group = "serverless.minik8s.io",
@@ -163,6 +169,43 @@ pub struct FunctionSpec {
     /// `pod` (default) or `module` (runtime `python3` only).
     #[serde(default)]
     pub placement: Placement,
+    /// How calls are split between revisions (Knative's `traffic`). Empty: every call goes
+    /// to the latest ready revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traffic: Vec<TrafficTarget>,
+    /// Revisions kept that take no traffic (older ones are deleted with their pods and code).
+    #[serde(default = "default_history")]
+    #[schemars(range(min = 0))]
+    pub revision_history_limit: i32,
+}
+
+/// One entry of a traffic split: a revision (by name, or the latest ready one), its share of
+/// calls, and a tag that reaches it at `…/function/<ns>/<name>@<tag>` whatever its share.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+// (In `status.traffic` every target names its revision, and `latestRevision` says whether it
+// was chosen as the latest: the rule that a target names one or the other is the spec's.)
+pub struct TrafficTarget {
+    /// A revision of this function (`<function>-00001`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision_name: Option<String>,
+    /// The latest ready revision, whichever it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_revision: Option<bool>,
+    /// The share of calls, 0–100; the targets' shares sum to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub percent: Option<i64>,
+    /// A name for this target: a DNS label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub tag: Option<String>,
+    /// Where the tag is reached (in `status.traffic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// What the controller and the gateway report about a function.
@@ -187,6 +230,86 @@ pub struct FunctionStatus {
     /// The last cold start, from the first request to its answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_cold_start_millis: Option<i64>,
+    /// The newest revision made from the spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_created_revision: Option<String>,
+    /// The newest revision that became ready (what `latestRevision: true` routes to).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_ready_revision: Option<String>,
+    /// The split the gateway applies, with every target's revision named.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traffic: Vec<TrafficTarget>,
+}
+
+/// The label naming a revision's function (on revisions, their pods, Deployments, code).
+pub const REVISION_LABEL: &str = "serverless.minik8s.io/revision";
+
+/// An immutable snapshot of what a Function runs: made by the Function controller on every
+/// change of code, handler, runtime, image, env, resources, timeout or placement, owned by
+/// the Function, run as a Deployment of its own and scaled 0 → N → 0 on its own traffic.
+#[derive(CustomResource, Clone, Debug, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[kube(
+    group = "serverless.minik8s.io",
+    version = "v1alpha1",
+    kind = "FunctionRevision",
+    namespaced,
+    shortname = "fnrev",
+    status = "FunctionRevisionStatus",
+    printcolumn = r#"{"name":"Function","type":"string","jsonPath":".spec.function"}"#,
+    printcolumn = r#"{"name":"Generation","type":"integer","jsonPath":".spec.generation"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".status.replicas"}"#,
+    printcolumn = r#"{"name":"Traffic","type":"string","jsonPath":".status.traffic"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionRevisionSpec {
+    /// The Function it was made from.
+    pub function: String,
+    /// The Function's `metadata.generation` when it was made.
+    pub generation: i64,
+    /// A hash of everything below and the code: equal hashes run the same thing.
+    pub code_hash: String,
+    /// As the Function's.
+    #[serde(default)]
+    pub runtime: Runtime,
+    /// As the Function's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The frozen code (`python3`): a ConfigMap owned by the revision, key the module file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<ConfigMapKey>,
+    /// As the Function's.
+    pub handler: String,
+    /// As the Function's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// As the Function's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// As the Function's.
+    pub timeout_seconds: i64,
+    /// As the Function's.
+    #[serde(default)]
+    pub placement: Placement,
+}
+
+/// What the revision controller reports about a revision.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionRevisionStatus {
+    /// Pods asked for.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Pods ready to serve.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// The share of the Function's calls it takes (`90%`; tags after it), empty if none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic: Option<String>,
+    /// `Ready`: it served once (a revision at zero stays Ready), or why it cannot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
 }
 
 #[cfg(test)]

@@ -312,7 +312,12 @@ impl RunHost<'_> {
 }
 
 impl Host for RunHost<'_> {
-    async fn invoke(&self, function: &str, input: &Value, id: &str) -> Result<Value, StepError> {
+    async fn invoke(
+        &self,
+        function: &str,
+        input: &Value,
+        id: &str,
+    ) -> (Result<Value, StepError>, Option<String>) {
         let body = Bytes::from(input.to_string());
         // A function whose queue is full pushes back (503): the step waits its turn rather
         // than fail, for as long as a call may take.
@@ -333,14 +338,21 @@ impl Host for RunHost<'_> {
             }
         };
         match answer {
-            Ok((code, bytes)) if code.is_success() => {
-                serde_json::from_slice(&bytes).map_err(|e| StepError {
+            Ok(a) if a.code.is_success() => (
+                serde_json::from_slice(&a.body).map_err(|e| StepError {
                     error: "InvalidOutput".into(),
                     cause: format!("{function} answered what is not JSON: {e}"),
-                })
-            }
-            Ok((code, bytes)) => Err(task_error(code.as_u16(), &String::from_utf8_lossy(&bytes))),
-            Err(f) => Err(task_error(f.code.as_u16(), &f.message)),
+                }),
+                Some(a.revision),
+            ),
+            Ok(a) => (
+                Err(task_error(
+                    a.code.as_u16(),
+                    &String::from_utf8_lossy(&a.body),
+                )),
+                Some(a.revision),
+            ),
+            Err(f) => (Err(task_error(f.code.as_u16(), &f.message)), None),
         }
     }
 

@@ -216,14 +216,15 @@ pub enum Halt {
 
 /// What a run needs from the world: invoking functions and keeping records.
 pub trait Host: Sync {
-    /// Invokes `function` with `input` (carrying `invocation_id`): its JSON answer, or the
-    /// error it gave.
+    /// Invokes `function` (`<name>` or `<name>@<tag>`) with `input` (carrying
+    /// `invocation_id`): its JSON answer, or the error it gave; and the revision that
+    /// answered, if one did.
     fn invoke(
         &self,
         function: &str,
         input: &Value,
         invocation_id: &str,
-    ) -> impl Future<Output = Result<Value, StepError>> + Send;
+    ) -> impl Future<Output = (Result<Value, StepError>, Option<String>)> + Send;
     /// Persists a completed step; `step` is the top-level step now being taken (`None`: the
     /// record is inside a branch, or the run is ending).
     fn record(
@@ -320,11 +321,13 @@ impl<'a, H: Host> Run<'a, H> {
                 let start_time = now();
                 let step = &node.step;
                 let mut attempts = 0;
+                let mut revision = None;
                 let outcome: Result<(Value, Option<String>), StepError> = match step.type_ {
                     StepType::Task => {
                         let id = format!("{}/{path}{}#{index}", self.id, step.name);
-                        let (result, n) = self.task(step, &input, &id).await;
+                        let (result, n, r) = self.task(step, &input, &id).await;
                         attempts = n;
+                        revision = r;
                         result.map(|v| (v, step.next.clone()))
                     }
                     StepType::Choice => choose(step, &input).map(|n| (input.clone(), n)),
@@ -375,6 +378,7 @@ impl<'a, H: Host> Run<'a, H> {
                     output_ref: None,
                     next: next.clone(),
                     attempts,
+                    revision,
                     start_time,
                     end_time: now(),
                     error: error.as_ref().map(|e| e.error.clone()),
@@ -399,9 +403,14 @@ impl<'a, H: Host> Run<'a, H> {
         })
     }
 
-    /// Invokes a Task's function, again after a failure while `retry` allows: the result and
-    /// the attempts made.
-    async fn task(&self, step: &Step, input: &Value, id: &str) -> (Result<Value, StepError>, i32) {
+    /// Invokes a Task's function, again after a failure while `retry` allows: the result, the
+    /// attempts made, and the revision that gave the last answer.
+    async fn task(
+        &self,
+        step: &Step,
+        input: &Value,
+        id: &str,
+    ) -> (Result<Value, StepError>, i32, Option<String>) {
         let function = step.function.as_deref().unwrap_or_default();
         let max = step.retry.as_ref().map_or(1, |r| r.max_attempts.max(1));
         let mut backoff = step
@@ -412,20 +421,23 @@ impl<'a, H: Host> Run<'a, H> {
         loop {
             attempt += 1;
             let call = self.host.invoke(function, input, id);
-            let result = match step.timeout_seconds {
+            let (result, revision) = match step.timeout_seconds {
                 Some(t) => tokio::time::timeout(Duration::from_secs(t.max(1) as u64), call)
                     .await
                     .unwrap_or_else(|_| {
-                        Err(StepError::new(
-                            "Timeout",
-                            format!("{function} did not answer within {t} s"),
-                        ))
+                        (
+                            Err(StepError::new(
+                                "Timeout",
+                                format!("{function} did not answer within {t} s"),
+                            )),
+                            None,
+                        )
                     }),
                 None => call.await,
             };
             match result {
-                Ok(v) => return (Ok(v), attempt),
-                Err(e) if attempt >= max => return (Err(e), attempt),
+                Ok(v) => return (Ok(v), attempt, revision),
+                Err(e) if attempt >= max => return (Err(e), attempt, revision),
                 Err(e) => {
                     tracing::debug!(step = %step.name, attempt, error = %e.error, "retrying");
                     tokio::time::sleep(Duration::from_secs_f64(backoff)).await;
@@ -555,10 +567,8 @@ steps:
                 stop_after: None,
             }
         }
-    }
 
-    impl Host for Fake {
-        async fn invoke(&self, f: &str, input: &Value, id: &str) -> Result<Value, StepError> {
+        fn answer(&self, f: &str, input: &Value, id: &str) -> Result<Value, StepError> {
             self.calls
                 .lock()
                 .unwrap()
@@ -578,6 +588,19 @@ steps:
                 "boom" => Err(StepError::new("KeyError", "'y'")),
                 other => Ok(json!({"from": other, "in": input})),
             }
+        }
+    }
+
+    impl Host for Fake {
+        async fn invoke(
+            &self,
+            f: &str,
+            input: &Value,
+            id: &str,
+        ) -> (Result<Value, StepError>, Option<String>) {
+            let answer = self.answer(f, input, id);
+            // The fake's functions have one revision each.
+            (answer, Some(format!("{f}-00001")))
         }
         async fn record(&self, r: StepRecord, _: Option<&str>) -> Result<(), Halt> {
             let mut records = self.records.lock().unwrap();
@@ -627,6 +650,7 @@ steps:
         assert!(run(&h, flaky, json!(1)).is_ok());
         let r = &h.records.lock().unwrap()[0];
         assert_eq!(r.attempts, 3);
+        assert_eq!(r.revision.as_deref(), Some("flaky-00001"));
         let calls = h.calls.lock().unwrap();
         assert!(
             calls.iter().all(|(_, id)| id == &calls[0].1),

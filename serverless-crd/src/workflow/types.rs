@@ -77,7 +77,8 @@ pub struct Step {
     /// What it does.
     #[serde(rename = "type", default)]
     pub type_: StepType,
-    /// The Function a Task invokes (in the run's namespace).
+    /// The Function a Task invokes (in the run's namespace): `<name>`, or `<name>@<tag>` for
+    /// the revision its traffic tags so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
     /// The step after this one; none ends the run (or branch).
@@ -261,6 +262,9 @@ pub struct StepRecord {
     /// Invocations made (Tasks).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub attempts: i32,
+    /// The Function revision that answered the last invocation (Tasks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
     /// When it started (RFC 3339, microseconds).
     pub start_time: String,
     /// When it ended.
