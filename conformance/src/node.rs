@@ -31,13 +31,21 @@ pub fn repo_root() -> PathBuf {
 /// returns their paths.
 pub fn images() -> Vec<PathBuf> {
     let root = repo_root();
-    let dir = root.join("target/images");
-    let status = std::process::Command::new("bash")
-        .arg(root.join("hack/images.sh"))
-        .arg(&dir)
-        .status()
-        .expect("hack/images.sh runs");
-    assert!(status.success(), "building the local images failed");
+    // A baseline binary is benchmarked with the images built from its own commit
+    // (`MINIK8S_IMAGES=DIR`, taken as they are): its runtime image's tag differs.
+    let dir = match std::env::var_os("MINIK8S_IMAGES") {
+        Some(dir) => PathBuf::from(dir),
+        None => {
+            let dir = root.join("target/images");
+            let status = std::process::Command::new("bash")
+                .arg(root.join("hack/images.sh"))
+                .arg(&dir)
+                .status()
+                .expect("hack/images.sh runs");
+            assert!(status.success(), "building the local images failed");
+            dir
+        }
+    };
     vec![
         dir.join("pause.tar"),
         dir.join("busybox.tar"),

@@ -463,9 +463,10 @@ pub(crate) async fn reconcile(r: Arc<FunctionRevision>, ctx: Arc<Ctx>) -> Result
 
     // Ready: once a pod was ready. Never: when the code does not load (frozen, so for good).
     let old = r.status.clone().unwrap_or_default();
+    let has_pods = replicas > 0 || ds.replicas.unwrap_or(0) > 0;
     let failed = match load_error(&r) {
         Some(m) => Some(m),
-        None if !is_ready(&r) => load_failure(&ctx.client, &r).await?,
+        None if !is_ready(&r) && has_pods => load_failure(&ctx.client, &r).await?,
         None => None,
     };
     let ready_now = ds.ready_replicas.unwrap_or(0) > 0;
@@ -529,7 +530,9 @@ pub(crate) async fn reconcile(r: Arc<FunctionRevision>, ctx: Arc<Ctx>) -> Result
                 .normal(&r.object_ref(&()), "Ready", "a pod of it is ready");
         }
     }
-    let settled = status || failed.is_some();
+    // Pods coming up are looked at again soon (their `/healthz` says why they are not ready);
+    // a revision at zero waits for a change (its Deployment's and pods' watches).
+    let settled = status || failed.is_some() || !has_pods;
     Ok(if settled {
         Action::requeue(Duration::from_secs(30))
     } else {
