@@ -13,6 +13,8 @@ pub struct Node {
     shutdown: CancellationToken,
     kubelet: CancellationToken,
     done: Option<std::sync::mpsc::Receiver<()>>,
+    /// Closed when the proxy has stopped (it must not write rules after they are removed).
+    proxy_done: Option<std::sync::mpsc::Receiver<()>>,
     /// The hosts file whose managed block the node's router writes, if it runs one.
     hosts_file: Option<PathBuf>,
     /// The node's name.
@@ -194,7 +196,7 @@ impl Cluster {
         let shutdown = CancellationToken::new();
         let kubelet = shutdown.child_token();
         let rx = self.spawn_kubelet(&cfg, kubelet.clone());
-        {
+        let proxy_done = {
             // The cluster DNS: the kube-dns Service (once per cluster; applying is
             // idempotent), served by this node's proxy on its pod gateway address.
             self.block_on(minik8s_proxy::dns::install(self.client()))
@@ -207,7 +209,9 @@ impl Cluster {
                 .map(minik8s_proxy::dns::Config::on);
             proxy.router = router;
             let shutdown = shutdown.clone();
+            let (stopped, proxy_done) = std::sync::mpsc::channel::<()>();
             self.spawn(async move {
+                let _stopped = stopped;
                 let client = minik8s_kubeconfig::client(&kubeconfig)
                     .await
                     .expect("proxy client");
@@ -215,13 +219,15 @@ impl Cluster {
                     eprintln!("proxy: {e}");
                 }
             });
-        }
+            proxy_done
+        };
         // Made before waiting, so a node that never gets Ready is still torn down.
         let node = Node {
             cfg,
             kubelet,
             shutdown,
             done: Some(rx),
+            proxy_done: Some(proxy_done),
             hosts_file,
             name: name.to_owned(),
         };
@@ -240,6 +246,7 @@ impl Node {
     pub fn down(mut self) -> Vec<String> {
         self.shutdown.cancel();
         self.stop_kubelet();
+        self.wait_proxy();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -264,6 +271,15 @@ impl Node {
         })
     }
 
+    /// Waits (up to 30 s) for the proxy to stop after the node's shutdown: a sync in flight
+    /// would otherwise write its chains again after they are removed.
+    fn wait_proxy(&mut self) {
+        if let Some(rx) = self.proxy_done.take() {
+            // Closed (an error) when the proxy's task ends.
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(30));
+        }
+    }
+
     /// Stops the kubelet only (pods and runtime keep running).
     pub fn stop_kubelet(&mut self) {
         self.kubelet.cancel();
@@ -277,6 +293,7 @@ impl Drop for Node {
     fn drop(&mut self) {
         self.shutdown.cancel();
         self.stop_kubelet();
+        self.wait_proxy();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -347,10 +347,12 @@ fn gpujobs_run_on_slurm_over_ssh_queue_fail_cleanly_and_survive_a_restart() {
     );
     assert!(!folder.exists(), "{} removed", folder.display());
 
-    // A controller restart while a job runs: the new one follows the same Slurm job.
+    // A controller restart while a job runs: the new one follows the same Slurm job. (It runs
+    // longer than the controller's longest look-again interval, 8 s for a job that has not
+    // changed, or Running may never be seen before it ends.)
     let r = c.with_manifest(
         &["apply"],
-        &job("survivor", "  run: \"sleep 4; echo done\"\n"),
+        &job("survivor", "  run: \"sleep 12; echo done\"\n"),
     );
     assert!(r.ok, "{}", r.stderr);
     wait_phase(&c, "survivor", "Running", Duration::from_secs(30));
