@@ -457,6 +457,13 @@ impl Cluster {
     }
 }
 
+/// The sum of whitespace-separated integers (one that is not counts as -1000: never a match).
+fn sum_of(text: &str) -> i64 {
+    text.split_whitespace()
+        .map(|n| n.parse::<i64>().unwrap_or(-1000))
+        .sum()
+}
+
 /// `PATH` with the workspace's binaries first, so kubectl finds the `kubectl-fn` plugin.
 fn plugin_path() -> String {
     let bins = std::env::current_exe()
@@ -468,6 +475,41 @@ fn plugin_path() -> String {
 }
 
 impl Cluster {
+    /// POSTs `body` to a function's `url` through the gateway: the answer's code and text (code
+    /// 0 and the error when there was no answer).
+    pub fn post(&self, url: &str, body: &str) -> (u16, String) {
+        match self.block_on(minik8s_serverless::gateway::post(
+            url,
+            body.to_owned().into_bytes().into(),
+        )) {
+            Ok((code, text)) => (code.as_u16(), String::from_utf8_lossy(&text).into_owned()),
+            Err(e) => (0, e),
+        }
+    }
+
+    /// The sum of `field` (`.spec.replicas`, `.status.readyReplicas`) over the Deployments of a
+    /// function's revisions, as kubectl prints them.
+    pub fn function_sum(&self, function: &str, field: &str) -> i64 {
+        sum_of(&self.function_field(function, field))
+    }
+
+    /// Waits until the function has revisions and `field` sums to `want` over their
+    /// Deployments.
+    pub fn wait_function_sum(&self, function: &str, field: &str, want: i64) {
+        let label = format!("serverless.minik8s.io/function={function}");
+        let jsonpath = format!("jsonpath={{.items[*]{field}}}");
+        self.eventually(
+            &["get", "deployments", "-l", &label, "-o", &jsonpath],
+            |r| !r.trim().is_empty() && sum_of(r) == want,
+        );
+    }
+
+    fn function_field(&self, function: &str, field: &str) -> String {
+        let label = format!("serverless.minik8s.io/function={function}");
+        let jsonpath = format!("jsonpath={{.items[*]{field}}}");
+        self.ok(&["get", "deployments", "-l", &label, "-o", &jsonpath])
+    }
+
     /// Installs the serverless CRDs and runs the function gateway (on a free port of every
     /// address) and the Function controller as the admin until the returned token (or the
     /// cluster) stops; Functions' URLs name the node's address.

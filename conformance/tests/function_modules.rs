@@ -12,48 +12,6 @@ use std::time::{Duration, Instant};
 
 const ADD: &str = "def handler(event):\n    print('adding', event['x'], event['y'])\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n";
 
-fn post(c: &Cluster, url: &str, body: &str) -> (u16, String) {
-    match c.block_on(minik8s_serverless::gateway::post(
-        url,
-        body.to_owned().into_bytes().into(),
-    )) {
-        Ok((code, text)) => (code.as_u16(), String::from_utf8_lossy(&text).into_owned()),
-        Err(e) => (0, e),
-    }
-}
-
-/// Pods asked for over the Deployments of the function's revisions.
-fn replicas(c: &Cluster, function: &str) -> i64 {
-    let label = format!("serverless.minik8s.io/function={function}");
-    c.ok(&[
-        "get",
-        "deployments",
-        "-l",
-        &label,
-        "-o",
-        "jsonpath={.items[*].spec.replicas}",
-    ])
-    .split_whitespace()
-    .map(|n| n.parse::<i64>().unwrap_or(-1000))
-    .sum()
-}
-
-/// Waits until the function has no pods asked for.
-fn at_zero(c: &Cluster, function: &str) {
-    let label = format!("serverless.minik8s.io/function={function}");
-    c.eventually(
-        &[
-            "get",
-            "deployments",
-            "-l",
-            &label,
-            "-o",
-            "jsonpath={.items[*].spec.replicas}",
-        ],
-        |r| !r.trim().is_empty() && r.split_whitespace().all(|n| n == "0"),
-    );
-}
-
 fn register(c: &Cluster, name: &str, code: &str, extra: &[&str]) {
     let file = c.dir().join(format!("{name}.py"));
     std::fs::write(&file, code).unwrap();
@@ -150,13 +108,17 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         ],
         |s| s == "True",
     );
-    assert_eq!(replicas(&c, "add"), 0, "a new function starts at zero");
+    assert_eq!(
+        c.function_sum("add", ".spec.replicas"),
+        0,
+        "a new function starts at zero"
+    );
 
     // Cold (0 → 1: a module pod scheduled onto a base and loaded), then warm.
     let add = url(&c, "add");
     let cold = Instant::now();
     assert_eq!(
-        post(&c, &add, r#"{"x":1,"y":2}"#),
+        c.post(&add, r#"{"x":1,"y":2}"#),
         (200, r#"{"sum": 3}"#.into())
     );
     let cold = cold.elapsed();
@@ -233,7 +195,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         |r| r == "ImportError",
     );
     assert_eq!(cond, "ImportError");
-    at_zero(&c, "broken");
+    c.wait_function_sum("broken", ".spec.replicas", 0);
     std::thread::sleep(Duration::from_secs(2));
     let tried = c.ok(&[
         "get",
@@ -248,7 +210,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         "failing module pods kept coming: {tried}"
     );
     let broken = url(&c, "broken");
-    let (code, body) = post(&c, &broken, "{}");
+    let (code, body) = c.post(&broken, "{}");
     assert_eq!(code, 502, "{body}");
     assert!(body.contains("SyntaxError"), "{body}");
     c.ok(&["delete", "fn", "broken"]);
@@ -267,18 +229,12 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         let watcher = s.spawn(|| {
             let until = Instant::now() + Duration::from_secs(10);
             while Instant::now() < until {
-                seen_max.fetch_max(replicas(&c, "slow"), Ordering::SeqCst);
+                seen_max.fetch_max(c.function_sum("slow", ".spec.replicas"), Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(300));
             }
         });
         let workers: Vec<_> = (0..6)
-            .map(|_| {
-                s.spawn(|| {
-                    (0..4)
-                        .map(|_| post(&c, &slow, "{}").0)
-                        .collect::<Vec<u16>>()
-                })
-            })
+            .map(|_| s.spawn(|| (0..4).map(|_| c.post(&slow, "{}").0).collect::<Vec<u16>>()))
             .collect();
         for w in workers {
             answers.extend(w.join().unwrap());
@@ -308,7 +264,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
     }
 
     // Idle for the period: back to zero, and the module is unloaded from its base.
-    at_zero(&c, "add");
+    c.wait_function_sum("add", ".spec.replicas", 0);
     c.eventually(
         &[
             "get",
@@ -322,14 +278,14 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
     );
 
     // A code update under load: the new code answers, no request fails.
-    assert_eq!(post(&c, &add, r#"{"x":1,"y":2}"#).0, 200);
+    assert_eq!(c.post(&add, r#"{"x":1,"y":2}"#).0, 200);
     let stop = AtomicBool::new(false);
     let (failures, new_seen) = std::thread::scope(|s| {
         let load = s.spawn(|| {
             let mut failures = Vec::new();
             let mut new_seen = false;
             while !stop.load(Ordering::SeqCst) {
-                let (code, body) = post(&c, &add, r#"{"x":1,"y":2}"#);
+                let (code, body) = c.post(&add, r#"{"x":1,"y":2}"#);
                 if code != 200 {
                     failures.push((code, body));
                 } else if body.contains("\"v\": 2") {
@@ -347,7 +303,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         );
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if post(&c, &add, r#"{"x":1,"y":2}"#).1.contains("\"v\": 2") {
+            if c.post(&add, r#"{"x":1,"y":2}"#).1.contains("\"v\": 2") {
                 std::thread::sleep(Duration::from_secs(2));
                 break;
             }
@@ -394,7 +350,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         let load = s.spawn(|| {
             let mut answers = Vec::new();
             while !stop.load(Ordering::SeqCst) {
-                answers.push(post(&c, &echo, r#"{"n":1}"#));
+                answers.push(c.post(&echo, r#"{"n":1}"#));
             }
             answers
         });
@@ -522,7 +478,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         ],
         |u| u.starts_with("http://"),
     );
-    assert_eq!(post(&c, &hello, "{}"), (200, "\"hello\"".into()));
+    assert_eq!(c.post(&hello, "{}"), (200, "\"hello\"".into()));
     c.ok(&[
         "delete",
         "namespace",
@@ -668,7 +624,7 @@ fn module_functions_load_into_bases_scale_update_and_survive_a_base() {
         modules_before,
         "no module was loaded again"
     );
-    assert_eq!(post(&c, &echo, r#"{"n":2}"#), (200, r#"{"n": 2}"#.into()));
+    assert_eq!(c.post(&echo, r#"{"n":2}"#), (200, r#"{"n": 2}"#.into()));
     drop(replicas);
 }
 

@@ -7,67 +7,6 @@ use std::time::{Duration, Instant};
 
 const ADD: &str = "def handler(event):\n    return {\"sum\": event[\"x\"] + event[\"y\"]}\n";
 
-/// POSTs `body` to `url`: the answer's code and text.
-fn post(c: &Cluster, url: &str, body: &str) -> (u16, String) {
-    match c.block_on(minik8s_serverless::gateway::post(
-        url,
-        body.to_owned().into_bytes().into(),
-    )) {
-        Ok((code, text)) => (code.as_u16(), String::from_utf8_lossy(&text).into_owned()),
-        Err(e) => (0, e),
-    }
-}
-
-/// The sum of `path` over the Deployments of the function's revisions.
-fn over_revisions(c: &Cluster, function: &str, path: &str) -> String {
-    let label = format!("serverless.minik8s.io/function={function}");
-    let jsonpath = format!("jsonpath={{.items[*]{path}}}");
-    c.ok(&["get", "deployments", "-l", &label, "-o", &jsonpath])
-}
-
-fn sum(text: &str) -> i64 {
-    text.split_whitespace()
-        .map(|n| n.parse::<i64>().unwrap_or(-1000))
-        .sum()
-}
-
-/// Pods asked for over the function's revisions.
-fn replicas(c: &Cluster, function: &str) -> i64 {
-    sum(&over_revisions(c, function, ".spec.replicas"))
-}
-
-/// Waits until the function's revisions have one ready pod.
-fn one_pod_ready(c: &Cluster, function: &str) {
-    let label = format!("serverless.minik8s.io/function={function}");
-    c.eventually(
-        &[
-            "get",
-            "deployments",
-            "-l",
-            &label,
-            "-o",
-            "jsonpath={.items[*].status.readyReplicas}",
-        ],
-        |r| sum(r) == 1,
-    );
-}
-
-/// Waits until the function has no pods asked for.
-fn at_zero(c: &Cluster, function: &str) {
-    let label = format!("serverless.minik8s.io/function={function}");
-    c.eventually(
-        &[
-            "get",
-            "deployments",
-            "-l",
-            &label,
-            "-o",
-            "jsonpath={.items[*].spec.replicas}",
-        ],
-        |r| !r.trim().is_empty() && sum(r) == 0,
-    );
-}
-
 fn register(c: &Cluster, name: &str, code: &str, extra: &[&str]) {
     let file = c.dir().join(format!("{name}.py"));
     std::fs::write(&file, code).unwrap();
@@ -149,14 +88,18 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         ],
         |s| s == "True",
     );
-    assert_eq!(replicas(&c, "add"), 0, "a new function starts at zero");
+    assert_eq!(
+        c.function_sum("add", ".spec.replicas"),
+        0,
+        "a new function starts at zero"
+    );
     let cold = Instant::now();
     assert_eq!(
         c.ok(&["fn", "invoke", "add", r#"{"x":1,"y":2}"#]).trim(),
         r#"{"sum": 3}"#
     );
     let cold = cold.elapsed();
-    assert_eq!(replicas(&c, "add"), 1);
+    assert_eq!(c.function_sum("add", ".spec.replicas"), 1);
     assert_eq!(
         c.ok(&["fn", "invoke", "add", r#"{"x":2,"y":5}"#]).trim(),
         r#"{"sum": 7}"#
@@ -177,7 +120,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         .expect("curl runs");
     assert_eq!(String::from_utf8_lossy(&curl.stdout), r#"{"sum": 3}"#);
     assert_eq!(
-        post(&c, &add, r#"{"x":1,"y":2}"#),
+        c.post(&add, r#"{"x":1,"y":2}"#),
         (200, r#"{"sum": 3}"#.into())
     );
     c.ok(&["run", "client", "--image=busybox", "--", "sleep", "3600"]);
@@ -215,7 +158,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     assert_eq!(from_pod.trim(), r#"{"sum": 3}"#);
 
     // Idle for the period: back to zero.
-    at_zero(&c, "add");
+    c.wait_function_sum("add", ".spec.replicas", 0);
 
     // Concurrent load on a slow function scales it 1 → N, never past maxScale.
     register(
@@ -231,19 +174,13 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         let watcher = s.spawn(|| {
             let until = Instant::now() + Duration::from_secs(12);
             while Instant::now() < until {
-                let r = replicas(&c, "slow");
+                let r = c.function_sum("slow", ".spec.replicas");
                 seen_max.fetch_max(r, std::sync::atomic::Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(300));
             }
         });
         let workers: Vec<_> = (0..6)
-            .map(|_| {
-                s.spawn(|| {
-                    (0..4)
-                        .map(|_| post(&c, &slow, "{}").0)
-                        .collect::<Vec<u16>>()
-                })
-            })
+            .map(|_| s.spawn(|| (0..4).map(|_| c.post(&slow, "{}").0).collect::<Vec<u16>>()))
             .collect();
         for w in workers {
             answers.extend(w.join().unwrap());
@@ -264,7 +201,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
             let mut failures = Vec::new();
             let mut new_seen = false;
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-                let (code, body) = post(&c, &add, r#"{"x":1,"y":2}"#);
+                let (code, body) = c.post(&add, r#"{"x":1,"y":2}"#);
                 if code != 200 {
                     failures.push((code, body));
                 } else if body.contains("\"v\": 2") {
@@ -282,7 +219,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         );
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
-            if post(&c, &add, r#"{"x":1,"y":2}"#).1.contains("\"v\": 2") {
+            if c.post(&add, r#"{"x":1,"y":2}"#).1.contains("\"v\": 2") {
                 std::thread::sleep(Duration::from_secs(2));
                 break;
             }
@@ -299,13 +236,13 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
 
     // Bad input: each a clear error, the function keeps serving.
     let unknown = add.replace("/add", "/nope");
-    let (code, body) = post(&c, &unknown, "{}");
+    let (code, body) = c.post(&unknown, "{}");
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("not found"), "{body}");
-    assert_eq!(post(&c, &add, "not json").0, 400);
+    assert_eq!(c.post(&add, "not json").0, 400);
     let big = format!("\"{}\"", "x".repeat(6 * 1024 * 1024 + 10));
-    assert_eq!(post(&c, &add, &big).0, 413);
-    let (code, body) = post(&c, &add, r#"{"x":1}"#);
+    assert_eq!(c.post(&add, &big).0, 413);
+    let (code, body) = c.post(&add, r#"{"x":1}"#);
     assert_eq!(code, 500, "{body}");
     let err: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert!(
@@ -317,7 +254,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         "{body}"
     );
     assert_eq!(
-        post(&c, &add, r#"{"x":1,"y":1}"#).0,
+        c.post(&add, r#"{"x":1,"y":1}"#).0,
         200,
         "the pod keeps serving"
     );
@@ -349,9 +286,9 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         ],
         |p| !p.is_empty() && !p.contains(' '),
     );
-    one_pod_ready(&c, "stuck");
+    c.wait_function_sum("stuck", ".status.readyReplicas", 1);
     let started = Instant::now();
-    let (code, body) = post(&c, &stuck_url, "{}");
+    let (code, body) = c.post(&stuck_url, "{}");
     assert_eq!(code, 504, "{body}");
     assert!(body.contains("did not answer within 2 s"), "{body}");
     let took = started.elapsed();
@@ -360,7 +297,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         &["get", "pods", &pod, "--ignore-not-found", "-o", "name"],
         |o| o.trim().is_empty(),
     );
-    one_pod_ready(&c, "stuck");
+    c.wait_function_sum("stuck", ".status.readyReplicas", 1);
     assert!(c.ok(&["fn", "delete", "stuck"]).contains("deleted"));
 
     // The module from a ConfigMap the user keeps (`source.configMapRef`); changing it rolls
@@ -377,12 +314,12 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
          spec:\n  handler: greet.handler\n  source: {configMapRef: {name: greet-code, key: greet.py}}\n",
     );
     assert!(made.ok, "{}", made.stderr);
-    let (code, body) = post(&c, &url(&c, "greet"), r#"{"name":"ada"}"#);
+    let (code, body) = c.post(&url(&c, "greet"), r#"{"name":"ada"}"#);
     assert_eq!((code, body.as_str()), (200, r#"{"hello": "ada"}"#));
     assert!(c.with_manifest(&["apply"], &greet("goodbye")).ok);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (code, body) = post(&c, &url(&c, "greet"), r#"{"name":"ada"}"#);
+        let (code, body) = c.post(&url(&c, "greet"), r#"{"name":"ada"}"#);
         assert_eq!(code, 200, "{body}");
         if body == r#"{"goodbye": "ada"}"# {
             break;
@@ -418,7 +355,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
         ),
     );
     assert!(made.ok, "{}", made.stderr);
-    let (code, body) = post(&c, &url(&c, "base"), r#""/srv/data/report.txt""#);
+    let (code, body) = c.post(&url(&c, "base"), r#""/srv/data/report.txt""#);
     assert_eq!((code, body.as_str()), (200, r#""report.txt""#));
     assert!(
         c.ok(&[
@@ -436,7 +373,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     assert!(c.ok(&["fn", "delete", "base"]).contains("deleted"));
 
     register(&c, "broken", "def handler(event)\n    return 1\n", &[]);
-    let (code, body) = post(&c, &url(&c, "broken"), "{}");
+    let (code, body) = c.post(&url(&c, "broken"), "{}");
     assert_eq!(code, 502, "{body}");
     assert!(body.contains("SyntaxError"), "{body}");
     let reason = c.eventually(
@@ -460,11 +397,9 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     );
     assert!(busy.ok, "{}", busy.stderr);
     let busy = url(&c, "busy");
-    one_pod_ready(&c, "busy");
+    c.wait_function_sum("busy", ".status.readyReplicas", 1);
     let codes: Vec<u16> = std::thread::scope(|s| {
-        let calls: Vec<_> = (0..4)
-            .map(|_| s.spawn(|| post(&c, &busy, "{}").0))
-            .collect();
+        let calls: Vec<_> = (0..4).map(|_| s.spawn(|| c.post(&busy, "{}").0)).collect();
         calls.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(codes.contains(&503), "{codes:?}");
@@ -505,7 +440,7 @@ fn functions_register_invoke_scale_update_fail_cleanly_and_go() {
     });
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let (code, body) = post(&c, &add_after, r#"{"x":2,"y":2}"#);
+        let (code, body) = c.post(&add_after, r#"{"x":2,"y":2}"#);
         if code == 200 {
             assert!(body.contains("\"sum\": 4"), "{body}");
             break;

@@ -8,16 +8,6 @@ use minik8s_conformance::Cluster;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-fn post(c: &Cluster, url: &str, body: &str) -> (u16, String) {
-    match c.block_on(minik8s_serverless::gateway::post(
-        url,
-        body.to_owned().into_bytes().into(),
-    )) {
-        Ok((code, text)) => (code.as_u16(), String::from_utf8_lossy(&text).into_owned()),
-        Err(e) => (0, e),
-    }
-}
-
 /// A version of the function: it answers `{"v": N}`.
 fn version(n: u32) -> String {
     format!("def handler(event):\n    return {{\"v\": {n}}}\n")
@@ -50,7 +40,7 @@ fn settles_on(c: &Cluster, url: &str, want: &str, n: usize) -> Duration {
     let started = Instant::now();
     let mut in_a_row = 0;
     while in_a_row < n {
-        let (code, body) = post(c, url, "{}");
+        let (code, body) = c.post(url, "{}");
         assert_eq!(code, 200, "{body}");
         in_a_row = if body == want { in_a_row + 1 } else { 0 };
         assert!(
@@ -68,7 +58,7 @@ fn under_load(c: &Cluster, url: &str, during: impl FnOnce()) -> (Vec<(u16, Strin
         let load = s.spawn(|| {
             let (mut failed, mut calls) = (Vec::new(), 0);
             while !stop.load(Ordering::SeqCst) {
-                let (code, body) = post(c, url, "{}");
+                let (code, body) = c.post(url, "{}");
                 calls += 1;
                 if code != 200 {
                     failed.push((code, body));
@@ -97,7 +87,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
         r == "add-00001"
     });
     let url = until(&c, "fn", "add", ".status.url", |u| u.starts_with("http://"));
-    assert_eq!(post(&c, &url, "{}"), (200, r#"{"v": 1}"#.into()));
+    assert_eq!(c.post(&url, "{}"), (200, r#"{"v": 1}"#.into()));
     until(
         &c,
         "fnrev",
@@ -180,7 +170,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
     until(&c, "deployment", "fn-add-00003", ".spec.replicas", |r| {
         r == "0"
     });
-    assert_eq!(post(&c, &url, "{}"), (200, r#"{"v": 2}"#.into()));
+    assert_eq!(c.post(&url, "{}"), (200, r#"{"v": 2}"#.into()));
 
     // 90/10 with tags, by kubectl fn: measured over 2,000 calls.
     let out = c.ok(&[
@@ -198,7 +188,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
     });
     let (mut v1, mut v2) = (0, 0);
     for _ in 0..2000 {
-        let (code, body) = post(&c, &url, "{}");
+        let (code, body) = c.post(&url, "{}");
         assert_eq!(code, 200, "{body}");
         match body.as_str() {
             r#"{"v": 1}"# => v1 += 1,
@@ -218,7 +208,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
     );
     for _ in 0..20 {
         assert_eq!(
-            post(&c, &format!("{url}@canary"), "{}"),
+            c.post(&format!("{url}@canary"), "{}"),
             (200, r#"{"v": 2}"#.into())
         );
     }
@@ -236,7 +226,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
         "{text}"
     );
     assert_eq!(c.ok(&["fn", "invoke", "add@canary"]).trim(), r#"{"v": 2}"#);
-    let (code, body) = post(&c, &format!("{url}@nope"), "{}");
+    let (code, body) = c.post(&format!("{url}@nope"), "{}");
     assert_eq!(code, 404, "{body}");
     assert!(body.contains("no tag nope"), "{body}");
 
@@ -379,7 +369,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
         field(&c, "fn", "add", ".status.traffic[0].revisionName"),
         "add-00001"
     );
-    assert_eq!(post(&c, &url, "{}"), (200, r#"{"v": 1}"#.into()));
+    assert_eq!(c.post(&url, "{}"), (200, r#"{"v": 1}"#.into()));
     let described = c.ok(&["describe", "fn", "add"]);
     assert!(described.contains("add-00042"), "{described}");
 
@@ -438,7 +428,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
         |m| !m.is_empty(),
     );
     assert!(why.contains("Function default/add"), "{why}");
-    assert_eq!(post(&c, &url, "{}"), (200, r#"{"v": 1}"#.into()));
+    assert_eq!(c.post(&url, "{}"), (200, r#"{"v": 1}"#.into()));
     let described = c.ok(&["describe", "fnrev", "add-00001"]);
     assert!(described.contains("DeletionBlocked"), "{described}");
     c.ok(&["fn", "traffic", "add", "--to", "add-00002=100"]);
@@ -491,7 +481,7 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
         "jsonpath={.items[*].message}",
     ]);
     assert!(events.contains("revisionHistoryLimit"), "{events}");
-    assert_eq!(post(&c, &url, "{}"), (200, r#"{"v": 2}"#.into()));
+    assert_eq!(c.post(&url, "{}"), (200, r#"{"v": 2}"#.into()));
 
     // Deleting the Function leaves nothing behind.
     assert!(c.ok(&["fn", "delete", "add"]).contains("deleted"));

@@ -261,9 +261,7 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // Traffic: over the latest ready revision (the latest created while none was ready).
     let latest_ready = revisions.iter().rev().find(|r| revision::is_ready(r));
     let latest = latest_ready
-        .or(latest_created
-            .as_ref()
-            .filter(|_| latest_ready.is_none() && revisions.iter().all(|r| !revision::is_ready(r))))
+        .or(latest_created.as_ref())
         .map(|r| r.name_any());
     let url = format!("{}/function/{ns}/{name}", ctx.cfg.gateway_url);
     let resolved = revision::resolve(
@@ -396,19 +394,13 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         traffic,
     };
     if f.status.as_ref() != Some(&status) {
-        if let (Err(Unresolved::RevisionMissing(r)), false) = (
-            &resolved,
-            old.conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.reason == "RevisionMissing"),
-        ) {
-            ctx.recorder.warning(
-                &f.object_ref(&()),
-                "RevisionMissing",
-                format!(
-                    "spec.traffic names revision {r}, which does not exist; traffic stays as it was"
-                ),
-            );
+        // The event says what the Ready condition now says, once per time it goes missing.
+        let ready = revision::find(&status.conditions, "Ready");
+        let was_missing =
+            revision::find(&old.conditions, "Ready").is_some_and(|c| c.reason == "RevisionMissing");
+        if let Some(c) = ready.filter(|c| c.reason == "RevisionMissing" && !was_missing) {
+            ctx.recorder
+                .warning(&f.object_ref(&()), "RevisionMissing", c.message.clone());
         }
         // Pinned to the version read: the gateway writes status too (the last cold start),
         // and a stale view must not overwrite it; a conflict is retried on a fresh read.
@@ -439,7 +431,7 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
     let revision_store = revisions.store();
     let function_store = functions.store();
     // A change to a ConfigMap a function's `source.configMapRef` names makes a revision.
-    let store = functions.store();
+    let store = function_store.clone();
     let referring = move |cm: ConfigMap| {
         let (ns, name) = (cm.namespace(), cm.name_any());
         store

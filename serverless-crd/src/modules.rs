@@ -157,8 +157,9 @@ pub async fn ensure_bases(client: &Client, replicas: i32) -> Result<(), kube::Er
     Ok(())
 }
 
-/// One HTTP/1.1 request to a base: the answer's code and body.
-async fn request(
+/// One HTTP/1.1 request to a runtime (a base, or a function's pod): the answer's code and
+/// body.
+pub(crate) async fn request(
     addr: SocketAddr,
     method: hyper::Method,
     path: &str,

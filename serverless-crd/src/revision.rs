@@ -362,9 +362,8 @@ pub(crate) async fn reconcile(r: Arc<FunctionRevision>, ctx: Arc<Ctx>) -> Result
     let resolved = function
         .as_ref()
         .and_then(|f| f.status.as_ref())
-        .map(|s| s.traffic.clone())
-        .unwrap_or_default();
-    let traffic = traffic_of(&resolved, &name);
+        .map_or(&[][..], |s| s.traffic.as_slice());
+    let traffic = traffic_of(resolved, &name);
     let routed = traffic.is_some();
     let has_finalizer = r.finalizers().iter().any(|f| f == FINALIZER);
     if routed != has_finalizer {
@@ -570,12 +569,13 @@ async fn load_failure(client: &Client, r: &FunctionRevision) -> Result<Option<St
             .pod_ip
             .as_deref()
             .filter(|_| running && !ready && !module)
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok())
         else {
             continue;
         };
-        let url = format!("http://{ip}:{RUNTIME_PORT}/healthz");
-        let health = tokio::time::timeout(Duration::from_secs(1), get(&url)).await;
-        if let Ok(Ok(body)) = health
+        let addr = std::net::SocketAddr::new(ip, RUNTIME_PORT as u16);
+        let health = crate::modules::request(addr, hyper::Method::GET, "/healthz", None).await;
+        if let Ok((_, body)) = health
             && body.get("sourceReady") == Some(&json!(false))
         {
             let e = body["error"].as_str().unwrap_or_default();
@@ -583,33 +583,6 @@ async fn load_failure(client: &Client, r: &FunctionRevision) -> Result<Option<St
         }
     }
     Ok(None)
-}
-
-/// GETs a JSON document from an `http://ip:port/path` URL (any answer code).
-async fn get(url: &str) -> Result<Value, String> {
-    let rest = url.strip_prefix("http://").ok_or("not an http URL")?;
-    let (authority, path) = rest.split_once('/').ok_or("no path")?;
-    let tcp = tokio::net::TcpStream::connect(authority)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
-            .await
-            .map_err(|e| e.to_string())?;
-    minik8s_task::spawn("function-health", conn);
-    let req = hyper::Request::get(format!("/{path}"))
-        .header(hyper::header::HOST, authority)
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
-    use http_body_util::BodyExt;
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?
-        .to_bytes();
-    serde_json::from_slice(&bytes).map_err(|e| e.to_string())
 }
 
 /// Deletes the revisions of `f` beyond its history limit: of those that take no traffic and
