@@ -9,6 +9,7 @@ use std::path::PathBuf;
 /// jemalloc instead of glibc's malloc: the apiserver and controllers allocate and free many
 /// small JSON values per request, and glibc's free lists (consolidation, unlinking) cost
 /// about a fifth of the process's CPU under load (README, "Benchmarks → Scale").
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
