@@ -16,7 +16,17 @@ bin="${1:-$ROOT/target/release/minik8s}"
 command -v valgrind > /dev/null && command -v vgdb > /dev/null && command -v ms_print > /dev/null ||
   die "valgrind (with vgdb and ms_print) is needed: apt-get install valgrind"
 dir="$(mktemp -d /tmp/minik8s-heap.XXXXXX)"
-trap 'rm -rf "$dir"' EXIT
+pid=
+# Stopped and removed however the script ends (a failed snapshot must not leave it running);
+# `wait` does not wait inside an EXIT trap, so it polls until valgrind has written its file.
+cleanup() {
+  if [ -n "$pid" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+  fi
+  rm -rf "$dir"
+}
+trap cleanup EXIT
 # shellcheck disable=SC2086
 valgrind --tool=massif --threshold="$THRESHOLD" --vgdb=yes --massif-out-file="$dir/exit.massif" \
   "$bin" up $UP_FLAGS --data-dir "$dir/data" --bind 127.0.0.1 --port "$PORT" > "$dir/log" 2>&1 &
@@ -26,4 +36,5 @@ kill -0 "$pid" 2>/dev/null || { cat "$dir/log" >&2; die "$bin exited (log above)
 vgdb --pid="$pid" detailed_snapshot "$dir/idle.massif" > /dev/null
 kill -TERM "$pid"
 wait "$pid" || true
+pid=
 ms_print --threshold="$THRESHOLD" "$dir/idle.massif"
