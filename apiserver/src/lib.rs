@@ -25,6 +25,7 @@ mod handlers;
 pub mod health;
 pub mod kinds;
 pub mod kubelet;
+pub mod local;
 pub mod metrics;
 pub mod monitoring;
 pub mod object;
@@ -193,6 +194,12 @@ pub struct Server {
 }
 
 impl Server {
+    /// A transport into this server for a component of the same process, as `user`
+    /// ([`local::LocalService`]).
+    pub fn local(&self, user: auth::User) -> local::LocalService {
+        local::LocalService::new(app(self.api.clone()), user)
+    }
+
     /// Waits until the server has stopped (after its shutdown token is cancelled), then
     /// closes the store.
     pub async fn wait(self) {

@@ -142,6 +142,41 @@ pub fn init_pki(cfg: &UpConfig) -> Result<(Pki, PathBuf), UpError> {
     Ok((pki, admin))
 }
 
+/// How this process's components reach the apiserver: straight into its router when it runs
+/// in this process (no socket, TLS or HTTP framing; see `minik8s_apiserver::local`), else over
+/// HTTPS with their kubeconfigs (a static control plane runs it as a pod).
+struct Connect<'a> {
+    server: Option<&'a minik8s_apiserver::Server>,
+    pki: &'a Pki,
+}
+
+impl Connect<'_> {
+    /// A client as `identity`, whose certificate and kubeconfig are written either way (for
+    /// the user, and for the components that run outside this process).
+    async fn client(&self, identity: &Identity) -> Result<kube::Client, UpError> {
+        let kubeconfig = self.pki.ensure_identity(identity)?;
+        Ok(match self.server {
+            Some(server) => {
+                let user = minik8s_apiserver::auth::User::new(
+                    identity.user.clone(),
+                    identity.groups.clone(),
+                );
+                kube::Client::new(server.local(user), "default")
+            }
+            None => minik8s_kubeconfig::client(&kubeconfig).await?,
+        })
+    }
+
+    /// A client as this machine's component `file` (`kubelet`, `proxy`, ...).
+    async fn component(&self, node: &str, file: &str) -> Result<kube::Client, UpError> {
+        let identity = Identity::components(node)
+            .into_iter()
+            .find(|i| i.file == file)
+            .expect("a component identity");
+        self.client(&identity).await
+    }
+}
+
 /// The apiserver's configuration for this data folder.
 pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::Config, UpError> {
     let storage = cfg
@@ -240,7 +275,11 @@ pub async fn up(
             // The kubelet runs the apiserver and the controller manager from their
             // manifests; the node comes first.
             static_plane::write_manifests(&cfg, plane)?;
-            start_local_node(&cfg, &pki, &tasks, shutdown.clone()).await?;
+            let connect = Connect {
+                server: None,
+                pki: &pki,
+            };
+            start_local_node(&cfg, &connect, &tasks, shutdown.clone()).await?;
             if !wait_for_apiserver(&admin, &shutdown).await? {
                 tasks.close();
                 tasks.wait().await;
@@ -254,30 +293,32 @@ pub async fn up(
         path: link.clone(),
         source,
     })?;
+    let connect = Connect {
+        server: server.as_ref(),
+        pki: &pki,
+    };
+    let admin_client = connect.client(&Identity::admin()).await?;
     // The built-in CRDs (the serverless kinds), applied as the admin.
-    minik8s_serverless::install(minik8s_kubeconfig::client(&admin).await?)
+    minik8s_serverless::install(admin_client.clone())
         .await
         .map_err(UpError::Crds)?;
     // The GPUJob kind and its controller's roles.
-    minik8s_gpu::install(minik8s_kubeconfig::client(&admin).await?)
+    minik8s_gpu::install(admin_client.clone())
         .await
         .map_err(UpError::Crds)?;
     // The cluster DNS's Service (each node's proxy serves it), and the router's kind,
     // IngressClass and role.
-    let admin_client = minik8s_kubeconfig::client(&admin).await?;
     minik8s_proxy::dns::install(admin_client.clone())
         .await
         .map_err(UpError::Dns)?;
-    minik8s_proxy::router::install(admin_client)
+    minik8s_proxy::router::install(admin_client.clone())
         .await
         .map_err(UpError::Router)?;
     if cfg.static_control_plane.is_none() {
         // The controllers, as the controller-manager identity, stopping with the cluster.
-        let manager = Identity::components(&cfg.node_name)
-            .into_iter()
-            .find(|i| i.file == "controller-manager")
-            .expect("the controller-manager identity");
-        let client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&manager)).await?;
+        let client = connect
+            .component(&cfg.node_name, "controller-manager")
+            .await?;
         let names: Vec<String> = minik8s_controllers::manager::ALL
             .iter()
             .map(|s| s.to_string())
@@ -317,8 +358,9 @@ pub async fn up(
     }
     if cfg.static_control_plane.is_none() {
         // GPUJobs: the controller, as its own user; SSH key files under the data folder.
-        let identity = Identity::new("gpujobs", minik8s_gpu::USER, &[]);
-        let client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
+        let client = connect
+            .client(&Identity::new("gpujobs", minik8s_gpu::USER, &[]))
+            .await?;
         let dir = cfg.data_dir.join("gpu");
         let shutdown = shutdown.clone();
         minik8s_task::spawn_on(
@@ -329,9 +371,9 @@ pub async fn up(
     }
     if let Some(listen) = cfg.gateway {
         // Functions: the gateway and the Function controller, as their own user.
-        let identity = Identity::new("functions", minik8s_serverless::USER, &[]);
-        let kubeconfig = pki.ensure_identity(&identity)?;
-        let client = minik8s_kubeconfig::client(&kubeconfig).await?;
+        let client = connect
+            .client(&Identity::new("functions", minik8s_serverless::USER, &[]))
+            .await?;
         let public_host = match &cfg.kubelet().node_ip {
             Some(ip) => ip.clone(),
             None => minik8s_kubelet::node::default_ip().await,
@@ -339,7 +381,7 @@ pub async fn up(
         // Function modules: the bases as virtual nodes (one replica here; more run as
         // `minik8s function-modules`), as their own user.
         let identity = Identity::new("function-modules", minik8s_serverless::modules::USER, &[]);
-        let modules_client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
+        let modules_client = connect.client(&identity).await?;
         let mut mcfg =
             minik8s_serverless::modules::Config::new(&minik8s_controllers::leader::identity());
         mcfg.address = public_host.clone();
@@ -369,10 +411,18 @@ pub async fn up(
     if let Some(listen) = cfg.edge_registry
         && cfg.static_control_plane.is_none()
     {
-        start_edge_registry(&cfg, &pki, &admin, listen, &tasks, shutdown.clone()).await?;
+        start_edge_registry(
+            &cfg,
+            &connect,
+            admin_client,
+            listen,
+            &tasks,
+            shutdown.clone(),
+        )
+        .await?;
     }
     if cfg.run_node && cfg.static_control_plane.is_none() {
-        start_local_node(&cfg, &pki, &tasks, shutdown.clone()).await?;
+        start_local_node(&cfg, &connect, &tasks, shutdown.clone()).await?;
     }
     let pid = cfg.pid_file();
     std::fs::write(&pid, std::process::id().to_string()).map_err(|source| UpError::Io {
@@ -393,17 +443,18 @@ pub async fn up(
 /// user): edges join through it and run as virtual nodes of this process.
 async fn start_edge_registry(
     cfg: &UpConfig,
-    pki: &Pki,
-    admin: &std::path::Path,
+    connect: &Connect<'_>,
+    admin: kube::Client,
     listen: SocketAddr,
     tasks: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), UpError> {
-    minik8s_edge::cloud::install(minik8s_kubeconfig::client(admin).await?)
+    minik8s_edge::cloud::install(admin)
         .await
         .map_err(UpError::Edge)?;
+    let pki = connect.pki;
     let identity = Identity::new("edge-registry", minik8s_edge::cloud::USER, &[]);
-    let client = minik8s_kubeconfig::client(&pki.ensure_identity(&identity)?).await?;
+    let client = connect.client(&identity).await?;
     let dir = cfg.data_dir.join("pki");
     let read = |file: &str| {
         let path = dir.join(file);
@@ -441,22 +492,14 @@ async fn start_edge_registry(
 /// Starts this machine's node (kubelet with the local registry when it has one, proxy).
 async fn start_local_node(
     cfg: &UpConfig,
-    pki: &Pki,
+    connect: &Connect<'_>,
     tasks: &tokio_util::task::TaskTracker,
     shutdown: CancellationToken,
 ) -> Result<(), UpError> {
-    let kubelet = Identity::components(&cfg.node_name)
-        .into_iter()
-        .find(|i| i.file == "kubelet")
-        .expect("the kubelet identity");
-    let kubelet_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&kubelet)).await?;
-    let proxy = Identity::components(&cfg.node_name)
-        .into_iter()
-        .find(|i| i.file == "proxy")
-        .expect("the proxy identity");
-    let proxy_client = minik8s_kubeconfig::client(&pki.kubeconfig_path(&proxy)).await?;
+    let kubelet_client = connect.component(&cfg.node_name, "kubelet").await?;
+    let proxy_client = connect.component(&cfg.node_name, "proxy").await?;
     let mut node = cfg.kubelet();
-    node.client_ca = Some(pki.ca_path());
+    node.client_ca = Some(connect.pki.ca_path());
     if let Some(plane) = &cfg.static_control_plane {
         node.images.push(plane.archive.clone());
     }
