@@ -450,6 +450,9 @@ impl From<minik8s_storage::Error> for ApiError {
                 format!("Too large resource version: {requested}"),
             ),
             S::Closed => ApiError::unavailable("the storage is shutting down"),
+            S::Unavailable(detail) => {
+                ApiError::unavailable(format!("etcd is unavailable: {detail}"))
+            }
             other => ApiError::internal(other),
         }
     }

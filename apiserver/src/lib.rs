@@ -59,6 +59,8 @@ use tokio_util::task::TaskTracker;
 pub struct Config {
     /// Where the store is.
     pub storage: Endpoint,
+    /// TLS to etcd (`None`: plain, or the embedded store).
+    pub etcd_tls: Option<minik8s_storage::EtcdTls>,
     /// Address to listen on (port 0 picks a free one).
     pub listen: SocketAddr,
     /// Address clients reach the server at (for the `kubernetes` Service's Endpoints).
@@ -214,7 +216,7 @@ impl Server {
 
 /// Opens the store, writes the built-in objects, binds and starts serving; returns once ready.
 pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server, Error> {
-    let store = Storage::open(&config.storage).await?;
+    let store = Storage::open_with(&config.storage, config.etcd_tls.as_ref()).await?;
     let tls = server::tls_config(&config.tls_cert, &config.tls_key, &config.client_ca)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

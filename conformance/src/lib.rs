@@ -158,6 +158,7 @@ impl Cluster {
             .unwrap_or_else(|| minik8s_storage::Endpoint::Embedded(dir.path().join("store")));
         let config = minik8s_apiserver::Config {
             storage,
+            etcd_tls: None,
             listen: "127.0.0.1:0".parse().expect("addr"),
             advertise: None,
             tls_cert: pki_dir.join("apiserver.crt"),

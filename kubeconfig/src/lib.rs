@@ -12,7 +12,9 @@ pub mod process;
 
 pub use error::{Error, Result};
 pub use kubeconfig::Kubeconfig;
-pub use pki::{FRONT_PROXY_CLIENT, FrontProxy, Identity, Pki, PkiOptions, ServingCert};
+pub use pki::{
+    ETCD_CLIENT, EtcdCerts, FRONT_PROXY_CLIENT, FrontProxy, Identity, Pki, PkiOptions, ServingCert,
+};
 
 /// Builds a kube `Client` from a kubeconfig file: the one way every minik8s component and
 /// test connects to the apiserver.

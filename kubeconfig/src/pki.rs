@@ -366,6 +366,108 @@ impl Pki {
     }
 }
 
+/// The files of an etcd cluster's TLS, as kubeadm lays them out: `etcd/server.*` (client
+/// URLs), `etcd/peer.*` (between members) and `apiserver-etcd-client.*` (the apiserver's
+/// client certificate), every one signed by the cluster CA.
+#[derive(Clone, Debug)]
+pub struct EtcdCerts {
+    /// The CA certificate members and clients verify each other with.
+    pub ca: PathBuf,
+    /// The members' serving certificate and key (server and client auth).
+    pub server: (PathBuf, PathBuf),
+    /// The members' peer certificate and key (server and client auth).
+    pub peer: (PathBuf, PathBuf),
+    /// The apiserver's client certificate and key.
+    pub client: (PathBuf, PathBuf),
+}
+
+/// The apiserver's etcd client certificate's CN (kubeadm's).
+pub const ETCD_CLIENT: &str = "kube-apiserver-etcd-client";
+
+impl Pki {
+    /// The etcd certificates (see [`EtcdCerts`]) for members reached at `ips` (loopback and
+    /// `localhost` always): issued when missing, or when `ips` names an address the
+    /// members' certificates do not.
+    pub fn ensure_etcd_certs(&self, ips: &[IpAddr]) -> Result<EtcdCerts> {
+        let dir = &self.options.dir;
+        let etcd = dir.join("etcd");
+        std::fs::create_dir_all(&etcd).map_err(|source| Error::Io {
+            what: "creating",
+            path: etcd.clone(),
+            source,
+        })?;
+        let pair = |stem: &str| {
+            (
+                etcd.join(format!("{stem}.crt")),
+                etcd.join(format!("{stem}.key")),
+            )
+        };
+        let out = EtcdCerts {
+            ca: self.ca_path(),
+            server: pair("server"),
+            peer: pair("peer"),
+            client: (
+                dir.join("apiserver-etcd-client.crt"),
+                dir.join("apiserver-etcd-client.key"),
+            ),
+        };
+        let mut all_ips: Vec<IpAddr> =
+            vec!["127.0.0.1".parse().expect("ip"), "::1".parse().expect("ip")];
+        all_ips.extend(ips.iter().copied());
+        all_ips.sort();
+        all_ips.dedup();
+        // The IPs a member certificate names, one per line beside it, to know when to reissue.
+        let ips_file = etcd.join("ips");
+        let wanted = all_ips
+            .iter()
+            .map(|ip| format!("{ip}\n"))
+            .collect::<String>();
+        let current = std::fs::read_to_string(&ips_file).unwrap_or_default();
+        for (stem, (crt, key)) in [("server", &out.server), ("peer", &out.peer)] {
+            if crt.exists() && key.exists() && current == wanted {
+                continue;
+            }
+            let mut p = params(&format!("minik8s-etcd-{stem}"), &[], 365)?;
+            p.subject_alt_names.push(SanType::DnsName(
+                "localhost".try_into().map_err(cert_err("localhost"))?,
+            ));
+            p.subject_alt_names
+                .extend(all_ips.iter().copied().map(SanType::IpAddress));
+            p.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            p.extended_key_usages = vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ];
+            let k = KeyPair::generate().map_err(cert_err(format!("etcd {stem} key")))?;
+            let cert = p
+                .signed_by(&k, &self.issuer)
+                .map_err(cert_err(format!("etcd {stem}")))?;
+            write_private(key, k.serialize_pem().as_bytes())?;
+            write_private(crt, cert.pem().as_bytes())?;
+        }
+        write_private(&ips_file, wanted.as_bytes())?;
+        let (crt, key) = &out.client;
+        if !crt.exists() || !key.exists() {
+            let mut p = params(ETCD_CLIENT, &[], 365)?;
+            p.key_usages = vec![
+                KeyUsagePurpose::DigitalSignature,
+                KeyUsagePurpose::KeyEncipherment,
+            ];
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            let k = KeyPair::generate().map_err(cert_err("etcd client key"))?;
+            let cert = p
+                .signed_by(&k, &self.issuer)
+                .map_err(cert_err("etcd client"))?;
+            write_private(key, k.serialize_pem().as_bytes())?;
+            write_private(crt, cert.pem().as_bytes())?;
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +481,29 @@ mod tests {
             hostnames: vec!["node-a".into()],
             ips: vec!["10.1.2.3".parse().unwrap()],
         }
+    }
+
+    #[test]
+    fn etcd_certs_are_made_once_and_reissued_for_new_member_addresses() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = Pki::init(options(dir.path())).unwrap();
+        let certs = pki.ensure_etcd_certs(&[]).unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+        let (server, client) = (read(&certs.server.0), read(&certs.client.0));
+        for p in [&certs.server.1, &certs.peer.1, &certs.client.1] {
+            let mode = std::fs::metadata(p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", p.display());
+        }
+        // The same addresses: kept.
+        let again = pki.ensure_etcd_certs(&[]).unwrap();
+        assert_eq!(read(&again.server.0), server);
+        // A member address they do not name: the members' certificates are reissued, the
+        // apiserver's client certificate is kept.
+        let moved = pki
+            .ensure_etcd_certs(&["10.250.0.2".parse().unwrap()])
+            .unwrap();
+        assert_ne!(read(&moved.server.0), server);
+        assert_eq!(read(&moved.client.0), client);
     }
 
     #[test]

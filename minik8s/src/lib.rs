@@ -118,6 +118,17 @@ pub enum UpError {
 
 /// Writes the PKI (CA kept across runs) and returns the admin kubeconfig's path.
 pub fn init_pki(cfg: &UpConfig) -> Result<(Pki, PathBuf), UpError> {
+    let pki = open_pki(cfg)?;
+    pki.issue_serving_cert()?;
+    for id in Identity::components(&cfg.node_name) {
+        pki.ensure_identity(&id)?;
+    }
+    let admin = pki.ensure_identity(&Identity::admin())?;
+    Ok((pki, admin))
+}
+
+/// The data folder's CA (created when missing), issuing nothing else.
+pub fn open_pki(cfg: &UpConfig) -> Result<Pki, UpError> {
     let host = if cfg.bind.is_unspecified() {
         "127.0.0.1".to_owned()
     } else {
@@ -134,12 +145,7 @@ pub fn init_pki(cfg: &UpConfig) -> Result<(Pki, PathBuf), UpError> {
         hostnames: cfg.hosts.clone(),
         ips,
     })?;
-    pki.issue_serving_cert()?;
-    for id in Identity::components(&cfg.node_name) {
-        pki.ensure_identity(&id)?;
-    }
-    let admin = pki.ensure_identity(&Identity::admin())?;
-    Ok((pki, admin))
+    Ok(pki)
 }
 
 /// How this process's components reach the apiserver: straight into its router when it runs
@@ -177,6 +183,26 @@ impl Connect<'_> {
     }
 }
 
+/// TLS to etcd when the PKI folder has the apiserver's etcd client certificate (written by
+/// `minik8s pki etcd`, which `hack/etcd-cluster.sh` runs), else `None` (plain HTTP).
+fn etcd_tls(dir: &std::path::Path) -> Result<Option<minik8s_storage::EtcdTls>, UpError> {
+    let (cert, key) = (
+        dir.join("apiserver-etcd-client.crt"),
+        dir.join("apiserver-etcd-client.key"),
+    );
+    if !cert.exists() {
+        return Ok(None);
+    }
+    let read = |path: PathBuf| {
+        std::fs::read_to_string(&path).map_err(|source| UpError::Io { path, source })
+    };
+    Ok(Some(minik8s_storage::EtcdTls {
+        ca_pem: read(dir.join("ca.crt"))?,
+        cert_pem: read(cert)?,
+        key_pem: read(key)?,
+    }))
+}
+
 /// The apiserver's configuration for this data folder.
 pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::Config, UpError> {
     let storage = cfg
@@ -184,8 +210,13 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
         .clone()
         .unwrap_or_else(|| Endpoint::Embedded(cfg.data_dir.join("store")));
     let dir = cfg.data_dir.join("pki");
+    let etcd_tls = match &storage {
+        Endpoint::Etcd(_) => etcd_tls(&dir)?,
+        Endpoint::Embedded(_) => None,
+    };
     Ok(minik8s_apiserver::Config {
         storage,
+        etcd_tls,
         listen: SocketAddr::new(cfg.bind, cfg.port),
         advertise: None,
         tls_cert: dir.join("apiserver.crt"),

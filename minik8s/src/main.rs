@@ -71,6 +71,17 @@ enum PkiCommand {
     /// Creates the cluster CA (once), the apiserver's serving certificate, and a client
     /// certificate plus kubeconfig for the admin and each component.
     Init(UpArgs),
+    /// Issues the certificates of a private etcd cluster from the cluster CA (made first if
+    /// needed): the members' serving and peer certificates under `pki/etcd/`, and the
+    /// apiserver's etcd client certificate, which makes `--storage etcd://…` use TLS.
+    /// `hack/etcd-cluster.sh` runs this.
+    Etcd {
+        /// Addresses the members are reached at, besides loopback (repeat or comma-separate).
+        #[arg(long = "member-ip", value_delimiter = ',')]
+        member_ips: Vec<IpAddr>,
+        #[command(flatten)]
+        args: UpArgs,
+    },
     /// Issues the identity of another node NAME (a kubelet kubeconfig, `system:node:NAME`)
     /// and prints how to start its `kubelet` and `kube-proxy` against this cluster.
     Node {
@@ -458,6 +469,24 @@ fn main() -> anyhow::Result<()> {
             let link = cfg.data_dir.join("admin.kubeconfig");
             std::fs::copy(&admin, &link)?;
             println!("export KUBECONFIG={}", link.display());
+            Ok(())
+        }
+        Command::Pki {
+            command: PkiCommand::Etcd { member_ips, args },
+        } => {
+            let cfg = UpConfig::try_from(args)?;
+            let certs = minik8s::open_pki(&cfg)?.ensure_etcd_certs(&member_ips)?;
+            for (name, path) in [
+                ("ca", &certs.ca),
+                ("server-cert", &certs.server.0),
+                ("server-key", &certs.server.1),
+                ("peer-cert", &certs.peer.0),
+                ("peer-key", &certs.peer.1),
+                ("client-cert", &certs.client.0),
+                ("client-key", &certs.client.1),
+            ] {
+                println!("{name} {}", path.display());
+            }
             Ok(())
         }
         Command::Pki {

@@ -1,6 +1,7 @@
 //! Choosing a backend: a parsed storage endpoint and the [`Storage`] enum that dispatches the
 //! [`Store`] trait to the backend it names.
 
+use crate::etcd::EtcdTls;
 use crate::metrics;
 use crate::{
     Deleted, Embedded, Error, Etcd, KeyValue, RangeRequest, RangeResult, Result, Store, WatchStream,
@@ -68,9 +69,14 @@ pub enum Storage {
 impl Storage {
     /// Opens the store an endpoint names.
     pub async fn open(endpoint: &Endpoint) -> Result<Self> {
+        Self::open_with(endpoint, None).await
+    }
+
+    /// Opens the store an endpoint names, reaching etcd over TLS when `tls` is given.
+    pub async fn open_with(endpoint: &Endpoint, tls: Option<&EtcdTls>) -> Result<Self> {
         Ok(match endpoint {
             Endpoint::Embedded(dir) => Storage::Embedded(Embedded::open(dir)?),
-            Endpoint::Etcd(hosts) => Storage::Etcd(Etcd::connect(hosts).await?),
+            Endpoint::Etcd(hosts) => Storage::Etcd(Etcd::connect_with(hosts, tls).await?),
         })
     }
 

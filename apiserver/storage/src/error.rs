@@ -67,7 +67,10 @@ pub enum Error {
     Corrupt(String),
     /// Talking to etcd failed.
     #[error("etcd")]
-    Etcd(#[from] etcd_client::Error),
+    Etcd(#[source] etcd_client::Error),
+    /// etcd cannot answer now: no member reachable, or no leader (quorum lost).
+    #[error("etcd is unavailable: {0}")]
+    Unavailable(String),
     /// A storage endpoint could not be parsed.
     #[error("invalid storage endpoint {endpoint:?}: {reason}")]
     Endpoint {
@@ -106,3 +109,33 @@ from_redb!(
     redb::CommitError,
     redb::SetDurabilityError
 );
+
+impl From<etcd_client::Error> for Error {
+    /// Sorts etcd's failures: those that mean it cannot answer now (the connection failed,
+    /// gRPC `Unavailable`, or etcd's "no leader" and "request timed out" when quorum is lost)
+    /// become [`Error::Unavailable`], which the apiserver answers with 503.
+    fn from(e: etcd_client::Error) -> Self {
+        use etcd_client::Error as E;
+        let unavailable = match &e {
+            E::TransportError(_) | E::IoError(_) => true,
+            E::GRpcStatus(status) => {
+                matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::DeadlineExceeded
+                ) || ["no leader", "request timed out", "leader changed"]
+                    .iter()
+                    .any(|m| status.message().contains(m))
+            }
+            _ => false,
+        };
+        if unavailable {
+            let detail = match &e {
+                E::GRpcStatus(status) => status.message().to_owned(),
+                other => other.to_string(),
+            };
+            Error::Unavailable(detail)
+        } else {
+            Error::Etcd(e)
+        }
+    }
+}

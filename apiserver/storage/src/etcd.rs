@@ -33,10 +33,60 @@ impl std::fmt::Debug for Etcd {
     }
 }
 
+/// TLS to etcd (PEM): the CA the members' certificates are signed by, and this client's
+/// certificate and key (upstream's `--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`).
+#[derive(Clone)]
+pub struct EtcdTls {
+    /// The CA certificate.
+    pub ca_pem: String,
+    /// The client certificate.
+    pub cert_pem: String,
+    /// The client key.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls").finish_non_exhaustive()
+    }
+}
+
 impl Etcd {
     /// Connects to etcd at the given endpoints (`http://host:port`).
     pub async fn connect(endpoints: &[String]) -> Result<Self> {
-        let client = Client::connect(endpoints, None).await?;
+        Self::connect_with(endpoints, None).await
+    }
+
+    /// Connects to etcd at the given endpoints, over TLS when `tls` is given (the endpoints'
+    /// `http://` is then `https://`).
+    pub async fn connect_with(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<Self> {
+        // As upstream's apiserver: requests fail fast with "no leader" on a member that lost
+        // quorum (a 503, and watches end so they are resumed elsewhere) instead of waiting;
+        // HTTP/2 pings find a dead member's connection.
+        let base = etcd_client::ConnectOptions::new()
+            .with_require_leader(true)
+            .with_keep_alive(
+                std::time::Duration::from_secs(10),
+                std::time::Duration::from_secs(5),
+            )
+            .with_connect_timeout(std::time::Duration::from_secs(5));
+        let (endpoints, options) = match tls {
+            None => (endpoints.to_vec(), base),
+            Some(tls) => {
+                let endpoints = endpoints
+                    .iter()
+                    .map(|e| match e.strip_prefix("http://") {
+                        Some(rest) => format!("https://{rest}"),
+                        None => e.clone(),
+                    })
+                    .collect();
+                let options = etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem))
+                    .identity(etcd_client::Identity::from_pem(&tls.cert_pem, &tls.key_pem));
+                (endpoints, base.with_tls(options))
+            }
+        };
+        let client = Client::connect(&endpoints, Some(options)).await?;
         let etcd = Etcd {
             inner: Arc::new(Inner {
                 kv: client.kv_client(),
@@ -81,7 +131,47 @@ impl Etcd {
                 };
             }
         }
-        Error::Etcd(e)
+        e.into()
+    }
+}
+
+/// Runs `op` again (up to 5 more times, a little later each time) while it fails without
+/// having reached any member: the connection to the member the client's balancer picked could
+/// not be made, so that member is down and another may answer. As etcd's own client does, a
+/// request that reached a member is never sent twice.
+async fn unreached_again<T, F, Fut>(mut op: F) -> std::result::Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let mut attempt = 0u64;
+    loop {
+        match op().await {
+            Err(e) if attempt < 5 && unreached(&e) => {
+                attempt += 1;
+                tracing::debug!(error = %e, attempt, "no etcd member reached; trying again");
+                tokio::time::sleep(std::time::Duration::from_millis(10 * attempt)).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+/// Whether a request failed before any member saw it (a failed connect).
+fn unreached(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::TransportError(_) => true,
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() == tonic::Code::Unavailable
+                && [
+                    "tcp connect error",
+                    "Connection refused",
+                    "error trying to connect",
+                ]
+                .iter()
+                .any(|m| status.message().contains(m))
+        }
+        _ => false,
     }
 }
 
@@ -121,12 +211,15 @@ fn cas_failed(key: &str, expected: i64, current: Option<KeyValue>) -> Error {
 
 impl Store for Etcd {
     async fn current_revision(&self) -> Result<i64> {
-        let resp = self
-            .inner
-            .kv
-            .clone()
-            .get("\0", Some(GetOptions::new().with_count_only()))
-            .await?;
+        let kv = &self.inner.kv;
+        let resp = unreached_again(|| {
+            let mut kv = kv.clone();
+            async move {
+                kv.get("\0", Some(GetOptions::new().with_count_only()))
+                    .await
+            }
+        })
+        .await?;
         Ok(resp.header().map_or(0, |h| h.revision()))
     }
 
@@ -135,7 +228,12 @@ impl Store for Etcd {
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let resp = self.inner.kv.clone().get(key, None).await?;
+        let kv = &self.inner.kv;
+        let resp = unreached_again(|| {
+            let mut kv = kv.clone();
+            async move { kv.get(key, None).await }
+        })
+        .await?;
         resp.kvs().first().map(convert).transpose()
     }
 
@@ -152,13 +250,13 @@ impl Store for Etcd {
         if req.revision > 0 {
             opts = opts.with_revision(req.revision);
         }
-        let resp = self
-            .inner
-            .kv
-            .clone()
-            .get(start, Some(opts))
-            .await
-            .map_err(|e| self.read_error(e, req.revision))?;
+        let kv = &self.inner.kv;
+        let resp = unreached_again(|| {
+            let (mut kv, start, opts) = (kv.clone(), start.clone(), opts.clone());
+            async move { kv.get(start, Some(opts)).await }
+        })
+        .await
+        .map_err(|e| self.read_error(e, req.revision))?;
         let kvs = resp.kvs().iter().map(convert).collect::<Result<Vec<_>>>()?;
         let revision = match req.revision {
             0 => resp.header().map_or(0, |h| h.revision()),
@@ -175,7 +273,12 @@ impl Store for Etcd {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key, value.to_vec(), None)]);
-        let resp = self.inner.kv.clone().txn(txn).await?;
+        let kv = &self.inner.kv;
+        let resp = unreached_again(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await?;
         if !resp.succeeded() {
             return Err(Error::AlreadyExists { key: key.into() });
         }
@@ -200,7 +303,12 @@ impl Store for Etcd {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let resp = self.inner.kv.clone().txn(txn).await?;
+        let kv = &self.inner.kv;
+        let resp = unreached_again(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         if !resp.succeeded() {
             return Err(cas_failed(key, expected, got(resp.op_responses())?));
@@ -233,7 +341,12 @@ impl Store for Etcd {
                 Some(etcd_client::DeleteOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let resp = self.inner.kv.clone().txn(txn).await?;
+        let kv = &self.inner.kv;
+        let resp = unreached_again(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         if !resp.succeeded() {
             return Err(cas_failed(
@@ -264,7 +377,12 @@ impl Store for Etcd {
         if start_revision > 0 {
             opts = opts.with_start_revision(start_revision);
         }
-        let stream = self.inner.watch.clone().watch(prefix, Some(opts)).await?;
+        let watch = &self.inner.watch;
+        let stream = unreached_again(|| {
+            let (mut watch, opts) = (watch.clone(), opts.clone());
+            async move { watch.watch(prefix, Some(opts)).await }
+        })
+        .await?;
         struct State {
             stream: etcd_client::WatchStream,
             pending: VecDeque<Event>,
@@ -295,7 +413,7 @@ impl Store for Etcd {
                     }
                     Err(e) => {
                         st.done = true;
-                        return Some((Err(Error::Etcd(e)), st));
+                        return Some((Err(e.into()), st));
                     }
                 };
                 if resp.compact_revision() > 0 {
@@ -338,7 +456,13 @@ impl Store for Etcd {
     }
 
     async fn compact(&self, revision: i64) -> Result<()> {
-        match self.inner.kv.clone().compact(revision, None).await {
+        let kv = &self.inner.kv;
+        match unreached_again(|| {
+            let mut kv = kv.clone();
+            async move { kv.compact(revision, None).await }
+        })
+        .await
+        {
             Ok(_) => {
                 self.seen_compaction(revision);
                 Ok(())

@@ -26,7 +26,7 @@ mod types;
 pub use backend::{Endpoint, Storage};
 pub use embedded::{Embedded, EmbeddedOptions, Stats};
 pub use error::{Error, Result};
-pub use etcd::Etcd;
+pub use etcd::{Etcd, EtcdTls};
 pub use types::{Deleted, Event, EventKind, KeyValue, RangeRequest, RangeResult, WatchStream};
 
 use bytes::Bytes;
