@@ -14,7 +14,7 @@ pub const LOCAL_PATH_CLASS: &str = "local-path";
 /// The provisioner of node-local folder volumes (each kubelet runs it for its node).
 pub const LOCAL_PATH_PROVISIONER: &str = minik8s_types::storage::LOCAL_PATH_PROVISIONER;
 
-async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
+pub(crate) async fn ensure(api: &Api, key: &str, mut obj: Value) -> ApiResult<()> {
     if api.store.get(key).await?.is_some() {
         return Ok(());
     }
@@ -34,7 +34,12 @@ async fn ensure_data(api: &Api, key: &str, obj: Value) -> ApiResult<()> {
 }
 
 /// Creates `obj` at `key`, or brings the stored copy's `fields` up to date.
-async fn ensure_fields(api: &Api, key: &str, mut obj: Value, fields: &[&str]) -> ApiResult<()> {
+pub(crate) async fn ensure_fields(
+    api: &Api,
+    key: &str,
+    mut obj: Value,
+    fields: &[&str],
+) -> ApiResult<()> {
     let Some(kv) = api.store.get(key).await? else {
         return ensure(api, key, obj).await;
     };
@@ -122,16 +127,7 @@ pub async fn run(api: &Api) -> ApiResult<()> {
     )
     .await?;
     let ip = api.alloc.first_ip().to_string();
-    let (host, port) = api
-        .advertise
-        .rsplit_once(':')
-        .map(|(h, p)| {
-            (
-                h.trim_matches(['[', ']']).to_owned(),
-                p.parse::<u16>().unwrap_or(6443),
-            )
-        })
-        .unwrap_or_else(|| (api.advertise.clone(), 6443));
+    let (_, port) = crate::endpoint_reconciler::split_address(&api.advertise);
     let svc = json!({
         "kind": "Service", "apiVersion": "v1",
         "metadata": {"name": "kubernetes", "namespace": "default",
@@ -142,37 +138,9 @@ pub async fn run(api: &Api) -> ApiResult<()> {
         "status": {"loadBalancer": {}},
     });
     ensure(api, "/registry/core/services/default/kubernetes", svc).await?;
-    let ep = json!({
-        "kind": "Endpoints", "apiVersion": "v1",
-        "metadata": {"name": "kubernetes", "namespace": "default",
-            "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-        "subsets": [{"addresses": [{"ip": host}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
-    });
-    // Kept at this apiserver's advertised address (it changes with `--bind`), as upstream's
-    // endpoint reconciler keeps them; the EndpointSlice is the one kube-proxy reads (the
-    // Endpoints are not mirrored: they carry the skip-mirror label, as upstream's).
-    ensure_fields(
-        api,
-        "/registry/core/endpoints/default/kubernetes",
-        ep,
-        &["subsets"],
-    )
-    .await?;
-    let slice = json!({
-        "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
-        "metadata": {"name": "kubernetes", "namespace": "default",
-            "labels": {"kubernetes.io/service-name": "kubernetes"}},
-        "addressType": if host.contains(':') { "IPv6" } else { "IPv4" },
-        "endpoints": [{"addresses": [host], "conditions": {"ready": true}}],
-        "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-    });
-    ensure_fields(
-        api,
-        "/registry/discovery.k8s.io/endpointslices/default/kubernetes",
-        slice,
-        &["addressType", "endpoints", "ports"],
-    )
-    .await?;
+    // Its Endpoints and EndpointSlice: this apiserver's address and those of the others
+    // whose leases are live (kept so by `endpoint_reconciler::run`).
+    crate::endpoint_reconciler::pass(api, true).await?;
     // The built-in PriorityClasses (upstream's scheduling storage post-start hook).
     for class in crate::admission::priority::system_classes() {
         let name = class["metadata"]["name"]

@@ -19,6 +19,7 @@ mod convert;
 pub mod crd;
 pub mod defaults;
 mod discovery;
+pub mod endpoint_reconciler;
 pub mod error;
 pub mod follow;
 mod handlers;
@@ -274,6 +275,11 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
     bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
     rbac::load(&api).await.map_err(Error::Bootstrap)?;
     minik8s_task::spawn_on(&api.tasks, "rbac-sync", rbac::sync(api.clone()));
+    minik8s_task::spawn_on(
+        &api.tasks,
+        "endpoint-reconciler",
+        endpoint_reconciler::run(api.clone()),
+    );
     minik8s_task::spawn_on(
         &api.tasks,
         "webhook-sync",

@@ -123,6 +123,21 @@ impl Cluster {
 
     /// Starts an apiserver on the given storage (`None`: embedded in a temp folder).
     pub fn start_with(storage: Option<minik8s_storage::Endpoint>) -> Self {
+        Self::start_on(storage, None)
+    }
+
+    /// Another apiserver on the same etcd as `other` (started with [`Self::start_etcd`]),
+    /// with its own PKI, advertised at `advertise` (`host:port`, what `default/kubernetes`
+    /// lists for it).
+    pub fn start_beside(other: &Cluster, advertise: &str) -> Self {
+        Self::start_on(
+            Some(other.config.storage.clone()),
+            Some(advertise.to_owned()),
+        )
+    }
+
+    /// Starts an apiserver on `storage`, advertised at `advertise` (default: where it listens).
+    fn start_on(storage: Option<minik8s_storage::Endpoint>, advertise: Option<String>) -> Self {
         assert!(
             Command::new("kubectl")
                 .arg("version")
@@ -160,7 +175,7 @@ impl Cluster {
             storage,
             etcd_tls: None,
             listen: "127.0.0.1:0".parse().expect("addr"),
-            advertise: None,
+            advertise,
             tls_cert: pki_dir.join("apiserver.crt"),
             tls_key: pki_dir.join("apiserver.key"),
             client_ca: pki.ca_path(),
