@@ -359,9 +359,22 @@ fn gpujobs_run_on_slurm_over_ssh_queue_fail_cleanly_and_survive_a_restart() {
     let id = field(&c, "survivor", "{.status.slurmJobId}");
     stop.cancel();
     std::thread::sleep(Duration::from_secs(1));
+    // Back as two controllers (two control-plane machines): one leads, the other stands by,
+    // and the job is still one Slurm job.
     stop = c.shutdown_token().child_token();
     controller(stop.clone());
+    controller(stop.clone());
     wait_phase(&c, "survivor", "Succeeded", Duration::from_secs(60));
+    let holder = c.ok(&[
+        "get",
+        "lease",
+        "-n",
+        "gpu-system",
+        minik8s_gpu::controller::LEASE,
+        "-o",
+        "jsonpath={.spec.holderIdentity}",
+    ]);
+    assert!(!holder.is_empty(), "no GPUJob controller leads");
     assert_eq!(field(&c, "survivor", "{.status.slurmJobId}"), id);
     let uid = c.ok(&["get", "gj", "survivor", "-o", "jsonpath={.metadata.uid}"]);
     assert_eq!(

@@ -80,8 +80,25 @@ pub struct Ctx {
     dir: PathBuf,
 }
 
-/// Runs the controller until `shutdown`; key files live under `dir`.
+/// The Lease (in [`SECRET_NAMESPACE`]) whose holder runs the controller.
+pub const LEASE: &str = "gpujob-controller";
+
+/// Runs the controller while this process holds the [`LEASE`], until `shutdown`: with a
+/// controller on every control-plane machine, one submits and polls jobs and the others
+/// stand by, taking over within 15 s of its death (`minik8s_controllers::leader`). Key files
+/// live under `dir`.
 pub async fn run(client: Client, dir: PathBuf, shutdown: CancellationToken) {
+    let mut cfg =
+        minik8s_controllers::leader::Config::new(LEASE, minik8s_controllers::leader::identity());
+    cfg.namespace = SECRET_NAMESPACE.into();
+    minik8s_controllers::leader::run(client.clone(), cfg, shutdown, move |leading| {
+        lead(client.clone(), dir.clone(), leading)
+    })
+    .await
+}
+
+/// Runs the controller until `shutdown` (leadership lost, or the process stopping).
+async fn lead(client: Client, dir: PathBuf, shutdown: CancellationToken) {
     let tasks = TaskTracker::new();
     let informers = Informers::new(client.clone(), tasks.clone(), shutdown.clone());
     let secrets = minik8s_controllers::informer::start(

@@ -62,7 +62,7 @@ pub async fn install(client: kube::Client) -> Result<(), kube::Error> {
 }
 
 /// The `gpu-system` namespace, the controller's roles (GPUJobs and their result ConfigMaps
-/// everywhere; the clusters' Secrets in `gpu-system` only), their bindings to [`USER`], and
+/// everywhere; the clusters' Secrets and its leader-election Lease in `gpu-system` only), their bindings to [`USER`], and
 /// the parts of `view`/`edit`/`admin` that let users work with GPUJobs.
 pub fn rbac() -> Vec<serde_json::Value> {
     use serde_json::json;
@@ -85,7 +85,10 @@ pub fn rbac() -> Vec<serde_json::Value> {
             "subjects": user}),
         json!({"apiVersion": rbac, "kind": "Role",
             "metadata": {"name": "minik8s:gpujob-controller", "namespace": controller::SECRET_NAMESPACE},
-            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": read}]}),
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": read},
+                // Its leader election (controller::LEASE).
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                    "verbs": ["get", "create", "update"]}]}),
         json!({"apiVersion": rbac, "kind": "RoleBinding",
             "metadata": {"name": "minik8s:gpujob-controller", "namespace": controller::SECRET_NAMESPACE},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "minik8s:gpujob-controller"},

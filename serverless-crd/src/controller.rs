@@ -67,6 +67,7 @@ pub(crate) fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
 }
 
 /// What the controller needs.
+#[derive(Clone, Debug)]
 pub struct Config {
     /// The gateway's base URL as users reach it (`http://<node address>:<port>`).
     pub gateway_url: String,

@@ -92,6 +92,10 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
             {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch", "update"]},
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": manage},
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+            // The controllers' leader election (CONTROLLERS_LEASE in minik8s-system).
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": [CONTROLLERS_LEASE], "verbs": ["get", "update"]},
         ]),
     );
     let edit = role(
@@ -144,7 +148,15 @@ pub struct Config {
 /// The namespace of the gateway's Service.
 pub const SYSTEM_NAMESPACE: &str = "minik8s-system";
 
+/// The Lease (in [`SYSTEM_NAMESPACE`]) whose holder runs the Function and Workflow
+/// controllers.
+pub const CONTROLLERS_LEASE: &str = "function-controllers";
+
 /// Runs the gateway, the Function controller and the Workflow controllers until `shutdown`.
+/// The gateway serves on every machine that runs it; the controllers (revisions, scaling,
+/// the workflow executor) run only while this process holds the [`CONTROLLERS_LEASE`], so
+/// with a gateway on every control-plane machine one of them executes each workflow step,
+/// and a standby takes over within 15 s of the leader's death.
 pub async fn serve(
     client: kube::Client,
     cfg: Config,
@@ -159,25 +171,34 @@ pub async fn serve(
         shutdown.clone(),
     )
     .await?;
-    let workflows = workflow::controller::run(
-        client.clone(),
-        running.gateway.clone(),
-        workflow_metrics,
-        shutdown.clone(),
-    );
     let port = running.addr.port();
     if let Err(e) = gateway_service(&client, &cfg.public_host, port).await {
         tracing::warn!(error = %e, "the minik8s-system/gateway Service");
     }
-    let controller = controller::run(
-        client,
-        controller::Config {
-            gateway_url: format!("http://{}:{port}", cfg.public_host),
-            bases: cfg.bases,
-        },
-        shutdown,
+    let controller_cfg = controller::Config {
+        gateway_url: format!("http://{}:{port}", cfg.public_host),
+        bases: cfg.bases,
+    };
+    let mut lease = minik8s_controllers::leader::Config::new(
+        CONTROLLERS_LEASE,
+        minik8s_controllers::leader::identity(),
     );
-    let _ = tokio::join!(controller, workflows, running.done);
+    lease.namespace = SYSTEM_NAMESPACE.into();
+    let gateway = running.gateway.clone();
+    let controllers =
+        minik8s_controllers::leader::run(client.clone(), lease, shutdown, move |leading| {
+            let workflows = workflow::controller::run(
+                client.clone(),
+                gateway.clone(),
+                workflow_metrics.clone(),
+                leading.clone(),
+            );
+            let functions = controller::run(client.clone(), controller_cfg.clone(), leading);
+            async move {
+                tokio::join!(functions, workflows);
+            }
+        });
+    let _ = tokio::join!(controllers, running.done);
     Ok(())
 }
 
