@@ -123,21 +123,28 @@ impl Cluster {
 
     /// Starts an apiserver on the given storage (`None`: embedded in a temp folder).
     pub fn start_with(storage: Option<minik8s_storage::Endpoint>) -> Self {
-        Self::start_on(storage, None)
+        Self::start_on(storage, None, None)
     }
 
     /// Another apiserver on the same etcd as `other` (started with [`Self::start_etcd`]),
-    /// with its own PKI, advertised at `advertise` (`host:port`, what `default/kubernetes`
-    /// lists for it).
+    /// with `other`'s CA, keys and identities (as a control-plane machine joining shares
+    /// them) and its own serving certificate, advertised at `advertise` (`host:port`, what
+    /// `default/kubernetes` lists for it).
     pub fn start_beside(other: &Cluster, advertise: &str) -> Self {
         Self::start_on(
             Some(other.config.storage.clone()),
             Some(advertise.to_owned()),
+            Some(&other.dir.path().join("pki")),
         )
     }
 
-    /// Starts an apiserver on `storage`, advertised at `advertise` (default: where it listens).
-    fn start_on(storage: Option<minik8s_storage::Endpoint>, advertise: Option<String>) -> Self {
+    /// Starts an apiserver on `storage`, advertised at `advertise` (default: where it
+    /// listens), with a copy of the PKI folder `shared_pki` when given.
+    fn start_on(
+        storage: Option<minik8s_storage::Endpoint>,
+        advertise: Option<String>,
+        shared_pki: Option<&Path>,
+    ) -> Self {
         assert!(
             Command::new("kubectl")
                 .arg("version")
@@ -153,6 +160,14 @@ impl Cluster {
             .build()
             .expect("runtime");
         let pki_dir = dir.path().join("pki");
+        if let Some(shared) = shared_pki {
+            std::fs::create_dir_all(&pki_dir).expect("pki folder");
+            for entry in std::fs::read_dir(shared).expect("shared pki").flatten() {
+                if entry.path().is_file() {
+                    std::fs::copy(entry.path(), pki_dir.join(entry.file_name())).expect("copy pki");
+                }
+            }
+        }
         // The port is known only after binding; the serving cert names 127.0.0.1 whatever the port.
         let pki = Pki::init(PkiOptions {
             dir: pki_dir.clone(),

@@ -128,3 +128,81 @@ fn two_apiservers_on_one_etcd_share_revisions_watches_and_the_kubernetes_endpoin
     a.eventually_within(Duration::from_secs(15), &ENDPOINTS, |o| o == "127.0.0.1");
     a.eventually(&SLICE, |o| o == "127.0.0.1");
 }
+
+/// The nodes' client-side balancer (`minik8s_balancer`) over two apiservers sharing a CA:
+/// clients on it (kubectl, and a kube-rs client holding its connection) go on when the
+/// first apiserver stops, with at most one failed request, and the balancer marks it down.
+#[test]
+fn clients_on_the_balancer_fail_over_when_an_apiserver_stops() {
+    let mut a = Cluster::start_etcd();
+    let port = a.url.rsplit(':').next().expect("port").to_owned();
+    let b = Cluster::start_beside(&a, &format!("127.0.0.2:{port}"));
+    let host_port = |url: &str| url.trim_start_matches("https://").to_owned();
+    let servers = [host_port(&a.url), host_port(&b.url)];
+    let stop = tokio_util::sync::CancellationToken::new();
+    let lb = a
+        .block_on(minik8s_balancer::start(
+            "127.0.0.1:0".parse().expect("addr"),
+            &servers,
+            stop.clone(),
+        ))
+        .expect("the balancer starts");
+    // The admin's kubeconfig, pointed at the balancer (both serving certificates name
+    // 127.0.0.1 and come from the one CA).
+    let kubeconfig = a.dir().join("balanced.kubeconfig");
+    let text = std::fs::read_to_string(&a.kubeconfig).expect("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        text.replace(&a.url, &format!("https://{}", lb.addr())),
+    )
+    .expect("write kubeconfig");
+    let kubectl = |args: &[&str]| {
+        std::process::Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .expect("kubectl")
+    };
+    let made = kubectl(&["create", "configmap", "before", "--from-literal=v=1"]);
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let client = a
+        .block_on(minik8s_kubeconfig::client(&kubeconfig))
+        .expect("client");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    a.block_on(cms.get("before"))
+        .expect("kube-rs through the balancer");
+
+    a.stop_apiserver();
+    // kubectl (a new connection each run) goes to the second apiserver at once.
+    let started = std::time::Instant::now();
+    let after = kubectl(&["create", "configmap", "after", "--from-literal=v=2"]);
+    assert!(
+        after.status.success(),
+        "{}",
+        String::from_utf8_lossy(&after.stderr)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "failing over took {:?}",
+        started.elapsed()
+    );
+    // The kube-rs client whose connection went to the stopped apiserver: at most one
+    // request fails.
+    let failed = (0..10)
+        .filter(|_| a.block_on(cms.get("after")).is_err())
+        .count();
+    assert!(
+        failed <= 1,
+        "{failed} of 10 requests failed after the failover"
+    );
+    let servers = lb.servers();
+    assert!(!servers[0].healthy && servers[1].healthy, "{servers:?}");
+    let got = kubectl(&["get", "configmap", "before", "-o", "jsonpath={.data.v}"]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "1");
+    stop.cancel();
+    drop(b);
+}
