@@ -111,6 +111,12 @@ fn machines_join_with_a_token_and_share_pods_services_and_maintenance() {
     // Two machines join with the command init printed.
     let mut w1 = c.join_machine("w1", 2);
     let w2 = c.join_machine("w2", 3);
+    // Their kubelets and proxies reach the control plane through the node's balancer.
+    assert!(
+        w1.log().contains("apiserver balancer listening"),
+        "{}",
+        w1.log()
+    );
     let cidrs: BTreeSet<String> = c
         .ok(&["get", "nodes", "-o", "jsonpath={.items[*].spec.podCIDR}"])
         .split_whitespace()

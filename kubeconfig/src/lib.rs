@@ -28,6 +28,23 @@ pub async fn client(path: &std::path::Path) -> Result<kube::Client, ClientError>
     Ok(kube::Client::try_from(config)?)
 }
 
+/// As [`client`], reaching the apiserver at `server` (`https://host:port`) instead of the
+/// kubeconfig's own URL (a node's client-side balancer): the CA and credentials are the
+/// kubeconfig's.
+pub async fn client_via(path: &std::path::Path, server: &str) -> Result<kube::Client, ClientError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut kc = kube::config::Kubeconfig::read_from(path)?;
+    for named in &mut kc.clusters {
+        if let Some(cluster) = named.cluster.as_mut() {
+            cluster.server = Some(server.to_owned());
+        }
+    }
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await?;
+    Ok(kube::Client::try_from(config)?)
+}
+
 /// Why a client could not be built from a kubeconfig.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -51,6 +51,9 @@ pub enum Error {
     /// The kubelet.
     #[error(transparent)]
     Kubelet(#[from] minik8s_kubelet::Error),
+    /// The client-side balancer over the apiservers.
+    #[error(transparent)]
+    Balancer(#[from] minik8s_balancer::Error),
     /// A file.
     #[error("writing {path}")]
     Io {
@@ -175,9 +178,27 @@ pub async fn run(
     }
     let pid = cfg.data_dir.join("minik8s.pid");
     std::fs::write(&pid, std::process::id().to_string()).map_err(io(&pid))?;
+    // The kubelet and proxy reach the control plane through a local balancer over every
+    // apiserver (as k3s agents do): seeded with the one joined, refreshed from
+    // default/kubernetes.
+    let joined = host_port(&cfg.server);
+    let balancer = minik8s_balancer::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        std::slice::from_ref(&joined),
+        shutdown.clone(),
+    )
+    .await?;
+    let balanced = format!("https://{}", balancer.addr());
+    {
+        let client = minik8s_kubeconfig::client_via(&cfg.kubeconfig(), &balanced).await?;
+        minik8s_task::spawn(
+            "apiserver-endpoints",
+            refresh_servers(client, balancer.clone(), joined, shutdown.clone()),
+        );
+    }
     let mut ready = Some(ready);
     let result = loop {
-        let client = minik8s_kubeconfig::client(&cfg.kubeconfig()).await?;
+        let client = minik8s_kubeconfig::client_via(&cfg.kubeconfig(), &balanced).await?;
         let mut node = cfg.kubelet();
         match minik8s_kubelet::node::await_pod_cidr(&client, &cfg.node_name, &shutdown).await? {
             Some(cidr) => node.runtime.pod_cidr = cidr,
@@ -240,6 +261,61 @@ pub async fn run(
     result
 }
 
+/// `host:port` of an `https://host:port` URL.
+fn host_port(url: &str) -> String {
+    let rest = url.trim_start_matches("https://").trim_end_matches('/');
+    if rest
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        rest.to_owned()
+    } else {
+        format!("{rest}:443")
+    }
+}
+
+/// Every 10 s, sets the balancer's servers to the apiservers `default/kubernetes` lists (its
+/// EndpointSlice), the joined one kept last as a fallback.
+async fn refresh_servers(
+    client: kube::Client,
+    balancer: minik8s_balancer::Balancer,
+    joined: String,
+    shutdown: CancellationToken,
+) {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let slices: kube::Api<EndpointSlice> = kube::Api::namespaced(client, "default");
+    loop {
+        match slices.get("kubernetes").await {
+            Ok(slice) => {
+                let ports = slice.ports.unwrap_or_default();
+                let port = ports.first().and_then(|p| p.port).unwrap_or(6443);
+                let mut servers: Vec<String> = slice
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                    .flat_map(|e| e.addresses.iter())
+                    .map(|a| {
+                        if a.contains(':') {
+                            format!("[{a}]:{port}")
+                        } else {
+                            format!("{a}:{port}")
+                        }
+                    })
+                    .collect();
+                if !servers.contains(&joined) {
+                    servers.push(joined.clone());
+                }
+                balancer.set_servers(&servers);
+            }
+            Err(e) => tracing::debug!(error = %e, "reading default/kubernetes"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+        }
+    }
+}
+
 fn rand_unit() -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -263,6 +339,12 @@ async fn renew(cfg: &JoinConfig) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_port_reads_urls() {
+        assert_eq!(host_port("https://10.0.0.1:6443"), "10.0.0.1:6443");
+        assert_eq!(host_port("https://cp.example/"), "cp.example:443");
+    }
 
     #[test]
     fn renewal_falls_between_70_and_90_percent_of_the_lifetime() {
