@@ -124,36 +124,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 duration: args.cluster_signing_duration,
             }),
     };
-    let result = controllers(client, election, names, settings, shutdown.clone()).await;
+    let result =
+        crate::manager::run_elected(client, election, names, settings, shutdown.clone()).await;
     shutdown.cancel();
     if let Some(server) = metrics {
         let _ = server.await;
     }
     result
-}
-
-/// Runs the controllers, under leader election unless it is off, until `shutdown`.
-async fn controllers(
-    client: kube::Client,
-    election: Option<leader::Config>,
-    names: Vec<String>,
-    settings: crate::manager::Settings,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> anyhow::Result<()> {
-    let Some(cfg) = election else {
-        return crate::manager::run_with(client, &names, settings, shutdown).await;
-    };
-    let c = client.clone();
-    leader::run(client, cfg, shutdown, move |leading| {
-        let (c, names, settings) = (c.clone(), names.clone(), settings.clone());
-        async move {
-            if let Err(e) = crate::manager::run_with(c, &names, settings, leading).await {
-                tracing::error!(error = %e, "controllers failed");
-            }
-        }
-    })
-    .await;
-    Ok(())
 }
 
 /// Serves `/metrics` (the controller manager's series) and `/healthz` over HTTPS on `addr`,

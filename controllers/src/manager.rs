@@ -64,6 +64,31 @@ pub async fn run(
     run_with(client, names, Settings::default(), shutdown).await
 }
 
+/// Runs the controllers until `shutdown`: while this process holds the election's Lease
+/// when there is one (several controller managers on one cluster), else at once.
+pub async fn run_elected(
+    client: kube::Client,
+    election: Option<crate::leader::Config>,
+    names: Vec<String>,
+    settings: Settings,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
+    let Some(cfg) = election else {
+        return run_with(client, &names, settings, shutdown).await;
+    };
+    let c = client.clone();
+    crate::leader::run(client, cfg, shutdown, move |leading| {
+        let (c, names, settings) = (c.clone(), names.clone(), settings.clone());
+        async move {
+            if let Err(e) = run_with(c, &names, settings, leading).await {
+                tracing::error!(error = %e, "controllers failed");
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
 /// Runs the named controllers until `shutdown`; unknown names are an error.
 pub async fn run_with(
     client: Client,

@@ -376,11 +376,22 @@ pub async fn up(
             },
             ..Default::default()
         };
+        // On etcd, other machines' control planes may share the cluster: the controllers
+        // run only while this process holds the `kube-controller-manager` Lease, as
+        // upstream's. The embedded store has one process by construction.
+        let election = matches!(cfg.storage, Some(Endpoint::Etcd(_))).then(|| {
+            minik8s_controllers::leader::Config::new(
+                "kube-controller-manager",
+                minik8s_controllers::leader::identity(),
+            )
+        });
         {
             let shutdown = shutdown.clone();
             minik8s_task::spawn_on(&tasks, "controller-manager", async move {
-                if let Err(e) =
-                    minik8s_controllers::manager::run_with(client, &names, settings, shutdown).await
+                if let Err(e) = minik8s_controllers::manager::run_elected(
+                    client, election, names, settings, shutdown,
+                )
+                .await
                 {
                     tracing::error!(error = %e, "controllers stopped");
                 }
