@@ -12,6 +12,8 @@
 #                                             `up` starts it again on its data
 #   hack/etcd-cluster.sh status [DATA_DIR]    each member's health and the leader
 # BASE_PORT (default 23790): member N serves clients on BASE_PORT+N and peers on BASE_PORT+10+N.
+# ETCD_HOST (default 127.0.0.1): the address the members listen on (an address of this machine other
+# machines reach, for control-plane machines elsewhere; the certificates name it).
 # MINIK8S: the minik8s binary that issues the certificates (default: the release build, else
 # the debug build, else one is built).
 source "$(dirname "$0")/lib.sh"
@@ -26,10 +28,11 @@ if [ "$cmd" = kill ]; then
 fi
 DATA_DIR="$(realpath -m "${1:-${DATA_DIR:-/var/lib/minik8s}}")"
 BASE_PORT="${BASE_PORT:-23790}"
+ETCD_HOST="${ETCD_HOST:-127.0.0.1}"
 dir="$DATA_DIR/etcd-cluster"
 pki="$DATA_DIR/pki"
-client_url() { echo "https://127.0.0.1:$((BASE_PORT + $1))"; }
-peer_url() { echo "https://127.0.0.1:$((BASE_PORT + 10 + $1))"; }
+client_url() { echo "https://$ETCD_HOST:$((BASE_PORT + $1))"; }
+peer_url() { echo "https://$ETCD_HOST:$((BASE_PORT + 10 + $1))"; }
 running() { [ -f "$dir/m$1.pid" ] && kill -0 "$(cat "$dir/m$1.pid")" 2>/dev/null; }
 endpoints() { echo "$(client_url 1),$(client_url 2),$(client_url 3)"; }
 etcdctl_tls() {
@@ -84,7 +87,7 @@ case "$cmd" in
   up)
     command -v etcd >/dev/null || die "etcd is missing: run hack/install-deps.sh"
     mkdir -p "$dir"
-    "$(minik8s_bin)" pki etcd --data-dir "$DATA_DIR" > /dev/null
+    "$(minik8s_bin)" pki etcd --data-dir "$DATA_DIR" --member-ip "$ETCD_HOST" > /dev/null
     for n in 1 2 3; do running "$n" || start_member "$n"; done
     for _ in $(seq 150); do
       if etcdctl_tls --endpoints "$(endpoints)" endpoint health > /dev/null 2>&1; then

@@ -50,8 +50,15 @@ fn node_images() -> String {
         .join(",")
 }
 
-/// Starts `minik8s init` in `dir/cp` and waits for its join command.
-fn spawn_init(dir: &Path, port: u16, extra: &[String]) -> (Child, Vec<String>) {
+/// The `minik8s join` arguments `init` printed: the node's, and the control plane's when
+/// it uploaded the shared keys.
+struct Printed {
+    node: Vec<String>,
+    control_plane: Option<Vec<String>>,
+}
+
+/// Starts `minik8s init` in `dir/cp` and waits for its join command(s).
+fn spawn_init(dir: &Path, port: u16, extra: &[String]) -> (Child, Printed) {
     let data = dir.join("cp");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -84,7 +91,20 @@ fn spawn_init(dir: &Path, port: u16, extra: &[String]) -> (Child, Vec<String>) {
         }
     });
     match rx.recv_timeout(Duration::from_secs(90)) {
-        Ok(j) => (child, j),
+        Ok(node) => {
+            let control_plane = extra
+                .iter()
+                .any(|a| a == "--upload-certs")
+                .then(|| rx.recv_timeout(Duration::from_secs(5)).ok())
+                .flatten();
+            (
+                child,
+                Printed {
+                    node,
+                    control_plane,
+                },
+            )
+        }
         Err(_) => {
             let _ = child.kill();
             panic!(
@@ -106,6 +126,26 @@ pub struct InitCluster {
     pub kubeconfig: PathBuf,
     /// The `minik8s join` arguments `init` printed (server, token, CA pin).
     pub join: Vec<String>,
+    /// The control-plane join `init --upload-certs` printed (with `--control-plane
+    /// --certificate-key K`).
+    pub control_plane_join: Option<Vec<String>>,
+    /// The private etcd cluster's port base when the cluster runs on one.
+    etcd: Option<u16>,
+}
+
+/// The members of a private 3-member etcd (`hack/etcd-cluster.sh`) for a cluster in
+/// `data_dir`, listening on the node network at `base_port`+1..3: `up` (printing
+/// `etcd://…`) or `down`.
+fn etcd_cluster(data_dir: &Path, base_port: u16, cmd: &str) -> std::process::Output {
+    Command::new("bash")
+        .arg(crate::node::repo_root().join("hack/etcd-cluster.sh"))
+        .arg(cmd)
+        .arg(data_dir)
+        .env("BASE_PORT", base_port.to_string())
+        .env("ETCD_HOST", HOST_IP)
+        .env("MINIK8S", bin("minik8s"))
+        .output()
+        .expect("hack/etcd-cluster.sh runs")
 }
 
 impl InitCluster {
@@ -120,14 +160,49 @@ impl InitCluster {
         ensure_bridge();
         let dir = tempfile::tempdir().expect("temp dir");
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let (child, join) = spawn_init(dir.path(), port, &extra);
+        let (child, printed) = spawn_init(dir.path(), port, &extra);
         InitCluster {
             child: Some(child),
             kubeconfig: dir.path().join("cp/admin.kubeconfig"),
             dir,
             port,
             extra,
-            join,
+            join: printed.node,
+            control_plane_join: printed.control_plane,
+            etcd: None,
+        }
+    }
+
+    /// As [`Self::start_with`], on a private 3-member etcd (`hack/etcd-cluster.sh`, members
+    /// on this machine's node-network address from `etcd_base_port`+1, TLS from the
+    /// cluster's CA), with `--upload-certs`: control-plane machines can join. The members
+    /// stop with the cluster.
+    pub fn start_on_etcd(port: u16, etcd_base_port: u16, extra: &[&str]) -> Self {
+        ensure_bridge();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let up = etcd_cluster(&dir.path().join("cp"), etcd_base_port, "up");
+        let endpoints = String::from_utf8_lossy(&up.stdout).trim().to_owned();
+        assert!(
+            up.status.success() && endpoints.starts_with("etcd://"),
+            "hack/etcd-cluster.sh up: {endpoints}\n{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        extra.extend(["--storage".into(), endpoints, "--upload-certs".into()]);
+        let (child, printed) = spawn_init(dir.path(), port, &extra);
+        assert!(
+            printed.control_plane.is_some(),
+            "init --upload-certs printed no control-plane join"
+        );
+        InitCluster {
+            child: Some(child),
+            kubeconfig: dir.path().join("cp/admin.kubeconfig"),
+            dir,
+            port,
+            extra,
+            join: printed.node,
+            control_plane_join: printed.control_plane,
+            etcd: Some(etcd_base_port),
         }
     }
 
@@ -144,9 +219,10 @@ impl InitCluster {
     /// printed its join command (the apiserver serves again).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "init still runs");
-        let (child, join) = spawn_init(self.dir.path(), self.port, &self.extra);
+        let (child, printed) = spawn_init(self.dir.path(), self.port, &self.extra);
         self.child = Some(child);
-        self.join = join;
+        self.join = printed.node;
+        self.control_plane_join = printed.control_plane;
     }
 
     /// The cluster's private folder.
@@ -235,6 +311,49 @@ impl InitCluster {
         m
     }
 
+    /// A new control-plane machine `name` at 10.250.0.`index` that joins with the
+    /// control-plane command `init --upload-certs` printed: its apiserver (on the cluster's
+    /// etcd, at the same port), controllers and node. Waits until its Node is Ready.
+    pub fn join_control_plane(&self, name: &str, index: u8) -> Machine {
+        let mut m = Machine::new(name, index, self.dir.path());
+        let mut args = self
+            .control_plane_join
+            .clone()
+            .expect("a cluster started with --upload-certs");
+        args.extend(m.node_args());
+        m.child = Some(m.spawn_minik8s("join", &args));
+        m.args = args;
+        self.node_condition(name, "Ready", "True", Duration::from_secs(120));
+        m
+    }
+
+    /// Runs a control-plane join that should fail on machine `name` with certificate key
+    /// `key`; its output once it exits.
+    pub fn failed_control_plane_join(&self, name: &str, index: u8, key: &str) -> Run {
+        let m = Machine::new(name, index, self.dir.path());
+        let mut args = self
+            .control_plane_join
+            .clone()
+            .expect("a cluster started with --upload-certs");
+        let at = args
+            .iter()
+            .position(|a| a == "--certificate-key")
+            .expect("--certificate-key");
+        args[at + 1] = key.to_owned();
+        args.extend(["--discovery-timeout".into(), "10".into()]);
+        args.extend(m.node_args());
+        let out = m
+            .command("join", &args)
+            .output()
+            .expect("minik8s join runs");
+        Run::from(out)
+    }
+
+    /// The address of this machine's apiserver on the node network.
+    pub fn server_at(&self, ip: &str) -> String {
+        format!("https://{ip}:{}", self.port)
+    }
+
     /// Waits (up to `limit`) until Node `node`'s condition `condition` has status `want`.
     pub fn node_condition(&self, node: &str, condition: &str, want: &str, limit: Duration) {
         let path = format!("jsonpath={{.status.conditions[?(@.type==\"{condition}\")].status}}");
@@ -313,6 +432,9 @@ impl Drop for InitCluster {
             .arg(self.dir.path().join("cp"))
             .env("RUST_LOG", "warn")
             .status();
+        if let Some(base) = self.etcd {
+            etcd_cluster(&self.dir.path().join("cp"), base, "down");
+        }
         run("ip", &["link", "del", BRIDGE]);
     }
 }

@@ -2,6 +2,7 @@
 //! the apiserver's serving certificate, one client certificate per identity (CN = user,
 //! O = groups) and a kubeconfig for each identity that stock kubectl and kube-rs accept.
 
+pub mod copycerts;
 pub mod csr;
 mod error;
 pub mod insecure;

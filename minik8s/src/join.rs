@@ -107,21 +107,29 @@ pub async fn bootstrap(cfg: &JoinConfig) -> Result<(), Error> {
     )
     .await?;
     tracing::info!(server = %cfg.server, "cluster-info verified with the token and the CA pin");
-    let client = join::client(
-        &d,
-        &cfg.token.user(),
-        User {
-            client_certificate_data: None,
-            client_key_data: None,
-            token: Some(cfg.token.to_string()),
-        },
-    )
-    .await?;
+    let client = bootstrap_client(&d, &cfg.token).await?;
     let (cert, key) =
         join::request_node_certificate(client, &cfg.node_name, cfg.csr_timeout).await?;
     write_identity(cfg, &d, &cert, &key)?;
     tracing::info!(node = %cfg.node_name, "the node's client certificate was issued");
     Ok(())
+}
+
+/// A client authenticated with the bootstrap token, for a verified cluster.
+pub(crate) async fn bootstrap_client(
+    d: &Discovery,
+    token: &Token,
+) -> Result<kube::Client, JoinError> {
+    join::client(
+        d,
+        &token.user(),
+        User {
+            client_certificate_data: None,
+            client_key_data: None,
+            token: Some(token.to_string()),
+        },
+    )
+    .await
 }
 
 fn write_identity(cfg: &JoinConfig, d: &Discovery, cert: &str, key: &str) -> Result<(), Error> {

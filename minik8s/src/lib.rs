@@ -2,6 +2,7 @@
 //! embedded store, controllers, kubelet on a private containerd) after writing its PKI and
 //! kubeconfigs; `down` stops it and removes everything its node made.
 
+pub mod control_plane;
 pub mod join;
 pub mod static_plane;
 pub mod tokens;

@@ -1,6 +1,7 @@
 //! `minik8s`: the all-in-one binary. `minik8s up` runs a single-node cluster in the
 //! foreground; `minik8s pki init` writes the cluster CA, certificates and kubeconfigs.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use minik8s::UpConfig;
 use std::net::IpAddr;
@@ -34,6 +35,18 @@ enum Command {
     /// Joins this machine to a cluster as a node (discovery with a bootstrap token and a CA
     /// pin, then TLS bootstrapping) and runs the node in the foreground.
     Join(JoinArgs),
+    /// Seals the keys every control-plane machine shares (CA, service-account and
+    /// front-proxy keys, the etcd client identity) with a new certificate key into Secret
+    /// kube-system/kubeadm-certs for two hours, and prints the key for `join --control-plane`
+    /// (kubeadm's `init phase upload-certs --upload-certs`).
+    UploadCerts {
+        /// The key to seal them with (64 hex digits; default: a new random one).
+        #[arg(long)]
+        certificate_key: Option<String>,
+        /// The control plane's data folder (its PKI and admin kubeconfig).
+        #[arg(long, env = "MINIK8S_DATA_DIR", default_value = "/var/lib/minik8s")]
+        data_dir: PathBuf,
+    },
     /// Bootstrap tokens for joining nodes.
     Token {
         #[command(subcommand)]
@@ -141,6 +154,14 @@ struct InitArgs {
     /// DATA_DIR/images/control-plane.tar).
     #[arg(long)]
     control_plane_image: Option<PathBuf>,
+    /// Seal the keys control-plane machines share into Secret kube-system/kubeadm-certs (for
+    /// two hours) and print the `join --control-plane` command with their certificate key.
+    /// Needs the cluster on etcd (`--storage etcd://…`).
+    #[arg(long)]
+    upload_certs: bool,
+    /// The certificate key for --upload-certs (64 hex digits; default: a new random one).
+    #[arg(long, requires = "upload_certs")]
+    certificate_key: Option<String>,
 }
 
 /// Options of `join`.
@@ -185,6 +206,19 @@ struct JoinArgs {
     /// token yet.
     #[arg(long, default_value_t = 60)]
     discovery_timeout: u64,
+    /// Join as another control-plane machine: an apiserver, a controller manager and the
+    /// cluster's other control components run here on the cluster's etcd, beside this
+    /// machine's node (kubeadm's `join --control-plane`).
+    #[arg(long, requires = "certificate_key")]
+    control_plane: bool,
+    /// The key `minik8s init --upload-certs` (or `minik8s upload-certs`) printed: it opens
+    /// the shared keys in Secret kube-system/kubeadm-certs.
+    #[arg(long, requires = "control_plane")]
+    certificate_key: Option<String>,
+    /// The port this control-plane machine's apiserver listens on (default: the joined
+    /// server's).
+    #[arg(long, requires = "control_plane")]
+    apiserver_bind_port: Option<u16>,
 }
 
 fn ttl_seconds(s: &str) -> anyhow::Result<i64> {
@@ -250,10 +284,64 @@ async fn token_command(command: TokenCommand, data_dir: &std::path::Path) -> any
     Ok(())
 }
 
+/// `upload-certs`: seals the shared keys again under a (new) certificate key.
+async fn upload_certs(key: Option<String>, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let admin = data_dir.join("admin.kubeconfig");
+    let client = minik8s_kubeconfig::client(&admin)
+        .await
+        .with_context(|| format!("{}: is the cluster's data folder right?", admin.display()))?;
+    let key = key.unwrap_or_else(minik8s_kubeconfig::copycerts::new_key);
+    minik8s::control_plane::upload_certs(client, &data_dir.join("pki"), &key).await?;
+    println!(
+        "[upload-certs] Storing the certificates in Secret \"kubeadm-certs\" in the \"kube-system\" Namespace"
+    );
+    println!("[upload-certs] Using certificate key:");
+    println!("{key}");
+    Ok(())
+}
+
+/// The control plane a `join --control-plane` runs beside its node: the apiserver on every
+/// address at `port` (advertised at the node's address), the controllers, the function
+/// gateway and the edge registry; the storage comes from the cluster.
+fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::Result<UpConfig> {
+    Ok(UpConfig {
+        data_dir: node.data_dir.clone(),
+        storage: None,
+        bind: IpAddr::from([0, 0, 0, 0]),
+        port,
+        hosts: Vec::new(),
+        ips: Vec::new(),
+        node_name: node.node_name.clone(),
+        node_ip: node.node_ip.clone(),
+        audit_level: minik8s_apiserver::audit::Level::Metadata,
+        run_node: false,
+        images: Vec::new(),
+        registry: None,
+        gateway: Some("0.0.0.0:8181".parse()?),
+        router: None,
+        edge_registry: Some("0.0.0.0:10360".parse()?),
+        static_control_plane: None,
+        node_monitor_grace: std::time::Duration::from_secs(40),
+        signing_duration: std::time::Duration::from_secs(8760 * 3600),
+    })
+}
+
 /// `init`: `up`, then the cluster-info ConfigMap and a first token, and the join command.
 async fn init(args: InitArgs) -> anyhow::Result<()> {
     let ttl = ttl_seconds(&args.token_ttl)?;
     let token = args.token.as_deref().map(parse_token).transpose()?;
+    let storage = args.up.storage.clone();
+    let certificate_key = match (args.upload_certs, args.certificate_key) {
+        (false, _) => None,
+        (true, _) if storage == "embedded" => {
+            return Err(minik8s::control_plane::Error::Embedded).context("--upload-certs");
+        }
+        (true, Some(k)) => {
+            minik8s_kubeconfig::copycerts::parse_key(&k)?;
+            Some(k)
+        }
+        (true, None) => Some(minik8s_kubeconfig::copycerts::new_key()),
+    };
     let mut cfg = UpConfig::try_from(args.up)?;
     if args.static_control_plane {
         let archive = args
@@ -287,6 +375,7 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
     let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
     let (tx, rx) = tokio::sync::oneshot::channel();
     let ca = cfg.data_dir.join("pki/ca.crt");
+    let pki_dir = cfg.data_dir.join("pki");
     let up = minik8s_task::spawn(
         "up",
         minik8s::up(cfg, shutdown.clone(), move |kubeconfig| {
@@ -298,6 +387,10 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
             let client = minik8s_kubeconfig::client(&admin).await?;
             let ca_pem = std::fs::read_to_string(&ca)?;
             minik8s::tokens::publish_cluster_info(client.clone(), &server, &ca_pem).await?;
+            minik8s::control_plane::publish_config(client.clone(), &storage).await?;
+            if let Some(key) = &certificate_key {
+                minik8s::control_plane::upload_certs(client.clone(), &pki_dir, key).await?;
+            }
             let token =
                 minik8s::tokens::create(client.clone(), token, ttl, "made by minik8s init").await?;
             minik8s::tokens::wait_signed(
@@ -314,6 +407,17 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
                 println!("export KUBECONFIG={}", admin.display());
                 println!("Join other machines to it by running on each (as root):");
                 println!("{join}");
+                if let Some(key) = &certificate_key {
+                    println!(
+                        "Join more control-plane machines (on the same etcd) by running on each (as root):"
+                    );
+                    println!("{join} --control-plane --certificate-key {key}");
+                    println!(
+                        "The certificate key gives access to the cluster's private keys: keep it secret. \
+                         They are deleted from the cluster in two hours; `minik8s upload-certs` \
+                         uploads them again with a new key."
+                    );
+                }
             }
             Err(e) => {
                 shutdown.cancel();
@@ -537,6 +641,10 @@ fn main() -> anyhow::Result<()> {
             tokio::runtime::Runtime::new()?.block_on(init(args))?;
             Ok(())
         }
+        Command::UploadCerts {
+            certificate_key,
+            data_dir,
+        } => tokio::runtime::Runtime::new()?.block_on(upload_certs(certificate_key, &data_dir)),
         Command::Token { command, data_dir } => {
             tokio::runtime::Runtime::new()?.block_on(token_command(command, &data_dir))
         }
@@ -569,6 +677,27 @@ fn main() -> anyhow::Result<()> {
                 csr_timeout: std::time::Duration::from_secs(a.csr_timeout),
                 discovery_timeout: std::time::Duration::from_secs(a.discovery_timeout),
             };
+            if let Some(key) = a.certificate_key {
+                let port = a.apiserver_bind_port.unwrap_or_else(|| {
+                    cfg.server
+                        .rsplit_once(':')
+                        .and_then(|(_, p)| p.trim_end_matches('/').parse().ok())
+                        .unwrap_or(443)
+                });
+                let up = control_plane_config(&cfg, port)?;
+                let plane = minik8s::control_plane::ControlPlaneJoin {
+                    certificate_key: key,
+                    up,
+                };
+                let node = cfg.node_name.clone();
+                return tokio::runtime::Runtime::new()?.block_on(async move {
+                    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+                    minik8s::control_plane::join(cfg, plane, shutdown, || {
+                        println!("control-plane machine {node} joined the cluster");
+                    })
+                    .await
+                });
+            }
             let node = cfg.node_name.clone();
             tokio::runtime::Runtime::new()?.block_on(async move {
                 let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();

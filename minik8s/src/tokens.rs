@@ -49,6 +49,26 @@ pub async fn create(
     ttl_seconds: i64,
     description: &str,
 ) -> Result<Token, TokenError> {
+    create_secret(client, token, ttl_seconds, description, true).await
+}
+
+/// Creates a token that neither authenticates nor signs, only expiring after `ttl_seconds`:
+/// objects it owns are collected with it (kubeadm's token for `kubeadm-certs`).
+pub async fn create_unusable(
+    client: Client,
+    ttl_seconds: i64,
+    description: &str,
+) -> Result<Token, TokenError> {
+    create_secret(client, None, ttl_seconds, description, false).await
+}
+
+async fn create_secret(
+    client: Client,
+    token: Option<Token>,
+    ttl_seconds: i64,
+    description: &str,
+    usable: bool,
+) -> Result<Token, TokenError> {
     let token = token.unwrap_or_else(Token::generate);
     let expiration = (ttl_seconds > 0).then(|| {
         (jiff::Timestamp::now() + jiff::SignedDuration::from_secs(ttl_seconds))
@@ -59,9 +79,13 @@ pub async fn create(
         token: Some(token.clone()),
         expiration,
         description: description.to_owned(),
-        authentication: true,
-        signing: true,
-        extra_groups: vec![NODE_GROUP.to_owned()],
+        authentication: usable,
+        signing: usable,
+        extra_groups: if usable {
+            vec![NODE_GROUP.to_owned()]
+        } else {
+            Vec::new()
+        },
     };
     let obj: Secret = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Secret",
