@@ -99,6 +99,52 @@ impl Etcd {
         Ok(etcd)
     }
 
+    /// Opens an etcd watch of `prefix` (every key when empty) from `start_revision` (0:
+    /// from now), with the previous values.
+    async fn open_watch(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+    ) -> Result<etcd_client::WatchStream> {
+        let mut opts = WatchOptions::new().with_prev_key();
+        opts = if prefix.is_empty() {
+            opts.with_all_keys()
+        } else {
+            opts.with_prefix()
+        };
+        if start_revision > 0 {
+            opts = opts.with_start_revision(start_revision);
+        }
+        let watch = &self.inner.watch;
+        let stream = unreached_again(|| {
+            let (mut watch, opts) = (watch.clone(), opts.clone());
+            async move { watch.watch(prefix, Some(opts)).await }
+        })
+        .await?;
+        Ok(stream)
+    }
+
+    /// Opens the watch again from `next` after its stream broke, trying for up to 30 s
+    /// (an election, or a member coming back), then gives up with the last error.
+    async fn resume_watch(&self, prefix: &str, next: i64) -> Result<etcd_client::WatchStream> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut wait = std::time::Duration::from_millis(50);
+        loop {
+            match self.open_watch(prefix, next).await {
+                Ok(stream) => {
+                    tracing::info!(prefix, revision = next, "etcd watch resumed");
+                    return Ok(stream);
+                }
+                Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                    tracing::debug!(error = %e, prefix, "resuming the etcd watch");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn seen_compaction(&self, revision: i64) {
         self.inner.compacted.fetch_max(revision, Ordering::AcqRel);
     }
@@ -368,34 +414,26 @@ impl Store for Etcd {
     }
 
     async fn watch(&self, prefix: &str, start_revision: i64) -> Result<WatchStream> {
-        let mut opts = WatchOptions::new().with_prev_key();
-        opts = if prefix.is_empty() {
-            opts.with_all_keys()
-        } else {
-            opts.with_prefix()
-        };
-        if start_revision > 0 {
-            opts = opts.with_start_revision(start_revision);
-        }
-        let watch = &self.inner.watch;
-        let stream = unreached_again(|| {
-            let (mut watch, opts) = (watch.clone(), opts.clone());
-            async move { watch.watch(prefix, Some(opts)).await }
-        })
-        .await?;
+        let stream = self.open_watch(prefix, start_revision).await?;
         struct State {
             stream: etcd_client::WatchStream,
             pending: VecDeque<Event>,
             done: bool,
             etcd: Etcd,
+            prefix: String,
             start: i64,
+            /// The revision to resume from: every event before it was delivered (0: none
+            /// known yet, the watch started at "now" and has not been created).
+            next: i64,
         }
         let state = State {
             stream,
             pending: VecDeque::new(),
             done: false,
             etcd: self.clone(),
+            prefix: prefix.to_owned(),
             start: start_revision,
+            next: start_revision.max(0),
         };
         let events = futures::stream::unfold(state, |mut st| async move {
             loop {
@@ -405,8 +443,24 @@ impl Store for Etcd {
                 if st.done {
                     return None;
                 }
-                let resp = match st.stream.message().await {
+                let message = st.stream.message().await;
+                let resp = match message {
                     Ok(Some(resp)) => resp,
+                    // The member went away (killed, cut off, or its leader changed): as
+                    // etcd's own client does, the watch resumes on another member from the
+                    // next revision it has not delivered, so the watcher misses nothing.
+                    Ok(None) | Err(_) if st.next > 0 => {
+                        match st.etcd.resume_watch(&st.prefix, st.next).await {
+                            Ok(stream) => {
+                                st.stream = stream;
+                                continue;
+                            }
+                            Err(e) => {
+                                st.done = true;
+                                return Some((Err(e), st));
+                            }
+                        }
+                    }
                     Ok(None) => {
                         st.done = true;
                         return Some((Err(Error::Closed), st));
@@ -430,8 +484,16 @@ impl Store for Etcd {
                     let reason = resp.cancel_reason().to_owned();
                     return Some((Err(Error::InvalidRequest(reason)), st));
                 }
+                if resp.created()
+                    && st.next == 0
+                    && let Some(header) = resp.header()
+                {
+                    // Started at "now": everything after the creation's revision is to come.
+                    st.next = header.revision() + 1;
+                }
                 for e in resp.events() {
                     let Some(kv) = e.kv() else { continue };
+                    st.next = st.next.max(kv.mod_revision() + 1);
                     let event = (|| -> Result<Event> {
                         Ok(Event {
                             kind: match e.event_type() {
