@@ -40,11 +40,21 @@ fn ensure_bridge() {
     assert!(run("ip", &["link", "set", BRIDGE, "up"]));
 }
 
-/// The image archives every node imports (pause and busybox).
+static FUNCTION_IMAGES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Every machine this process starts from now on also imports the function runtime image
+/// (its Functions' pods may land anywhere).
+pub fn import_function_images() {
+    FUNCTION_IMAGES.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// The image archives every node imports (pause and busybox; and the function runtime
+/// after [`import_function_images`]).
 fn node_images() -> String {
+    let all = FUNCTION_IMAGES.load(std::sync::atomic::Ordering::SeqCst);
     images()
         .iter()
-        .take(2)
+        .take(if all { 3 } else { 2 })
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(",")
@@ -349,6 +359,51 @@ impl InitCluster {
         Run::from(out)
     }
 
+    /// Runs `hack/etcd-cluster.sh CMD` (`up`, `kill N`, `status`) on the cluster's etcd.
+    pub fn etcd(&self, args: &[&str]) -> Run {
+        let base = self.etcd.expect("a cluster on etcd");
+        let mut cmd = Command::new("bash");
+        cmd.arg(crate::node::repo_root().join("hack/etcd-cluster.sh"))
+            .args(args)
+            .arg(self.data_dir())
+            .env("BASE_PORT", base.to_string())
+            .env("ETCD_HOST", HOST_IP)
+            .env("MINIK8S", bin("minik8s"));
+        Run::from(cmd.output().expect("hack/etcd-cluster.sh runs"))
+    }
+
+    /// The etcd member (1-3) that leads now, from the members' own status.
+    pub fn etcd_leader(&self) -> Option<u8> {
+        let base = self.etcd.expect("a cluster on etcd");
+        let pki = self.data_dir().join("pki");
+        for n in 1..=3u8 {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints=https://{HOST_IP}:{}", base + n as u16))
+                .arg(format!("--cacert={}", pki.join("ca.crt").display()))
+                .arg(format!(
+                    "--cert={}",
+                    pki.join("apiserver-etcd-client.crt").display()
+                ))
+                .arg(format!(
+                    "--key={}",
+                    pki.join("apiserver-etcd-client.key").display()
+                ))
+                .args(["--dial-timeout=1s", "--command-timeout=2s"])
+                .args(["endpoint", "status", "-w", "json"])
+                .output()
+                .ok()?;
+            let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+                continue;
+            };
+            let status = &v[0]["Status"];
+            if status["header"]["member_id"] == status["leader"] && !status["leader"].is_null() {
+                return Some(n);
+            }
+        }
+        None
+    }
+
     /// The address of this machine's apiserver on the node network.
     pub fn server_at(&self, ip: &str) -> String {
         format!("https://{ip}:{}", self.port)
@@ -581,7 +636,17 @@ impl Machine {
 
     fn command(&self, sub: &str, args: &[String]) -> Command {
         let mut cmd = Command::new("nsenter");
+        // Its own host name too (as another machine has; leader identities carry it).
         cmd.arg(format!("--net=/run/netns/{}", self.netns))
+            .args([
+                "unshare",
+                "--uts",
+                "--",
+                "sh",
+                "-c",
+                "hostname \"$0\" && exec \"$@\"",
+            ])
+            .arg(&self.name)
             .arg(bin("minik8s"))
             .arg(sub)
             .args(args)

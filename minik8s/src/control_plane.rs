@@ -23,6 +23,9 @@ pub const CONFIG: &str = "minik8s-config";
 /// The storage's key in [`CONFIG`].
 pub const STORAGE_KEY: &str = "storage";
 const CONFIG_ROLE: &str = "minik8s:minik8s-config";
+/// The file in a joined control-plane machine's data folder naming the cluster's storage:
+/// a restart finds its keys and storage there instead of joining again.
+const JOINED: &str = "control-plane-storage";
 const MANAGER: &str = "minik8s-init";
 
 /// Why a control-plane step failed.
@@ -245,29 +248,39 @@ pub async fn join(
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
     use anyhow::Context;
-    let d = minik8s_kubeconfig::join::discover(
-        &node.server,
-        &node.token,
-        &node.ca_hashes,
-        node.discovery_timeout,
-    )
-    .await?;
-    tracing::info!(server = %node.server, "cluster-info verified with the token and the CA pin");
-    let client = crate::join::bootstrap_client(&d, &node.token).await?;
-    let storage = cluster_storage(client.clone()).await?;
-    if storage == "embedded" {
-        return Err(Error::Embedded.into());
-    }
-    let written = download_certs(
-        client,
-        &plane.certificate_key,
-        &plane.up.data_dir.join("pki"),
-    )
-    .await?;
-    tracing::info!(
-        files = written.len(),
-        "[download-certs] the shared keys are in place"
-    );
+    let pki = plane.up.data_dir.join("pki");
+    let marker = plane.up.data_dir.join(JOINED);
+    let storage = match std::fs::read_to_string(&marker) {
+        // Restarted on a machine that joined before: its keys and storage are here (the
+        // certificate key may have been replaced, and the token may have expired, since).
+        Ok(storage) if pki.join("ca.key").exists() => {
+            tracing::info!(storage = %storage.trim(), "already joined as a control plane");
+            storage.trim().to_owned()
+        }
+        _ => {
+            let d = minik8s_kubeconfig::join::discover(
+                &node.server,
+                &node.token,
+                &node.ca_hashes,
+                node.discovery_timeout,
+            )
+            .await?;
+            tracing::info!(server = %node.server, "cluster-info verified with the token and the CA pin");
+            let client = crate::join::bootstrap_client(&d, &node.token).await?;
+            let storage = cluster_storage(client.clone()).await?;
+            if storage == "embedded" {
+                return Err(Error::Embedded.into());
+            }
+            let written = download_certs(client, &plane.certificate_key, &pki).await?;
+            tracing::info!(
+                files = written.len(),
+                "[download-certs] the shared keys are in place"
+            );
+            std::fs::write(&marker, &storage)
+                .with_context(|| format!("writing {}", marker.display()))?;
+            storage
+        }
+    };
     plane.up.storage = Some(
         storage
             .parse()
