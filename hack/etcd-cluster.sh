@@ -12,6 +12,7 @@
 #                                             `up` starts it again on its data
 #   hack/etcd-cluster.sh status [DATA_DIR]    each member's health and the leader
 # BASE_PORT (default 23790): member N serves clients on BASE_PORT+N and peers on BASE_PORT+10+N.
+# MEMBERS (default 3; 1 for a single member, as benchmarks compare against).
 # ETCD_HOST (default 127.0.0.1): the address the members listen on (an address of this machine other
 # machines reach, for control-plane machines elsewhere; the certificates name it).
 # MINIK8S: the minik8s binary that issues the certificates (default: the release build, else
@@ -29,12 +30,19 @@ fi
 DATA_DIR="$(realpath -m "${1:-${DATA_DIR:-/var/lib/minik8s}}")"
 BASE_PORT="${BASE_PORT:-23790}"
 ETCD_HOST="${ETCD_HOST:-127.0.0.1}"
+MEMBERS="${MEMBERS:-3}"
+[[ "$MEMBERS" =~ ^[13]$ ]] || die "MEMBERS is 1 or 3"
+members() { seq "$MEMBERS"; }
 dir="$DATA_DIR/etcd-cluster"
 pki="$DATA_DIR/pki"
 client_url() { echo "https://$ETCD_HOST:$((BASE_PORT + $1))"; }
 peer_url() { echo "https://$ETCD_HOST:$((BASE_PORT + 10 + $1))"; }
 running() { [ -f "$dir/m$1.pid" ] && kill -0 "$(cat "$dir/m$1.pid")" 2>/dev/null; }
-endpoints() { echo "$(client_url 1),$(client_url 2),$(client_url 3)"; }
+endpoints() {
+  local out=""
+  for n in $(members); do out="$out${out:+,}$(client_url "$n")"; done
+  echo "$out"
+}
 etcdctl_tls() {
   ETCDCTL_API=3 etcdctl --cacert "$pki/ca.crt" --cert "$pki/apiserver-etcd-client.crt" \
     --key "$pki/apiserver-etcd-client.key" --dial-timeout 2s --command-timeout 3s "$@"
@@ -52,7 +60,7 @@ minik8s_bin() {
 
 start_member() {
   local n="$1" cluster=""
-  for i in 1 2 3; do cluster="$cluster${cluster:+,}m$i=$(peer_url "$i")"; done
+  for i in $(members); do cluster="$cluster${cluster:+,}m$i=$(peer_url "$i")"; done
   mkdir -p "$dir/m$n"
   chmod 700 "$dir/m$n"
   # setsid: the member outlives this script and a terminal's Ctrl-C; `down` stops it.
@@ -88,13 +96,13 @@ case "$cmd" in
     command -v etcd >/dev/null || die "etcd is missing: run hack/install-deps.sh"
     mkdir -p "$dir"
     "$(minik8s_bin)" pki etcd --data-dir "$DATA_DIR" --member-ip "$ETCD_HOST" > /dev/null
-    for n in 1 2 3; do running "$n" || start_member "$n"; done
+    for n in $(members); do running "$n" || start_member "$n"; done
     for _ in $(seq 150); do
       if etcdctl_tls --endpoints "$(endpoints)" endpoint health > /dev/null 2>&1; then
         echo "etcd://$(endpoints | sed 's#https://##g')"
         exit 0
       fi
-      for n in 1 2 3; do
+      for n in $(members); do
         running "$n" || { cat "$dir/m$n/log" >&2; die "etcd member m$n exited (its log above)"; }
       done
       sleep 0.2
