@@ -10,7 +10,9 @@
 //!   server that refuses or does not answer within [`CONNECT_TIMEOUT`] is marked down and the
 //!   next one is tried at once, so a client waits at most one connect timeout per dead server,
 //!   never a request timeout.
-//! - Every [`CHECK_INTERVAL`] each server is checked with a TCP connect and marked up or down.
+//! - Every [`CHECK_INTERVAL`] each server is checked and marked up or down: with the cluster's
+//!   CA ([`Health::Readyz`]), by `GET /readyz` over TLS (anonymous, as upstream allows), so an
+//!   apiserver that answers but has lost etcd is passed over; else by a TCP connect.
 //! - A connection whose server dies is closed: its client's request in flight fails once, and
 //!   its next connection goes to another server.
 
@@ -40,6 +42,18 @@ pub enum Error {
     /// No apiserver was given.
     #[error("the apiserver balancer needs at least one server")]
     NoServers,
+    /// The CA for `/readyz` checks is unusable.
+    #[error("the apiserver balancer's CA: {0}")]
+    Ca(String),
+}
+
+/// How servers are checked.
+#[derive(Clone, Debug)]
+pub enum Health {
+    /// A TCP connect.
+    Tcp,
+    /// `GET /readyz` over TLS, verifying the server with this CA (PEM); healthy on 200.
+    Readyz(String),
 }
 
 /// One apiserver (`host:port`) and whether it answered last.
@@ -135,11 +149,21 @@ impl Balancer {
     }
 }
 
-/// Starts a balancer on `listen` (port 0 picks one) over `servers` (`host:port`), until
-/// `shutdown`.
+/// Starts a balancer on `listen` (port 0 picks one) over `servers` (`host:port`), checked
+/// with a TCP connect, until `shutdown`.
 pub async fn start(
     listen: SocketAddr,
     servers: &[String],
+    shutdown: CancellationToken,
+) -> Result<Balancer, Error> {
+    start_with(listen, servers, Health::Tcp, shutdown).await
+}
+
+/// As [`start`], checking the servers with `health`.
+pub async fn start_with(
+    listen: SocketAddr,
+    servers: &[String],
+    health: Health,
     shutdown: CancellationToken,
 ) -> Result<Balancer, Error> {
     if servers.is_empty() {
@@ -171,9 +195,10 @@ pub async fn start(
         "apiserver-balancer",
         accept(listener, balancer.clone(), shutdown.clone()),
     );
+    let probe = Probe::new(health)?;
     minik8s_task::spawn(
         "apiserver-balancer-health",
-        check(balancer.clone(), shutdown),
+        check(balancer.clone(), probe, shutdown),
     );
     tracing::info!(%addr, servers = ?servers, "apiserver balancer listening");
     Ok(balancer)
@@ -214,17 +239,81 @@ async fn accept(listener: TcpListener, balancer: Balancer, shutdown: Cancellatio
     }
 }
 
-async fn check(balancer: Balancer, shutdown: CancellationToken) {
+/// A health check.
+enum Probe {
+    Tcp,
+    Readyz(tokio_rustls::TlsConnector),
+}
+
+impl Probe {
+    fn new(health: Health) -> Result<Self, Error> {
+        let Health::Readyz(ca_pem) = health else {
+            return Ok(Probe::Tcp);
+        };
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in
+            <rustls::pki_types::CertificateDer as rustls::pki_types::pem::PemObject>::pem_slice_iter(
+                ca_pem.as_bytes(),
+            )
+        {
+            let cert = cert.map_err(|e| Error::Ca(e.to_string()))?;
+            roots.add(cert).map_err(|e| Error::Ca(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(Error::Ca("no certificate in the PEM".into()));
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Ca(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Ok(Probe::Readyz(tokio_rustls::TlsConnector::from(Arc::new(
+            config,
+        ))))
+    }
+
+    /// Whether `address` is up (within [`CONNECT_TIMEOUT`]).
+    async fn up(&self, address: &str) -> bool {
+        let attempt = async {
+            let tcp = TcpStream::connect(address).await.ok()?;
+            let Probe::Readyz(tls) = self else {
+                return Some(true);
+            };
+            let host = address
+                .rsplit_once(':')
+                .map_or(address, |(h, _)| h)
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).ok()?;
+            let mut stream = tls.connect(name, tcp).await.ok()?;
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            stream
+                .write_all(
+                    format!("GET /readyz HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
+                )
+                .await
+                .ok()?;
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).await.ok()?;
+            Some(&head[9..12] == b"200")
+        };
+        matches!(
+            tokio::time::timeout(CONNECT_TIMEOUT, attempt).await,
+            Ok(Some(true))
+        )
+    }
+}
+
+async fn check(balancer: Balancer, probe: Probe, shutdown: CancellationToken) {
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(CHECK_INTERVAL) => {}
         }
         for s in balancer.servers() {
-            let up = matches!(
-                tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&s.address)).await,
-                Ok(Ok(_))
-            );
+            let up = probe.up(&s.address).await;
             balancer.mark(&s.address, up);
         }
     }
@@ -305,5 +394,83 @@ mod tests {
         .err()
         .expect("an error");
         assert!(matches!(err, Error::NoServers));
+    }
+
+    /// A TLS server for 127.0.0.1 (signed by a new CA) answering every request with
+    /// `status`; returns its address and the CA's PEM.
+    async fn tls_server(status: &'static str, shutdown: CancellationToken) -> (String, String) {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let (s, _) = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    a = listener.accept() => a.unwrap(),
+                };
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(s).await else {
+                        return;
+                    };
+                    let mut buf = [0u8; 512];
+                    let _ = tls.read(&mut buf).await;
+                    let _ = tls
+                        .write_all(
+                            format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes(),
+                        )
+                        .await;
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        (addr, ca_cert.pem())
+    }
+
+    #[tokio::test]
+    async fn readyz_checks_pass_over_an_apiserver_that_lost_etcd() {
+        let stop = CancellationToken::new();
+        let (ready, ca) = tls_server("200 OK", stop.clone()).await;
+        let probe = Probe::new(Health::Readyz(ca.clone())).unwrap();
+        assert!(probe.up(&ready).await, "200 is up");
+        let (unready, ca2) = tls_server("503 Service Unavailable", stop.clone()).await;
+        let probe2 = Probe::new(Health::Readyz(ca2)).unwrap();
+        assert!(!probe2.up(&unready).await, "503 is down");
+        // Another CA's server is not trusted.
+        assert!(!probe.up(&unready).await, "an unknown CA is down");
+        // A closed port is down; TCP checks see only that.
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().to_string()
+        };
+        assert!(!probe.up(&closed).await);
+        assert!(Probe::Tcp.up(&unready).await);
+        assert!(matches!(
+            Probe::new(Health::Readyz("not a PEM".into())),
+            Err(Error::Ca(_))
+        ));
+        stop.cancel();
     }
 }

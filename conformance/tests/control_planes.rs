@@ -86,6 +86,12 @@ fn a_second_control_plane_joins_on_etcd_and_carries_on_alone() {
         "control-plane machine cp2 joined (its node Ready) in {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    // Its node's kubeconfig names the node's client-side balancer, as a k3s agent's does.
+    let node_kubeconfig = std::fs::read_to_string(cp2.kubeconfig()).expect("cp2's kubeconfig");
+    assert!(
+        node_kubeconfig.contains("server: https://127.0.0.1:6444"),
+        "{node_kubeconfig}"
+    );
     let server2 = c.server_at(&cp2.ip);
     let at2 = |c: &InitCluster, args: &[&str]| {
         let mut full = vec!["--server", server2.as_str()];

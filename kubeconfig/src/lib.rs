@@ -46,6 +46,24 @@ pub async fn client_via(path: &std::path::Path, server: &str) -> Result<kube::Cl
     Ok(kube::Client::try_from(config)?)
 }
 
+/// Points every cluster of the kubeconfig file at `server` (`https://host:port`), keeping
+/// its CA and credentials: a node's kubeconfig names its client-side balancer.
+pub fn set_server(path: &std::path::Path, server: &str) -> Result<(), ClientError> {
+    let write = |e: &dyn std::fmt::Display| ClientError::Write(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| write(&e))?;
+    let mut kc: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| write(&e))?;
+    if let Some(clusters) = kc.get_mut("clusters").and_then(|c| c.as_sequence_mut()) {
+        for named in clusters {
+            if let Some(cluster) = named.get_mut("cluster").and_then(|c| c.as_mapping_mut()) {
+                cluster.insert("server".into(), server.into());
+            }
+        }
+    }
+    let yaml = serde_yaml::to_string(&kc).map_err(|e| write(&e))?;
+    pki::write_private(path, yaml.as_bytes()).map_err(|e| write(&e))?;
+    Ok(())
+}
+
 /// Why a client could not be built from a kubeconfig.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -55,4 +73,7 @@ pub enum ClientError {
     /// The client could not be set up (TLS, URL).
     #[error("building the client")]
     Build(#[from] kube::Error),
+    /// The kubeconfig could not be written back.
+    #[error("writing kubeconfig: {0}")]
+    Write(String),
 }

@@ -37,6 +37,9 @@ pub struct JoinConfig {
     pub csr_timeout: Duration,
     /// How long discovery keeps trying (server unreachable, token not signed yet).
     pub discovery_timeout: Duration,
+    /// Where the node's client-side balancer over the apiservers listens (its kubeconfig
+    /// names it).
+    pub balancer: SocketAddr,
 }
 
 /// Why a join failed.
@@ -188,15 +191,18 @@ pub async fn run(
     std::fs::write(&pid, std::process::id().to_string()).map_err(io(&pid))?;
     // The kubelet and proxy reach the control plane through a local balancer over every
     // apiserver (as k3s agents do): seeded with the one joined, refreshed from
-    // default/kubernetes.
+    // default/kubernetes, each checked with `/readyz`. The node's kubeconfig names it.
     let joined = host_port(&cfg.server);
-    let balancer = minik8s_balancer::start(
-        SocketAddr::from(([127, 0, 0, 1], 0)),
+    let ca_pem = std::fs::read_to_string(cfg.ca_path()).map_err(io(&cfg.ca_path()))?;
+    let balancer = minik8s_balancer::start_with(
+        cfg.balancer,
         std::slice::from_ref(&joined),
+        minik8s_balancer::Health::Readyz(ca_pem),
         shutdown.clone(),
     )
     .await?;
     let balanced = format!("https://{}", balancer.addr());
+    minik8s_kubeconfig::set_server(&cfg.kubeconfig(), &balanced)?;
     {
         let client = minik8s_kubeconfig::client_via(&cfg.kubeconfig(), &balanced).await?;
         minik8s_task::spawn(
@@ -247,7 +253,7 @@ pub async fn run(
                 _ = tasks.wait() => break true,
                 _ = tokio::time::sleep(Duration::from_secs(wait as u64)) => {}
             }
-            match renew(&cfg).await {
+            match renew(&cfg, &balanced).await {
                 Ok(()) => {
                     tracing::info!(
                         "renewed the node's client certificate; restarting the kubelet and proxy on it"
@@ -331,11 +337,12 @@ fn rand_unit() -> f64 {
     (h.finish() % 1000) as f64 / 1000.0
 }
 
-/// Obtains a new certificate with the current one and replaces the kubeconfig.
-async fn renew(cfg: &JoinConfig) -> Result<(), Error> {
+/// Obtains a new certificate with the current one and replaces the kubeconfig (still naming
+/// the balancer at `balanced`).
+async fn renew(cfg: &JoinConfig, balanced: &str) -> Result<(), Error> {
     let ca_pem = std::fs::read_to_string(cfg.ca_path()).map_err(io(&cfg.ca_path()))?;
     let d = Discovery {
-        server: cfg.server.clone(),
+        server: balanced.to_owned(),
         ca_pem,
     };
     let client = minik8s_kubeconfig::client(&cfg.kubeconfig()).await?;

@@ -215,6 +215,10 @@ struct JoinArgs {
     /// the shared keys in Secret kube-system/kubeadm-certs.
     #[arg(long, requires = "control_plane")]
     certificate_key: Option<String>,
+    /// Where this node's client-side balancer over the apiservers listens (loopback; the
+    /// node's kubeconfig names it, as k3s agents' 6444).
+    #[arg(long, default_value = "127.0.0.1:6444")]
+    balancer: std::net::SocketAddr,
     /// The port this control-plane machine's apiserver listens on (default: the joined
     /// server's).
     #[arg(long, requires = "control_plane")]
@@ -676,6 +680,7 @@ fn main() -> anyhow::Result<()> {
                 router: (!a.no_router).then_some(a.router),
                 csr_timeout: std::time::Duration::from_secs(a.csr_timeout),
                 discovery_timeout: std::time::Duration::from_secs(a.discovery_timeout),
+                balancer: a.balancer,
             };
             if let Some(key) = a.certificate_key {
                 let port = a.apiserver_bind_port.unwrap_or_else(|| {
