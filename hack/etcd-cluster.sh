@@ -13,6 +13,9 @@
 #   hack/etcd-cluster.sh status [DATA_DIR]    each member's health and the leader
 # BASE_PORT (default 23790): member N serves clients on BASE_PORT+N and peers on BASE_PORT+10+N.
 # MEMBERS (default 3; 1 for a single member, as benchmarks compare against).
+# MEMBER_HOSTS: one address per member instead of ETCD_HOST for all, and MEMBER_NETNS: the
+# network namespace each member runs in ("-" for this machine's): one member per machine, as
+# the multi-machine tests place them.
 # ETCD_HOST (default 127.0.0.1): the address the members listen on (an address of this machine other
 # machines reach, for control-plane machines elsewhere; the certificates name it).
 # MINIK8S: the minik8s binary that issues the certificates (default: the release build, else
@@ -35,8 +38,26 @@ MEMBERS="${MEMBERS:-3}"
 members() { seq "$MEMBERS"; }
 dir="$DATA_DIR/etcd-cluster"
 pki="$DATA_DIR/pki"
-client_url() { echo "https://$ETCD_HOST:$((BASE_PORT + $1))"; }
-peer_url() { echo "https://$ETCD_HOST:$((BASE_PORT + 10 + $1))"; }
+nth() { local n="$1"; shift; eval "echo \${$n}"; }
+host_of() {
+  if [ -n "${MEMBER_HOSTS:-}" ]; then
+    # shellcheck disable=SC2086
+    nth "$1" $MEMBER_HOSTS
+  else echo "$ETCD_HOST"; fi
+}
+netns_of() {
+  if [ -n "${MEMBER_NETNS:-}" ]; then
+    # shellcheck disable=SC2086
+    nth "$1" $MEMBER_NETNS
+  else echo "-"; fi
+}
+member_ips() {
+  local out="$ETCD_HOST"
+  for n in $(members); do out="$out,$(host_of "$n")"; done
+  echo "$out"
+}
+client_url() { echo "https://$(host_of "$1"):$((BASE_PORT + $1))"; }
+peer_url() { echo "https://$(host_of "$1"):$((BASE_PORT + 10 + $1))"; }
 running() { [ -f "$dir/m$1.pid" ] && kill -0 "$(cat "$dir/m$1.pid")" 2>/dev/null; }
 endpoints() {
   local out=""
@@ -63,8 +84,10 @@ start_member() {
   for i in $(members); do cluster="$cluster${cluster:+,}m$i=$(peer_url "$i")"; done
   mkdir -p "$dir/m$n"
   chmod 700 "$dir/m$n"
+  local inside=()
+  [ "$(netns_of "$n")" = "-" ] || inside=(ip netns exec "$(netns_of "$n")")
   # setsid: the member outlives this script and a terminal's Ctrl-C; `down` stops it.
-  setsid etcd --name "m$n" --data-dir "$dir/m$n/data" \
+  setsid "${inside[@]}" etcd --name "m$n" --data-dir "$dir/m$n/data" \
     --listen-client-urls "$(client_url "$n")" --advertise-client-urls "$(client_url "$n")" \
     --listen-peer-urls "$(peer_url "$n")" --initial-advertise-peer-urls "$(peer_url "$n")" \
     --initial-cluster "$cluster" --initial-cluster-state new \
@@ -95,7 +118,7 @@ case "$cmd" in
   up)
     command -v etcd >/dev/null || die "etcd is missing: run hack/install-deps.sh"
     mkdir -p "$dir"
-    "$(minik8s_bin)" pki etcd --data-dir "$DATA_DIR" --member-ip "$ETCD_HOST" > /dev/null
+    "$(minik8s_bin)" pki etcd --data-dir "$DATA_DIR" --member-ip "$(member_ips)" > /dev/null
     for n in $(members); do running "$n" || start_member "$n"; done
     for _ in $(seq 150); do
       if etcdctl_tls --endpoints "$(endpoints)" endpoint health > /dev/null 2>&1; then

@@ -139,23 +139,34 @@ pub struct InitCluster {
     /// The control-plane join `init --upload-certs` printed (with `--control-plane
     /// --certificate-key K`).
     pub control_plane_join: Option<Vec<String>>,
-    /// The private etcd cluster's port base when the cluster runs on one.
-    etcd: Option<u16>,
+    /// The private etcd cluster's members when the cluster runs on one.
+    etcd: Option<EtcdMembers>,
 }
 
 /// The members of a private 3-member etcd (`hack/etcd-cluster.sh`) for a cluster in
 /// `data_dir`, listening on the node network at `base_port`+1..3: `up` (printing
 /// `etcd://…`) or `down`.
-fn etcd_cluster(data_dir: &Path, base_port: u16, cmd: &str) -> std::process::Output {
+fn etcd_cluster(data_dir: &Path, etcd: &EtcdMembers, args: &[&str]) -> std::process::Output {
     Command::new("bash")
         .arg(crate::node::repo_root().join("hack/etcd-cluster.sh"))
-        .arg(cmd)
+        .args(args)
         .arg(data_dir)
-        .env("BASE_PORT", base_port.to_string())
+        .env("BASE_PORT", etcd.base_port.to_string())
         .env("ETCD_HOST", HOST_IP)
+        .env("MEMBER_HOSTS", etcd.hosts.join(" "))
+        .env("MEMBER_NETNS", etcd.netns.join(" "))
         .env("MINIK8S", bin("minik8s"))
         .output()
         .expect("hack/etcd-cluster.sh runs")
+}
+
+/// Where a cluster's etcd members run: member N at `hosts[N-1]`, in network namespace
+/// `netns[N-1]` (`-`: this machine's), clients on `base_port`+N.
+#[derive(Clone, Debug)]
+struct EtcdMembers {
+    base_port: u16,
+    hosts: Vec<String>,
+    netns: Vec<String>,
 }
 
 impl InitCluster {
@@ -190,7 +201,48 @@ impl InitCluster {
     pub fn start_on_etcd(port: u16, etcd_base_port: u16, extra: &[&str]) -> Self {
         ensure_bridge();
         let dir = tempfile::tempdir().expect("temp dir");
-        let up = etcd_cluster(&dir.path().join("cp"), etcd_base_port, "up");
+        let etcd = EtcdMembers {
+            base_port: etcd_base_port,
+            hosts: vec![HOST_IP.into(); 3],
+            netns: vec!["-".into(); 3],
+        };
+        Self::start_on_members(dir, etcd, port, extra)
+    }
+
+    /// As [`Self::start_on_etcd`] with one member per machine: the first on this machine, and
+    /// one in each of two machines `names` (indexes as [`Self::join_machine`]), made here and
+    /// returned unjoined for [`Self::join_control_plane_on`]. Cutting a machine off its
+    /// network cuts its member off too.
+    pub fn start_with_members_on(
+        port: u16,
+        etcd_base_port: u16,
+        names: [(&str, u8); 2],
+    ) -> (Self, Vec<Machine>) {
+        ensure_bridge();
+        let dir = tempfile::tempdir().expect("temp dir");
+        let machines: Vec<Machine> = names
+            .iter()
+            .map(|(name, index)| Machine::new(name, *index, dir.path()))
+            .collect();
+        let mut etcd = EtcdMembers {
+            base_port: etcd_base_port,
+            hosts: vec![HOST_IP.into()],
+            netns: vec!["-".into()],
+        };
+        for m in &machines {
+            etcd.hosts.push(m.ip.clone());
+            etcd.netns.push(m.netns.clone());
+        }
+        (Self::start_on_members(dir, etcd, port, &[]), machines)
+    }
+
+    fn start_on_members(
+        dir: tempfile::TempDir,
+        etcd: EtcdMembers,
+        port: u16,
+        extra: &[&str],
+    ) -> Self {
+        let up = etcd_cluster(&dir.path().join("cp"), &etcd, &["up"]);
         let endpoints = String::from_utf8_lossy(&up.stdout).trim().to_owned();
         assert!(
             up.status.success() && endpoints.starts_with("etcd://"),
@@ -212,7 +264,7 @@ impl InitCluster {
             extra,
             join: printed.node,
             control_plane_join: printed.control_plane,
-            etcd: Some(etcd_base_port),
+            etcd: Some(etcd),
         }
     }
 
@@ -326,6 +378,13 @@ impl InitCluster {
     /// etcd, at the same port), controllers and node. Waits until its Node is Ready.
     pub fn join_control_plane(&self, name: &str, index: u8) -> Machine {
         let mut m = Machine::new(name, index, self.dir.path());
+        self.join_control_plane_on(&mut m);
+        m
+    }
+
+    /// As [`Self::join_control_plane`], on a machine made before (by
+    /// [`Self::start_with_members_on`]).
+    pub fn join_control_plane_on(&self, m: &mut Machine) {
         let mut args = self
             .control_plane_join
             .clone()
@@ -333,8 +392,7 @@ impl InitCluster {
         args.extend(m.node_args());
         m.child = Some(m.spawn_minik8s("join", &args));
         m.args = args;
-        self.node_condition(name, "Ready", "True", Duration::from_secs(120));
-        m
+        self.node_condition(&m.name, "Ready", "True", Duration::from_secs(120));
     }
 
     /// Runs a control-plane join that should fail on machine `name` with certificate key
@@ -361,25 +419,22 @@ impl InitCluster {
 
     /// Runs `hack/etcd-cluster.sh CMD` (`up`, `kill N`, `status`) on the cluster's etcd.
     pub fn etcd(&self, args: &[&str]) -> Run {
-        let base = self.etcd.expect("a cluster on etcd");
-        let mut cmd = Command::new("bash");
-        cmd.arg(crate::node::repo_root().join("hack/etcd-cluster.sh"))
-            .args(args)
-            .arg(self.data_dir())
-            .env("BASE_PORT", base.to_string())
-            .env("ETCD_HOST", HOST_IP)
-            .env("MINIK8S", bin("minik8s"));
-        Run::from(cmd.output().expect("hack/etcd-cluster.sh runs"))
+        let etcd = self.etcd.as_ref().expect("a cluster on etcd");
+        Run::from(etcd_cluster(&self.data_dir(), etcd, args))
     }
 
     /// The etcd member (1-3) that leads now, from the members' own status.
     pub fn etcd_leader(&self) -> Option<u8> {
-        let base = self.etcd.expect("a cluster on etcd");
+        let etcd = self.etcd.as_ref().expect("a cluster on etcd");
         let pki = self.data_dir().join("pki");
         for n in 1..=3u8 {
             let out = Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
-                .arg(format!("--endpoints=https://{HOST_IP}:{}", base + n as u16))
+                .arg(format!(
+                    "--endpoints=https://{}:{}",
+                    etcd.hosts[n as usize - 1],
+                    etcd.base_port + n as u16
+                ))
                 .arg(format!("--cacert={}", pki.join("ca.crt").display()))
                 .arg(format!(
                     "--cert={}",
@@ -487,8 +542,8 @@ impl Drop for InitCluster {
             .arg(self.dir.path().join("cp"))
             .env("RUST_LOG", "warn")
             .status();
-        if let Some(base) = self.etcd {
-            etcd_cluster(&self.dir.path().join("cp"), base, "down");
+        if let Some(etcd) = &self.etcd {
+            etcd_cluster(&self.dir.path().join("cp"), etcd, &["down"]);
         }
         run("ip", &["link", "del", BRIDGE]);
     }

@@ -1,12 +1,13 @@
-//! The HA drill (issue 30): three control-plane machines on a 3-member etcd plus a worker,
-//! made with `minik8s init --storage etcd://… --upload-certs` (this machine, cp1) and
+//! The HA drill (issue 30): three control-plane machines, each with one member of a 3-member
+//! etcd, plus a worker, made with `minik8s init --storage etcd://… --upload-certs` (this machine, cp1) and
 //! `minik8s join --control-plane` (cp2, cp3: network namespaces with their own host names),
 //! and `minik8s join` (w1). A writer creates ConfigMaps through a client-side balancer over
 //! the three apiservers the whole time, and a watch follows them, moving to the next
 //! apiserver whenever its own goes away. Killed in turn (SIGKILL), each brought back after:
-//! the apiserver the writer uses, the etcd leader, the machine whose controller manager
-//! leads, and the machine running the workflow executor in the middle of a run; then one
-//! control-plane machine is cut off its network. After each: no acknowledged write is lost
+//! the machine whose apiserver the writer uses, the etcd leader, the machine whose controller
+//! manager leads, and the machine running the workflow executor in the middle of a run (a
+//! machine's kill takes its etcd member too); then one control-plane machine is cut off its
+//! network with its member, leaving it without quorum. After each: no acknowledged write is lost
 //! (each is there at the resourceVersion it was acknowledged with), a Deployment scales and
 //! its Service answers, the workflow run finishes with each step run once (its invocation
 //! ids), and the watch has seen every acknowledged write in order. The time each took to
@@ -258,8 +259,11 @@ impl Drill {
         .stdout
     }
 
-    /// SIGKILLs machine `name`'s minik8s (apiserver, controllers, kubelet, proxy).
+    /// SIGKILLs machine `name`: its minik8s (apiserver, controllers, kubelet, proxy) and its
+    /// etcd member.
     fn kill(&mut self, name: &str) {
+        let member = &name[2..];
+        assert!(self.c.etcd(&["kill", member]).ok, "killing member {member}");
         match name {
             "cp1" => self.c.kill9(),
             "cp2" => self.cp2.kill9(),
@@ -268,8 +272,11 @@ impl Drill {
         }
     }
 
-    /// Starts machine `name`'s minik8s again and waits until its apiserver answers.
+    /// Starts machine `name`'s etcd member and minik8s again and waits until its apiserver
+    /// answers.
     fn restart(&mut self, name: &str) {
+        let up = self.c.etcd(&["up"]);
+        assert!(up.ok, "the member starts again: {}", up.stderr);
         let ip = match name {
             "cp1" => {
                 self.c.restart();
@@ -459,9 +466,12 @@ fn log_function_code() -> &'static str {
 #[test]
 fn three_control_planes_survive_each_piece_killed_under_load() {
     machines::import_function_images();
-    let c = InitCluster::start_on_etcd(free_port(), ETCD_BASE_PORT, &[]);
-    let cp2 = c.join_control_plane("cp2", 2);
-    let cp3 = c.join_control_plane("cp3", 3);
+    // One etcd member per control-plane machine (m1 here, m2 in cp2, m3 in cp3).
+    let (c, machines) =
+        InitCluster::start_with_members_on(free_port(), ETCD_BASE_PORT, [("cp2", 2), ("cp3", 3)]);
+    let [mut cp2, mut cp3]: [Machine; 2] = machines.try_into().ok().expect("two machines");
+    c.join_control_plane_on(&mut cp2);
+    c.join_control_plane_on(&mut cp3);
     let w1 = c.join_machine("w1", 4);
     c.kubectl_stdin(&["apply", "-f", "-"], WEB);
     let rt = tokio::runtime::Builder::new_multi_thread()
