@@ -84,50 +84,15 @@ pub async fn publish_config(client: Client, storage: &str) -> Result<(), Error> 
         .patch(CONFIG, &pp, &Patch::Apply(&cm))
         .await
         .map_err(api("publishing kube-system/minik8s-config"))?;
-    grant_get(
+    tokens::grant_get(
         client,
+        NAMESPACE,
         CONFIG_ROLE,
-        "configmaps",
-        CONFIG,
+        ("configmaps", CONFIG),
         &[("Group", NODE_GROUP), ("Group", "system:nodes")],
     )
     .await
-}
-
-/// A Role in `kube-system` allowing `get` of one object, bound to `subjects` (kind, name).
-async fn grant_get(
-    client: Client,
-    role: &str,
-    resource: &str,
-    name: &str,
-    subjects: &[(&str, &str)],
-) -> Result<(), Error> {
-    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-    let pp = PatchParams::apply(MANAGER).force();
-    let body = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": role, "namespace": NAMESPACE},
-        "rules": [{"apiGroups": [""], "resources": [resource], "resourceNames": [name], "verbs": ["get"]}],
-    });
-    Api::<Role>::namespaced(client.clone(), NAMESPACE)
-        .patch(role, &pp, &Patch::Apply(&body))
-        .await
-        .map_err(api("granting reads to joining control planes"))?;
-    let subjects: Vec<_> = subjects
-        .iter()
-        .map(|(kind, name)| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}))
-        .collect();
-    let binding = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": role, "namespace": NAMESPACE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
-        "subjects": subjects,
-    });
-    Api::<RoleBinding>::namespaced(client, NAMESPACE)
-        .patch(role, &pp, &Patch::Apply(&binding))
-        .await
-        .map_err(api("granting reads to joining control planes"))?;
-    Ok(())
+    .map_err(api("granting reads to joining control planes"))
 }
 
 /// The cluster's storage as published by `init`.
@@ -195,14 +160,15 @@ pub async fn upload_certs(client: Client, pki_dir: &Path, key: &str) -> Result<(
         )
         .await
         .map_err(api("storing kube-system/kubeadm-certs"))?;
-    grant_get(
+    tokens::grant_get(
         client,
+        NAMESPACE,
         copycerts::ROLE,
-        "secrets",
-        copycerts::SECRET,
+        ("secrets", copycerts::SECRET),
         &[("Group", NODE_GROUP)],
     )
     .await
+    .map_err(api("granting reads to joining control planes"))
 }
 
 /// Opens the shared keys with `key` (hex) and writes them into the PKI folder `pki_dir`.
@@ -258,15 +224,7 @@ pub async fn join(
             storage.trim().to_owned()
         }
         _ => {
-            let d = minik8s_kubeconfig::join::discover(
-                &node.server,
-                &node.token,
-                &node.ca_hashes,
-                node.discovery_timeout,
-            )
-            .await?;
-            tracing::info!(server = %node.server, "cluster-info verified with the token and the CA pin");
-            let client = crate::join::bootstrap_client(&d, &node.token).await?;
+            let client = crate::join::verified_client(&node).await?;
             let storage = cluster_storage(client.clone()).await?;
             if storage == "embedded" {
                 return Err(Error::Embedded.into());

@@ -102,14 +102,7 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
 /// writes its kubeconfig and the CA. Nothing is created in the cluster before the cluster is
 /// verified, and no Node before the certificate is issued.
 pub async fn bootstrap(cfg: &JoinConfig) -> Result<(), Error> {
-    let d = join::discover(
-        &cfg.server,
-        &cfg.token,
-        &cfg.ca_hashes,
-        cfg.discovery_timeout,
-    )
-    .await?;
-    tracing::info!(server = %cfg.server, "cluster-info verified with the token and the CA pin");
+    let d = discover(cfg).await?;
     let client = bootstrap_client(&d, &cfg.token).await?;
     let (cert, key) =
         join::request_node_certificate(client, &cfg.node_name, cfg.csr_timeout).await?;
@@ -118,11 +111,26 @@ pub async fn bootstrap(cfg: &JoinConfig) -> Result<(), Error> {
     Ok(())
 }
 
+/// Discovery: the cluster-info the token signed, checked against the CA pins.
+async fn discover(cfg: &JoinConfig) -> Result<Discovery, JoinError> {
+    let d = join::discover(
+        &cfg.server,
+        &cfg.token,
+        &cfg.ca_hashes,
+        cfg.discovery_timeout,
+    )
+    .await?;
+    tracing::info!(server = %cfg.server, "cluster-info verified with the token and the CA pin");
+    Ok(d)
+}
+
+/// Discovery, then a client authenticated with the bootstrap token.
+pub(crate) async fn verified_client(cfg: &JoinConfig) -> Result<kube::Client, JoinError> {
+    bootstrap_client(&discover(cfg).await?, &cfg.token).await
+}
+
 /// A client authenticated with the bootstrap token, for a verified cluster.
-pub(crate) async fn bootstrap_client(
-    d: &Discovery,
-    token: &Token,
-) -> Result<kube::Client, JoinError> {
+async fn bootstrap_client(d: &Discovery, token: &Token) -> Result<kube::Client, JoinError> {
     join::client(
         d,
         &token.user(),
@@ -275,8 +283,8 @@ pub async fn run(
     result
 }
 
-/// `host:port` of an `https://host:port` URL.
-fn host_port(url: &str) -> String {
+/// `host:port` of an `https://host:port` URL (port 443 when it names none).
+pub fn host_port(url: &str) -> String {
     let rest = url.trim_start_matches("https://").trim_end_matches('/');
     if rest
         .rsplit_once(':')

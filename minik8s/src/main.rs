@@ -684,9 +684,9 @@ fn main() -> anyhow::Result<()> {
             };
             if let Some(key) = a.certificate_key {
                 let port = a.apiserver_bind_port.unwrap_or_else(|| {
-                    cfg.server
+                    minik8s::join::host_port(&cfg.server)
                         .rsplit_once(':')
-                        .and_then(|(_, p)| p.trim_end_matches('/').parse().ok())
+                        .and_then(|(_, p)| p.parse().ok())
                         .unwrap_or(443)
                 });
                 let up = control_plane_config(&cfg, port)?;

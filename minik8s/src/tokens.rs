@@ -211,33 +211,50 @@ pub async fn publish_cluster_info(
         .patch(CLUSTER_INFO, &pp, &Patch::Apply(&cm))
         .await
         .map_err(api_err("publishing cluster-info"))?;
-    let role = json!({
+    grant_get(
+        client,
+        CLUSTER_INFO_NAMESPACE,
+        "kubeadm:bootstrap-signer-clusterinfo",
+        ("configmaps", CLUSTER_INFO),
+        &[("User", "system:anonymous")],
+    )
+    .await
+    .map_err(api_err("granting anonymous reads of cluster-info"))?;
+    Ok(())
+}
+
+/// A Role `role` in `namespace` allowing `get` of one object (resource, name), bound to
+/// `subjects` (kind, name), both applied as `init`.
+pub async fn grant_get(
+    client: Client,
+    namespace: &str,
+    role: &str,
+    (resource, name): (&str, &str),
+    subjects: &[(&str, &str)],
+) -> kube::Result<()> {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let pp = PatchParams::apply("minik8s-init").force();
+    let body = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo", "namespace": CLUSTER_INFO_NAMESPACE},
-        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [CLUSTER_INFO], "verbs": ["get"]}],
+        "metadata": {"name": role, "namespace": namespace},
+        "rules": [{"apiGroups": [""], "resources": [resource], "resourceNames": [name], "verbs": ["get"]}],
     });
-    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), CLUSTER_INFO_NAMESPACE)
-        .patch(
-            "kubeadm:bootstrap-signer-clusterinfo",
-            &pp,
-            &Patch::Apply(&role),
-        )
-        .await
-        .map_err(api_err("granting anonymous reads of cluster-info"))?;
+    Api::<Role>::namespaced(client.clone(), namespace)
+        .patch(role, &pp, &Patch::Apply(&body))
+        .await?;
+    let subjects: Vec<_> = subjects
+        .iter()
+        .map(|(kind, name)| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": name}))
+        .collect();
     let binding = json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "kubeadm:bootstrap-signer-clusterinfo", "namespace": CLUSTER_INFO_NAMESPACE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kubeadm:bootstrap-signer-clusterinfo"},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "system:anonymous"}],
+        "metadata": {"name": role, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": subjects,
     });
-    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client, CLUSTER_INFO_NAMESPACE)
-        .patch(
-            "kubeadm:bootstrap-signer-clusterinfo",
-            &pp,
-            &Patch::Apply(&binding),
-        )
-        .await
-        .map_err(api_err("granting anonymous reads of cluster-info"))?;
+    Api::<RoleBinding>::namespaced(client, namespace)
+        .patch(role, &pp, &Patch::Apply(&binding))
+        .await?;
     Ok(())
 }
 
