@@ -7,13 +7,15 @@
 //!   the process. Linked at a fixed address those tables stay clean, shared pages of the
 //!   file, mapped only where they are read. (Address-space randomisation then covers the
 //!   heap, stacks and libraries, not the binary's own code.)
-//! - **Start-up code first** (release builds). `startup.order` lists the functions the
-//!   control plane runs while it starts and idles (`hack/order-symbols.sh` records them with
-//!   callgrind); the linker (LLD, Rust's default on x86-64 Linux) lays them out together at
-//!   the start of `.text`. Start-up then touches a few megabytes of dense code instead of
-//!   pages scattered over 55 MB, each of which the kernel maps with its 64 KiB fault-around
-//!   window. Names a build no longer has are skipped, and functions the file does not name
-//!   follow it as before: a stale file costs memory, never correctness.
+//! - **Idle code first, then start-up's** (release builds). `startup.order` lists the
+//!   functions an idle control plane runs, then those only its start-up runs
+//!   (`hack/order-symbols.sh` records both with callgrind); the linker (LLD, Rust's default on
+//!   x86-64 Linux) lays them out in that order at the start of `.text`. Start-up then touches
+//!   a few megabytes of dense code instead of pages scattered over 55 MB, each of which the
+//!   kernel maps with its 64 KiB fault-around window, and once `up` gives start-up's pages
+//!   back (`src/startup_code.rs`) the idle code faults back in as one dense block. Names a
+//!   build no longer has are skipped, and functions the file does not name follow it as
+//!   before: a stale file costs memory, never correctness.
 use std::path::Path;
 
 fn main() {

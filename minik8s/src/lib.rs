@@ -4,6 +4,7 @@
 
 pub mod control_plane;
 pub mod join;
+pub mod startup_code;
 pub mod static_plane;
 pub mod tokens;
 
@@ -473,6 +474,32 @@ pub async fn up(
         source,
     })?;
     ready(&link);
+    {
+        // Start-up is over once the components have listed what they watch: its code is
+        // given back (`startup_code`).
+        let shutdown = shutdown.clone();
+        minik8s_task::spawn_on(&tasks, "start-up-code", async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                _ = tokio::time::sleep(startup_code::SETTLE) => {
+                    // Said before, so that saying it is not code that runs after.
+                    match startup_code::plan() {
+                        Ok(plan) => {
+                            tracing::info!(
+                                mib = plan.bytes() >> 20,
+                                rss_kib = plan.rss_kib,
+                                "giving start-up's code back"
+                            );
+                            if let Err(e) = plan.release() {
+                                tracing::warn!(error = %e, "could not give start-up's code back");
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "could not give start-up's code back"),
+                    }
+                }
+            }
+        });
+    }
     tasks.close();
     tasks.wait().await;
     if let Some(server) = server {
