@@ -164,13 +164,52 @@ impl Drop for Server {
     }
 }
 
-fn cm(name: &str) -> ConfigMap {
+/// The benchmarks' ConfigMap: `name`, labelled `bench: <bench>`, 200 bytes of data.
+pub(crate) fn bench_cm(name: &str, bench: &str) -> ConfigMap {
     serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": {"bench": "api"}},
+        "metadata": {"name": name, "labels": {"bench": bench}},
         "data": {"key": "x".repeat(200)},
     }))
     .expect("configmap")
+}
+
+fn cm(name: &str) -> ConfigMap {
+    bench_cm(name, "api")
+}
+
+/// `per` creates of ConfigMaps `cNN-NNNNNN` in `ns` from each client at once (each its own
+/// connection): every create's latency, and the wall time of the whole.
+pub(crate) async fn concurrent_creates(
+    clients: Vec<kube::Client>,
+    ns: &str,
+    per: usize,
+    bench: &'static str,
+) -> anyhow::Result<(Vec<Duration>, Duration)> {
+    let t0 = Instant::now();
+    let mut handles = Vec::new();
+    for (c, client) in clients.into_iter().enumerate() {
+        let ns = ns.to_owned();
+        handles.push(tokio::spawn(async move {
+            let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+            let mut lat = Vec::with_capacity(per);
+            for i in 0..per {
+                let t = Instant::now();
+                api.create(
+                    &PostParams::default(),
+                    &bench_cm(&format!("c{c:02}-{i:06}"), bench),
+                )
+                .await?;
+                lat.push(t.elapsed());
+            }
+            Ok::<_, kube::Error>(lat)
+        }));
+    }
+    let mut lat = Vec::new();
+    for h in handles {
+        lat.extend(h.await??);
+    }
+    Ok((lat, t0.elapsed()))
 }
 
 /// The Accept header `kubectl get` sends: a server-side Table, plain JSON as the fallback.
@@ -210,28 +249,13 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
 
     // Concurrent creates from independent clients (each with its own connection).
     let per = n.max(clients) / clients * 4;
-    let mut handles = Vec::new();
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        conns.push(minik8s_kubeconfig::client(&server.kubeconfig).await?);
+    }
     let cpu0 = cpu_seconds(pid);
-    let t0 = Instant::now();
-    for c in 0..clients {
-        let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
-        handles.push(tokio::spawn(async move {
-            let api: Api<ConfigMap> = Api::namespaced(client, "conc");
-            let mut lat = Vec::with_capacity(per);
-            for i in 0..per {
-                let t = Instant::now();
-                api.create(&PostParams::default(), &cm(&format!("c{c:02}-{i:06}")))
-                    .await?;
-                lat.push(t.elapsed());
-            }
-            Ok::<_, kube::Error>(lat)
-        }));
-    }
-    let mut conc = Vec::new();
-    for h in handles {
-        conc.extend(h.await??);
-    }
-    let conc_rate = (per * clients) as f64 / t0.elapsed().as_secs_f64();
+    let (mut conc, took) = concurrent_creates(conns, "conc", per, "api").await?;
+    let conc_rate = (per * clients) as f64 / took.as_secs_f64();
     let conc_cpu = (cpu_seconds(pid) - cpu0) / (per * clients) as f64 * 1000.0;
 
     // GET, update, LIST.

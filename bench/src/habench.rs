@@ -5,7 +5,7 @@
 //! SIGKILLed (the first started, whose controller manager leads), and the time until another
 //! controller manager holds the Lease.
 
-use crate::bench::{cpu_seconds, percentiles};
+use crate::bench::{bench_cm, concurrent_creates, cpu_seconds, percentiles};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -143,11 +143,7 @@ impl Drop for Apiserver {
 }
 
 fn cm(name: &str) -> ConfigMap {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"bench": "ha"}},
-        "data": {"key": "x".repeat(200)},
-    }))
-    .expect("a ConfigMap")
+    bench_cm(name, "ha")
 }
 
 fn total_cpu(pids: &[u32]) -> f64 {
@@ -186,29 +182,13 @@ async fn measure(
     let seq_cpu = (total_cpu(pids) - cpu0) / n as f64 * 1000.0;
 
     let per = n.max(clients) / clients * 4;
-    let cpu0 = total_cpu(pids);
-    let t0 = Instant::now();
-    let mut handles = Vec::new();
+    let mut conns = Vec::with_capacity(clients);
     for c in 0..clients {
-        let client = servers[c % servers.len()].client().await?;
-        let ns = ns.to_owned();
-        handles.push(tokio::spawn(async move {
-            let api: Api<ConfigMap> = Api::namespaced(client, &ns);
-            let mut lat = Vec::with_capacity(per);
-            for i in 0..per {
-                let t = Instant::now();
-                api.create(&PostParams::default(), &cm(&format!("c{c:02}-{i:06}")))
-                    .await?;
-                lat.push(t.elapsed());
-            }
-            Ok::<_, kube::Error>(lat)
-        }));
+        conns.push(servers[c % servers.len()].client().await?);
     }
-    let mut conc = Vec::new();
-    for h in handles {
-        conc.extend(h.await??);
-    }
-    let conc_rate = (per * clients) as f64 / t0.elapsed().as_secs_f64();
+    let cpu0 = total_cpu(pids);
+    let (mut conc, took) = concurrent_creates(conns, ns, per, "ha").await?;
+    let conc_rate = (per * clients) as f64 / took.as_secs_f64();
     let conc_cpu = (total_cpu(pids) - cpu0) / (per * clients) as f64 * 1000.0;
 
     let last: Api<ConfigMap> = Api::namespaced(servers[servers.len() - 1].client().await?, ns);
