@@ -4,10 +4,12 @@
 # change is measured side by side with its baseline:
 #   bash hack/idle-rss.sh /tmp/minik8s-before target/release/minik8s
 # Each run has its own data folder and port and is stopped before the next. After SETTLE
-# seconds (default 30) it prints VmRSS and its anonymous and file-backed parts, and the
-# resident and referenced sizes of the mappings as /proc/PID/smaps sums them.
+# seconds (default 60: `up` gives start-up's code back 10 s after it is ready, and the idle
+# code faults back in over the next seconds) it prints VmRSS and its anonymous and
+# file-backed parts, and the resident and referenced sizes of the mappings as
+# /proc/PID/smaps sums them.
 source "$(dirname "$0")/lib.sh"
-SETTLE="${SETTLE:-30}"
+SETTLE="${SETTLE:-60}"
 ROUNDS="${ROUNDS:-2}"
 PORT="${PORT:-6481}"
 UP_FLAGS="${UP_FLAGS:---no-node --no-functions --no-router}"

@@ -10,12 +10,13 @@
 # binary. Symbols the file names that a build no longer has are skipped; functions it does not
 # name are placed after it as before, so a stale file costs memory, never correctness.
 #   bash hack/order-symbols.sh [target/release/minik8s]
-# Start-up is taken to last until `up` gives its code back (ready + 10 s); IDLE (default 75) is
-# how long the idle phase is recorded after that: longer than the 30 s periods of idle work
-# (discovery refreshes) and leader Lease renewals.
+# Start-up is taken to last until `up` gives its code back (ready + 10 s); IDLE (default 310 s)
+# is how long the idle phase is recorded after that: past the first renewal of every watch
+# (kube-rs's watches end after 290 s and are made again), which is idle work too, as are Lease
+# renewals (2 s) and discovery refreshes (30 s).
 source "$(dirname "$0")/lib.sh"
 BIN="$(realpath "${1:-$ROOT/target/release/minik8s}")"
-IDLE="${IDLE:-75}"
+IDLE="${IDLE:-310}"
 command -v valgrind >/dev/null || die "valgrind is missing: apt-get install valgrind"
 work="$(mktemp -d /tmp/minik8s-order.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
