@@ -483,18 +483,16 @@ pub async fn up(
                 _ = shutdown.cancelled() => {}
                 _ = tokio::time::sleep(startup_code::SETTLE) => {
                     // Said before, so that saying it is not code that runs after.
-                    match startup_code::plan() {
-                        Ok(plan) => {
-                            tracing::info!(
-                                mib = plan.bytes() >> 20,
-                                rss_kib = plan.rss_kib,
-                                "giving start-up's code back"
-                            );
-                            if let Err(e) = plan.release() {
-                                tracing::warn!(error = %e, "could not give start-up's code back");
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "could not give start-up's code back"),
+                    let released = startup_code::plan().and_then(|plan| {
+                        tracing::info!(
+                            mib = plan.bytes() >> 20,
+                            rss_kib = plan.rss_kib,
+                            "giving start-up's code back"
+                        );
+                        plan.release()
+                    });
+                    if let Err(e) = released {
+                        tracing::warn!(error = %e, "could not give start-up's code back");
                     }
                 }
             }

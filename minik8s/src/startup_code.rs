@@ -5,7 +5,7 @@
 //! keeps running about 4 MiB of it (Lease renewals, discovery refreshes, watches). Every page
 //! start-up touched stays mapped, and counted in the process's resident size, until the
 //! kernel needs the memory. The linker lays the idle functions out first and start-up's after
-//! them (`startup.order`, `hack/order-symbols.sh`), so once start-up is over [`release`]
+//! them (`startup.order`, `hack/order-symbols.sh`), so once start-up is over [`Plan::release`]
 //! unmaps the binary's read-only pages (`madvise(MADV_DONTNEED)`), as the kernel frees its own
 //! `__init` sections after boot: the idle code faults back in (minor faults, from the page
 //! cache) as a few dense megabytes, and start-up's stays out unless something runs it again.
@@ -52,7 +52,7 @@ const PAGE: usize = 4096;
 
 /// The binary's pages that may be given back, found by [`plan`] and unmapped by
 /// [`Plan::release`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Plan {
     ranges: Vec<(usize, usize)>,
     /// The process's resident size (KiB) when planned.
