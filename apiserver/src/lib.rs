@@ -13,6 +13,7 @@ pub mod apply;
 pub mod audit;
 pub mod auth;
 pub mod bootstrap;
+pub mod compactor;
 pub mod context;
 pub mod conversion;
 mod convert;
@@ -96,6 +97,9 @@ pub struct Config {
     /// The aggregation layer's front-proxy CA and client certificate; none: APIServices
     /// backed by a Service cannot be reached.
     pub front_proxy: Option<minik8s_kubeconfig::FrontProxy>,
+    /// How often the store's history is compacted (`--etcd-compaction-interval`; zero: never,
+    /// the embedded store then only keeps its last revisions).
+    pub compaction_interval: std::time::Duration,
 }
 
 /// Why the apiserver could not start.
@@ -296,6 +300,15 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         }),
     );
     minik8s_task::spawn_on(&api.tasks, "aggregator", aggregator::run(api.clone()));
+    minik8s_task::spawn_on(
+        &api.tasks,
+        "compactor",
+        compactor::run(
+            api.store.clone(),
+            config.compaction_interval,
+            api.shutdown.clone(),
+        ),
+    );
     if api.kubelet.is_some() {
         minik8s_task::spawn_on(&api.tasks, "resource-metrics", metrics::run(api.clone()));
     }

@@ -212,6 +212,7 @@ impl Cluster {
             )),
             metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
             front_proxy: Some(pki.front_proxy().expect("front proxy")),
+            compaction_interval: minik8s_apiserver::compactor::DEFAULT_INTERVAL,
         };
         let admin = pki
             .ensure_identity(&Identity::admin())

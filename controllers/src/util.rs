@@ -182,6 +182,10 @@ pub fn go_duration(s: &str) -> Option<std::time::Duration> {
     if rest.is_empty() {
         return None;
     }
+    // Go's time.ParseDuration takes a bare zero too.
+    if rest == "0" {
+        return Some(std::time::Duration::ZERO);
+    }
     while !rest.is_empty() {
         let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
         let n: f64 = rest[..end].parse().ok()?;
@@ -379,6 +383,17 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity as Q;
+
+    #[test]
+    fn go_durations_parse_as_go_does() {
+        let secs = |s| go_duration(s).map(|d| d.as_secs_f64());
+        assert_eq!(secs("5m0s"), Some(300.0));
+        assert_eq!(secs("1m0.5s"), Some(60.5));
+        assert_eq!(secs("250ms"), Some(0.25));
+        assert_eq!(secs("0"), Some(0.0));
+        assert_eq!(secs("5"), None);
+        assert_eq!(secs(""), None);
+    }
 
     fn container(cpu: &str) -> Container {
         Container {

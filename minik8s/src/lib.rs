@@ -57,6 +57,8 @@ pub struct UpConfig {
     pub node_monitor_grace: std::time::Duration,
     /// The longest validity of certificates the CSR signer issues (`--cluster-signing-duration`).
     pub signing_duration: std::time::Duration,
+    /// How often the apiserver compacts the store's history (`--etcd-compaction-interval`).
+    pub compaction_interval: std::time::Duration,
 }
 
 impl UpConfig {
@@ -238,6 +240,7 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
         )),
         metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
         front_proxy: Some(pki.front_proxy()?),
+        compaction_interval: cfg.compaction_interval,
     })
 }
 

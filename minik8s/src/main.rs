@@ -327,6 +327,7 @@ fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::
         static_control_plane: None,
         node_monitor_grace: std::time::Duration::from_secs(40),
         signing_duration: std::time::Duration::from_secs(8760 * 3600),
+        compaction_interval: minik8s_apiserver::compactor::DEFAULT_INTERVAL,
     })
 }
 
@@ -501,6 +502,9 @@ struct UpArgs {
     /// The longest validity of a certificate the CSR signer issues (a Go duration).
     #[arg(long, default_value = "8760h0m0s")]
     cluster_signing_duration: String,
+    /// How often the apiserver compacts the store's history (a Go duration; 0: never).
+    #[arg(long, default_value = "5m0s")]
+    etcd_compaction_interval: String,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -526,22 +530,9 @@ impl TryFrom<UpArgs> for UpConfig {
             router: (!a.no_router).then_some(a.router),
             edge_registry: (!a.no_edge_registry).then_some(a.edge_registry),
             static_control_plane: None,
-            signing_duration: minik8s_controllers::util::go_duration(&a.cluster_signing_duration)
-                .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{:?} is not a duration (like 8760h0m0s)",
-                    a.cluster_signing_duration
-                )
-            })?,
-            node_monitor_grace: minik8s_controllers::util::go_duration(
-                &a.node_monitor_grace_period,
-            )
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{:?} is not a duration (like 40s)",
-                    a.node_monitor_grace_period
-                )
-            })?,
+            signing_duration: duration_arg(&a.cluster_signing_duration, "8760h0m0s")?,
+            node_monitor_grace: duration_arg(&a.node_monitor_grace_period, "40s")?,
+            compaction_interval: duration_arg(&a.etcd_compaction_interval, "5m0s")?,
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {
@@ -550,6 +541,12 @@ impl TryFrom<UpArgs> for UpConfig {
             data_dir: a.data_dir,
         })
     }
+}
+
+/// A flag's Go duration, or an error that shows what one looks like.
+fn duration_arg(value: &str, example: &str) -> anyhow::Result<std::time::Duration> {
+    minik8s_controllers::util::go_duration(value)
+        .ok_or_else(|| anyhow::anyhow!("{value:?} is not a duration (like {example})"))
 }
 
 /// The `.tar` archives in `dir`, sorted (none if it does not exist).

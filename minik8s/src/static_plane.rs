@@ -58,6 +58,10 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
         format!("--port={}", cfg.port),
         format!("--node-name={}", cfg.node_name),
         format!("--audit-level={:?}", cfg.audit_level),
+        format!(
+            "--etcd-compaction-interval={}s",
+            cfg.compaction_interval.as_secs()
+        ),
     ];
     match &cfg.storage {
         Some(minik8s_storage::Endpoint::Etcd(urls)) => {
