@@ -30,6 +30,9 @@ sweep_killed_runs() {
   find /sys/fs/cgroup -depth -type d -path '*/minik8s-test*' -exec rmdir {} + 2>/dev/null || true
 }
 sweep_killed_runs
+# And again at the end, killed or not: a test that leaves something behind (a container whose
+# start never came) must not meet the next run, nor outlive this one.
+trap sweep_killed_runs EXIT
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

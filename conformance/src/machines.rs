@@ -494,6 +494,9 @@ impl InitCluster {
             format!("10.88.{index}.0/24"),
             "--image".into(),
             node_images(),
+            // Under the suite's cgroup, so a killed run's pods are swept (hack/test.sh).
+            "--cgroup-root".into(),
+            format!("/minik8s-test/{name}"),
         ]);
         args.extend(extra.iter().map(|s| s.to_string()));
         m.args = args;
@@ -813,6 +816,7 @@ impl Drop for Machine {
                 .arg(self.data_dir.join("edge"))
                 .args(["--node-name", &self.name])
                 .args(["--pod-cidr", "10.88.0.0/24"])
+                .args(["--cgroup-root", &format!("/minik8s-test/{}", self.name)])
                 .arg("down")
                 .env("RUST_LOG", "warn")
                 .status();

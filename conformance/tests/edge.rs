@@ -127,7 +127,8 @@ fn containers_on(c: &InitCluster, node: &str) -> BTreeSet<String> {
     .collect()
 }
 
-/// How many processes of the web pods run in node `node`'s cgroups (seen from this machine).
+/// How many processes of the web pods run in node `node`'s cgroups (seen from this machine;
+/// the suite puts them under `/minik8s-test`).
 fn web_processes(node: &str) -> usize {
     let mut n = 0;
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -137,7 +138,7 @@ fn web_processes(node: &str) -> usize {
             continue;
         }
         let cg = std::fs::read_to_string(p.join("cgroup")).unwrap_or_default();
-        if cg.contains(&format!("/minik8s/{node}/")) {
+        if cg.contains(&format!("/minik8s-test/{node}/")) {
             n += 1;
         }
     }

@@ -63,6 +63,8 @@ pub struct Config {
     pub cluster_dns: Vec<String>,
     /// How often the node is measured.
     pub status_interval: Duration,
+    /// The pods' parent cgroup (`None`: the kubelet's, `/minik8s/<node>`).
+    pub cgroup_root: Option<String>,
 }
 
 impl Config {
@@ -82,6 +84,7 @@ impl Config {
             disk_threshold: 80,
             cluster_dns: Vec::new(),
             status_interval: Duration::from_secs(10),
+            cgroup_root: None,
         }
     }
 
@@ -93,6 +96,9 @@ impl Config {
         k.images = self.images.clone();
         k.node_ip = self.node_ip.clone();
         k.cluster_dns = self.cluster_dns.clone();
+        if let Some(root) = &self.cgroup_root {
+            k.cgroup_root = root.clone();
+        }
         k
     }
 }

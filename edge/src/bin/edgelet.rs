@@ -46,6 +46,9 @@ struct Args {
     /// DNS servers for the pods (default: the machine's resolvers).
     #[arg(long, value_delimiter = ',')]
     cluster_dns: Vec<String>,
+    /// The pods' parent cgroup (default: /minik8s/NODE).
+    #[arg(long)]
+    cgroup_root: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -71,6 +74,7 @@ fn main() -> anyhow::Result<()> {
     cfg.memory_threshold = args.memory_pressure_threshold;
     cfg.disk_threshold = args.disk_pressure_threshold;
     cfg.cluster_dns = args.cluster_dns.clone();
+    cfg.cgroup_root = args.cgroup_root.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
