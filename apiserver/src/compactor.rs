@@ -20,7 +20,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
 
 /// What one apiserver remembers between ticks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Turn {
+struct Turn {
     /// The `mod_revision` of [`KEY`] as last seen (0: not seen yet).
     key_revision: i64,
     /// The store's revision at the last tick: what the next won tick compacts to.
@@ -47,13 +47,13 @@ pub async fn run(store: impl Store, interval: Duration, shutdown: CancellationTo
 
 /// One tick: swap [`KEY`] if it is still as last seen and, having won, compact to the
 /// revision of the tick before; otherwise remember what another apiserver wrote.
-pub async fn tick(store: &impl Store, turn: Turn) -> Result<Turn, Error> {
+async fn tick(store: &impl Store, turn: Turn) -> Result<Turn, Error> {
     let value = Bytes::from(turn.last_revision.to_string());
     let swapped = match turn.key_revision {
         0 => store.create(KEY, value).await,
         expected => store.update(KEY, value, expected).await,
     };
-    let lost = |key_revision, last_revision| Turn {
+    let next = |key_revision, last_revision| Turn {
         key_revision,
         last_revision,
     };
@@ -66,17 +66,17 @@ pub async fn tick(store: &impl Store, turn: Turn) -> Result<Turn, Error> {
                     "compacted the store's history"
                 );
             }
-            Ok(lost(kv.mod_revision, kv.mod_revision))
+            Ok(next(kv.mod_revision, kv.mod_revision))
         }
         Err(Error::Conflict { current, .. }) => {
-            Ok(lost(current.mod_revision, store.current_revision().await?))
+            Ok(next(current.mod_revision, store.current_revision().await?))
         }
         Err(Error::AlreadyExists { .. }) => {
             let seen = store.get(KEY).await?.map_or(0, |kv| kv.mod_revision);
-            Ok(lost(seen, store.current_revision().await?))
+            Ok(next(seen, store.current_revision().await?))
         }
         // Someone deleted the key: create it again next tick.
-        Err(Error::NotFound { .. }) => Ok(lost(0, store.current_revision().await?)),
+        Err(Error::NotFound { .. }) => Ok(next(0, store.current_revision().await?)),
         Err(e) => Err(e),
     }
 }
