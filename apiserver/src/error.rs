@@ -93,6 +93,8 @@ pub struct ApiError {
     pub details: Option<serde_json::Value>,
     /// Seconds to put in `Retry-After`.
     pub retry_after: Option<u64>,
+    /// `metadata.continue` of the Status: where an expired list can go on from.
+    pub list_continue: Option<String>,
 }
 
 /// The apiserver's result type.
@@ -115,6 +117,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            list_continue: None,
         }
     }
 
@@ -222,6 +225,29 @@ impl ApiError {
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }
+    /// 410 Expired for a continue token whose revision has been compacted away, carrying
+    /// `token`: the rest of the list at the latest revision, as upstream offers it.
+    pub fn inconsistent_continue(token: String) -> Self {
+        ApiError {
+            list_continue: Some(token),
+            ..Self::expired(
+                "The provided continue parameter is too old to display a consistent list result. \
+                 You can start a new list without the continue parameter, or use the continue \
+                 token in this response to retrieve the remainder of the results. Continuing \
+                 with the provided token results in an inconsistent list - objects that were \
+                 created, modified, or deleted between the time the first chunk was returned \
+                 and now may show up in the list.",
+            )
+        }
+    }
+    /// 410 Expired for a watch from a revision compacted away (`requested` is the watch's
+    /// resourceVersion, `oldest` the oldest revision still kept), in upstream's words.
+    pub fn watch_too_old(requested: i64, oldest: i64) -> Self {
+        Self::expired(format!(
+            "too old resource version: {requested} ({})",
+            oldest - 1
+        ))
+    }
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> Self {
         Self::new(
@@ -321,7 +347,9 @@ impl ApiError {
         StatusBody {
             kind: "Status",
             api_version: "v1",
-            metadata: Empty {},
+            metadata: ListMetaBody {
+                continue_token: self.list_continue.as_deref(),
+            },
             status: "Failure",
             message: &self.message,
             reason: self.reason,
@@ -349,7 +377,7 @@ struct StatusBody<'a> {
     kind: &'static str,
     #[serde(rename = "apiVersion")]
     api_version: &'static str,
-    metadata: Empty,
+    metadata: ListMetaBody<'a>,
     status: &'static str,
     #[serde(skip_serializing_if = "is_empty")]
     message: &'a str,
@@ -360,8 +388,12 @@ struct StatusBody<'a> {
     code: u16,
 }
 
+/// The Status's `metav1.ListMeta`: only `continue` is ever set on an error.
 #[derive(Serialize)]
-struct Empty {}
+struct ListMetaBody<'a> {
+    #[serde(rename = "continue", skip_serializing_if = "Option::is_none")]
+    continue_token: Option<&'a str>,
+}
 
 /// `metav1.StatusDetails`, fields in upstream's struct order, empty ones omitted.
 #[derive(Serialize)]
@@ -438,12 +470,11 @@ impl From<minik8s_storage::Error> for ApiError {
     fn from(e: minik8s_storage::Error) -> Self {
         use minik8s_storage::Error as S;
         match e {
-            S::Compacted {
-                requested,
-                compacted,
-            } => ApiError::expired(format!(
-                "too old resource version: {requested} ({compacted})"
-            )),
+            // A list at an exact revision compacted away (watches say it their own way:
+            // `watch_too_old`).
+            S::Compacted { .. } => {
+                ApiError::expired("The resourceVersion for the provided list is too old.")
+            }
             S::FutureRevision { requested, .. } => ApiError::new(
                 504,
                 "Timeout",

@@ -378,6 +378,7 @@ impl ApiError {
             message,
             details: None,
             retry_after: None,
+            list_continue: None,
         }
     }
 }

@@ -441,7 +441,7 @@ fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
     let client = c.client();
     let store = c.store();
     c.block_on(async {
-        let api: Api<ConfigMap> = Api::namespaced(client, "default");
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
         let first = api
             .create(&PostParams::default(), &cm("g0", "0"))
             .await
@@ -472,11 +472,18 @@ fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
         let ev = tokio::time::timeout(Duration::from_secs(10), stream.try_next())
             .await
             .unwrap();
+        // As upstream: the watch is accepted and its one event is the 410, naming the
+        // resourceVersion asked for.
+        let first_rv = first.metadata.resource_version.as_deref().unwrap();
         match ev {
-            Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410, "{e:?}"),
-            Err(kube::Error::Api(s)) => assert_eq!(s.code, 410),
-            other => panic!("expected 410 Gone, got {other:?}"),
+            Ok(Some(WatchEvent::Error(e))) => {
+                assert_eq!((e.code, e.reason.as_str()), (410, "Expired"), "{e:?}");
+                let prefix = format!("too old resource version: {first_rv} (");
+                assert!(e.message.starts_with(&prefix), "{e:?}");
+            }
+            other => panic!("expected an ERROR event with 410 Expired, got {other:?}"),
         }
+        assert!(stream.try_next().await.unwrap().is_none(), "the watch ends");
         match api
             .list(&ListParams::default().limit(2).continue_token(&token))
             .await
@@ -484,9 +491,42 @@ fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
             Err(kube::Error::Api(s)) => {
                 assert_eq!(s.code, 410);
                 assert_eq!(s.reason, "Expired");
+                assert!(
+                    s.message
+                        .contains("use the continue token in this response")
+                );
             }
             other => panic!("expected 410 Expired, got {other:?}"),
         }
+        // The expired Status carries a token for the rest of the list at the latest revision
+        // (inconsistent: g5, created after the first page, is in it).
+        let req = http::Request::get(format!(
+            "/api/v1/namespaces/default/configmaps?limit=2&continue={token}"
+        ))
+        .body(kube::client::Body::empty())
+        .unwrap();
+        let resp = client.send(req).await.unwrap();
+        assert_eq!(resp.status().as_u16(), 410);
+        let bytes = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let status: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        let inconsistent = status["metadata"]["continue"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no continue token in {status}"));
+        let mut names = Vec::new();
+        let mut next = Some(inconsistent.to_owned());
+        while let Some(token) = next {
+            let page = api
+                .list(&ListParams::default().limit(2).continue_token(&token))
+                .await
+                .unwrap();
+            names.extend(page.items.into_iter().map(|cm| cm.metadata.name.unwrap()));
+            next = page.metadata.continue_;
+        }
+        names.retain(|n| n.starts_with('g'));
+        assert_eq!(names, ["g2", "g3", "g4", "g5"]);
     });
 }
 

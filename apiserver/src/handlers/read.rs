@@ -138,8 +138,10 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
                     "specifying resource version is not allowed when using continue",
                 ));
             }
+            // A token's revision of -1 (handed out when its list's revision was compacted
+            // away) continues at the latest revision.
             let (rv, start) = decode_continue(token)?;
-            (rv, Some(format!("{prefix}{start}")))
+            (rv.max(0), Some(format!("{prefix}{start}")))
         }
         None => {
             let rv = ctx.params.revision()?;
@@ -175,7 +177,8 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
             .await
             .map_err(|e| match e {
                 minik8s_storage::Error::Compacted { .. } if ctx.params.continue_token.is_some() => {
-                    ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
+                    let from = start_after.as_deref().unwrap_or(&prefix);
+                    ApiError::inconsistent_continue(encode_continue(-1, &from[prefix.len()..]))
                 }
                 other => other.into(),
             })?;
@@ -435,7 +438,16 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
         requested.unwrap_or(0) + 1
     };
 
-    let mut events = ctx.api.store.watch(&prefix, start).await?;
+    let mut events = match ctx.api.store.watch(&prefix, start).await {
+        Ok(events) => events,
+        // Upstream answers a watch from a compacted revision with 200 and one ERROR event.
+        Err(minik8s_storage::Error::Compacted { compacted, .. }) => {
+            let status = ApiError::watch_too_old(start - 1, compacted).status();
+            let line = encoder.event("ERROR", status);
+            return Ok(watch_response(Body::from(line)));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let (tx, rx) = mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(64);
     let timeout = Duration::from_secs(ctx.params.timeout_seconds.unwrap_or(1800).max(1));
     let bookmarks = ctx.params.allow_watch_bookmarks;
@@ -461,7 +473,13 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
                 ev = events.next() => match ev {
                     None => return,
                     Some(Err(e)) => {
-                        let status = ApiError::from(e).status();
+                        let status = match e {
+                            minik8s_storage::Error::Compacted { requested, compacted } => {
+                                ApiError::watch_too_old(requested - 1, compacted)
+                            }
+                            e => ApiError::from(e),
+                        }
+                        .status();
                         let _ = tx.send(Ok(encoder.event("ERROR", status))).await;
                         return;
                     }
@@ -483,6 +501,11 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
         }
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Ok(watch_response(body))
+}
+
+/// A watch's 200 response around its stream of events.
+fn watch_response(body: Body) -> Response {
     let mut resp = (StatusCode::OK, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -492,7 +515,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, private"),
     );
-    Ok(resp)
+    resp
 }
 
 #[cfg(test)]
