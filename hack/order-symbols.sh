@@ -52,13 +52,16 @@ for flags in "--no-node --no-functions --no-router" "--no-node"; do
 done
 # Every function that ran (`fn=` lines name each once per file), idle phases' first, then the
 # start-up dumps', first seen first, once: Rust's and C's (ring, jemalloc). Names carry the hash
-# of their crate's build, and local copies the `.llvm.<hash>` of their codegen unit, which
-# changes when that unit's code does: rerun this after larger changes (it is a profile, like
-# PGO's). (callgrind marks recursion levels with a `'N` suffix.)
+# of their crate's build; local copies also carry the `.llvm.<hash>` of their codegen unit,
+# which changes whenever that unit's code does, so it is left out here and the linker driver
+# (hack/link/cc) finds this build's copies by the rest of the name. Rerun this after larger
+# changes (it is a profile, like PGO's). (callgrind marks recursion levels with a `'N` suffix.)
 idle=("$work"/out1.2 "$work"/out2.2)
 starts=("$work"/out1.1 "$work"/out2.1)
 for f in "${idle[@]}" "${starts[@]}"; do [ -s "$f" ] || die "callgrind_control wrote no $f"; done
-functions() { awk '/^fn=/ { sub(/^fn=/, ""); sub(/'"'"'[0-9]+$/, ""); print }' "$@"; }
+functions() {
+  awk '/^fn=/ { sub(/^fn=/, ""); sub(/'"'"'[0-9]+$/, ""); sub(/\.llvm\.[0-9]+$/, ""); print }' "$@"
+}
 { functions "${idle[@]}"; echo "# start-up"; functions "${starts[@]}"; } \
   | awk '!seen[$0]++' | grep -v -E '^0x|^\(below main\)$' > "$work/order"
 idle_count="$(sed -n '/^# start-up$/q;p' "$work/order" | wc -l)"

@@ -13,9 +13,11 @@
 //!   x86-64 Linux) lays them out in that order at the start of `.text`. Start-up then touches
 //!   a few megabytes of dense code instead of pages scattered over 55 MB, each of which the
 //!   kernel maps with its 64 KiB fault-around window, and once `up` gives start-up's pages
-//!   back (`src/startup_code.rs`) the idle code faults back in as one dense block. Names a
-//!   build no longer has are skipped, and functions the file does not name follow it as
-//!   before: a stale file costs memory, never correctness.
+//!   back (`src/startup_code.rs`) the idle code faults back in as one dense block. The
+//!   workspace's linker driver (`hack/link/cc`) first resolves the file's names to this
+//!   build's, local copies (`.llvm.<hash>`) included, whose hashes change with every edit of
+//!   their codegen unit. Names a build no longer has are skipped, and functions the file does
+//!   not name follow it as before: a stale file costs memory, never correctness.
 use std::path::Path;
 
 fn main() {
