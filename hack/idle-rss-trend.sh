@@ -3,7 +3,9 @@
 # --no-router` (override with UP_FLAGS) at the same time, each with its own data folder and
 # ports, and every INTERVAL seconds (default 30) for DURATION seconds (default 3600) one line
 # prints the minutes since start and, per binary, its VmRSS, its anonymous part and the size
-# of its store's file, side by side:
+# of its store's file, side by side (every listener on its own port: PORT + i for the API,
+# then PORT + 100 + i, + 200, + 300 and + 400 for the edge registry, image registry, functions
+# gateway and router):
 #   bash hack/idle-rss-trend.sh /tmp/minik8s-before target/release/minik8s
 # Everything started is stopped on exit, also when interrupted.
 source "$(dirname "$0")/lib.sh"
@@ -24,7 +26,8 @@ for bin in "$@"; do
   [ -x "$bin" ] || die "$bin is not an executable"
   dir="$(mktemp -d /tmp/minik8s-trend.XXXXXX)"
   # shellcheck disable=SC2086
-  MINIK8S_EDGE_REGISTRY="127.0.0.1:$((PORT + 100 + i))" \
+  MINIK8S_EDGE_REGISTRY="127.0.0.1:$((PORT + 100 + i))" MINIK8S_REGISTRY="127.0.0.1:$((PORT + 200 + i))" \
+    MINIK8S_GATEWAY="127.0.0.1:$((PORT + 300 + i))" MINIK8S_ROUTER="127.0.0.1:$((PORT + 400 + i))" \
     "$bin" up $UP_FLAGS --data-dir "$dir" --bind 127.0.0.1 --port "$((PORT + i))" > "$dir/log" 2>&1 &
   pids+=("$!") dirs+=("$dir")
   echo "[$i] $bin (pid $!, log $dir/log)"
