@@ -479,25 +479,33 @@ pub async fn up(
     ready(&link);
     {
         // Start-up is over once the components have listed what they watch: its code is
-        // given back (`startup_code`).
+        // given back (`startup_code`), and again every `startup_code::AGAIN`, which sheds
+        // what rarely run paths faulted in meanwhile.
         let shutdown = shutdown.clone();
         minik8s_task::spawn_on(&tasks, "start-up-code", async move {
-            tokio::select! {
-                _ = shutdown.cancelled() => {}
-                _ = tokio::time::sleep(startup_code::SETTLE) => {
-                    // Said before, so that saying it is not code that runs after.
-                    let released = startup_code::plan().and_then(|plan| {
-                        tracing::info!(
-                            mib = plan.bytes() >> 20,
-                            rss_kib = plan.rss_kib,
-                            "giving start-up's code back"
-                        );
-                        plan.release()
-                    });
-                    if let Err(e) = released {
-                        tracing::warn!(error = %e, "could not give start-up's code back");
-                    }
+            let mut wait = startup_code::SETTLE;
+            let mut first = true;
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(wait) => {}
                 }
+                // Said before, so that saying it is not code that runs after.
+                let released = startup_code::plan().and_then(|plan| {
+                    let (mib, rss_kib) = (plan.bytes() >> 20, plan.rss_kib);
+                    if first {
+                        tracing::info!(mib, rss_kib, "giving start-up's code back");
+                    } else {
+                        tracing::debug!(mib, rss_kib, "giving cold code back");
+                    }
+                    plan.release()
+                });
+                if let Err(e) = released {
+                    tracing::warn!(error = %e, "could not give start-up's code back");
+                    return;
+                }
+                first = false;
+                wait = startup_code::AGAIN;
             }
         });
     }
