@@ -103,14 +103,18 @@ fn read_only_mappings(maps: &str, exe: &str) -> Vec<(usize, usize)> {
         .collect()
 }
 
-/// The parts of the mapping `start..` whose pagemap `entries` (one per page) are not copied
-/// (anonymous) pages: present anonymous pages and swapped ones stay.
-fn file_ranges(start: usize, entries: &[u64]) -> Vec<(usize, usize)> {
+/// Adds to `out` the parts of the mapping `start..` whose pagemap `entries` (one per page) are
+/// not copied (anonymous) pages: present anonymous pages and swapped ones stay. A part that
+/// goes on from `out`'s last range extends it.
+fn file_ranges(
+    start: usize,
+    entries: impl IntoIterator<Item = u64>,
+    out: &mut Vec<(usize, usize)>,
+) {
     const PRESENT: u64 = 1 << 63;
     const SWAPPED: u64 = 1 << 62;
     const FILE: u64 = 1 << 61;
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for (i, &e) in entries.iter().enumerate() {
+    for (i, e) in entries.into_iter().enumerate() {
         let copied = e & SWAPPED != 0 || (e & PRESENT != 0 && e & FILE == 0);
         if copied {
             continue;
@@ -121,7 +125,6 @@ fn file_ranges(start: usize, entries: &[u64]) -> Vec<(usize, usize)> {
             _ => out.push((page, page + PAGE)),
         }
     }
-    out
 }
 
 fn read(path: &'static str) -> Result<String, ReleaseError> {
@@ -146,12 +149,11 @@ pub fn plan() -> Result<Plan, ReleaseError> {
         source,
     };
     let mut pagemap = std::fs::File::open(PAGEMAP).map_err(pagemap_err)?;
-    let mut ranges: Vec<(usize, usize)> = Vec::new();
+    let mut ranges = Vec::new();
     // Read in chunks: the whole binary's entries would be a megabyte or two of heap, and
     // this runs again every `AGAIN`.
     const CHUNK: usize = 8192 * PAGE;
     let mut raw = vec![0u8; CHUNK / PAGE * 8];
-    let mut entries = Vec::with_capacity(CHUNK / PAGE);
     for (start, end) in read_only_mappings(&maps, &exe.to_string_lossy()) {
         for from in (start..end).step_by(CHUNK) {
             let raw = &mut raw[..(end.min(from + CHUNK) - from) / PAGE * 8];
@@ -159,18 +161,10 @@ pub fn plan() -> Result<Plan, ReleaseError> {
                 .seek(SeekFrom::Start((from / PAGE * 8) as u64))
                 .and_then(|_| pagemap.read_exact(raw))
                 .map_err(pagemap_err)?;
-            entries.clear();
-            entries.extend(
-                raw.chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())),
-            );
-            for (s, e) in file_ranges(from, &entries) {
-                // A range going on from the chunk before is one range.
-                match ranges.last_mut() {
-                    Some((_, end)) if *end == s => *end = e,
-                    _ => ranges.push((s, e)),
-                }
-            }
+            let entries = raw
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+            file_ranges(from, entries, &mut ranges);
         }
     }
     Ok(Plan { ranges, rss_kib })
@@ -226,8 +220,10 @@ mod tests {
         let swapped = 1 << 62;
         let absent = 0;
         let entries = [file, absent, copied, file, swapped, absent, file];
+        let mut ranges = Vec::new();
+        file_ranges(0x1000, entries, &mut ranges);
         assert_eq!(
-            file_ranges(0x1000, &entries),
+            ranges,
             vec![(0x1000, 0x3000), (0x4000, 0x5000), (0x6000, 0x8000)]
         );
     }

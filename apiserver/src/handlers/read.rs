@@ -441,9 +441,8 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
     let mut events = match ctx.api.store.watch(&prefix, start).await {
         Ok(events) => events,
         // Upstream answers a watch from a compacted revision with 200 and one ERROR event.
-        Err(minik8s_storage::Error::Compacted { compacted, .. }) => {
-            let status = ApiError::watch_too_old(start - 1, compacted).status();
-            let line = encoder.event("ERROR", status);
+        Err(e @ minik8s_storage::Error::Compacted { .. }) => {
+            let line = encoder.event("ERROR", watch_error(e).status());
             return Ok(watch_response(Body::from(line)));
         }
         Err(e) => return Err(e.into()),
@@ -473,13 +472,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
                 ev = events.next() => match ev {
                     None => return,
                     Some(Err(e)) => {
-                        let status = match e {
-                            minik8s_storage::Error::Compacted { requested, compacted } => {
-                                ApiError::watch_too_old(requested - 1, compacted)
-                            }
-                            e => ApiError::from(e),
-                        }
-                        .status();
+                        let status = watch_error(e).status();
                         let _ = tx.send(Ok(encoder.event("ERROR", status))).await;
                         return;
                     }
@@ -502,6 +495,18 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     Ok(watch_response(body))
+}
+
+/// A storage error of a watch as its ERROR event says it: a watch's `requested` revision is
+/// the one after its resourceVersion.
+fn watch_error(e: minik8s_storage::Error) -> ApiError {
+    match e {
+        minik8s_storage::Error::Compacted {
+            requested,
+            compacted,
+        } => ApiError::watch_too_old(requested - 1, compacted),
+        e => e.into(),
+    }
 }
 
 /// A watch's 200 response around its stream of events.
