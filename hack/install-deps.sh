@@ -21,9 +21,23 @@ for arg in "$@"; do
   esac
 done
 
+# Docker's own packages (containerd.io, which carries runc too) conflict with Debian's
+# containerd and runc: where they are installed, minik8s uses their containerd and runc as
+# they are (each node starts its own containerd with a private config, socket and state,
+# beside Docker's) and installs neither of Debian's. Docker itself is never touched.
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+if [ "$node" = 1 ] && installed containerd.io; then
+  log "Docker's containerd.io is installed: using its containerd and runc (Debian's conflict with it)"
+  kept=()
+  for p in "${packages[@]}"; do case "$p" in containerd|runc) ;; *) kept+=("$p") ;; esac; done
+  packages=("${kept[@]}")
+  for b in containerd containerd-shim-runc-v2 runc; do
+    command -v "$b" >/dev/null || die "containerd.io is installed but $b is not on the PATH"
+  done
+fi
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  installed "$p" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing: ${missing[*]}"

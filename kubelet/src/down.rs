@@ -121,8 +121,13 @@ pub async fn leftovers(cfg: &Config) -> Vec<String> {
     }
     if crate::netguard::held_by_none() {
         let out = tokio::process::Command::new("iptables-save").output().await;
-        if out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("MINIK8S-GUARD")) {
-            left.push("iptables chain MINIK8S-GUARD".into());
+        if let Ok(o) = out {
+            let saved = String::from_utf8_lossy(&o.stdout);
+            for chain in crate::netguard::CHAINS {
+                if saved.contains(chain) {
+                    left.push(format!("iptables chain {chain}"));
+                }
+            }
         }
         if crate::netguard::forward_saved() {
             left.push("net.ipv4.ip_forward not put back".into());

@@ -2,6 +2,12 @@
 //! fails to do), packets to the pod or service ranges never leave through an interface other
 //! than loopback and the cluster's own bridges and veths. Each node holding the guard leaves a
 //! mark file; the rules go when the last mark does.
+//!
+//! Beside the guard, the forward chain accepts pod traffic at the end of `FORWARD`, as
+//! flannel's rules do: a running Docker sets the `FORWARD` policy to `DROP` (and loads
+//! `br_netfilter`, so even traffic between two pods of one bridge passes `FORWARD`), and pods
+//! must still reach each other, Services and other nodes' pods beside it. Appended, so the
+//! rules before it (the guard, the proxy's `KUBE-FORWARD`, Docker's own) still come first.
 
 use crate::error::{Error, Result, io};
 use std::path::{Path, PathBuf};
@@ -13,6 +19,10 @@ pub const SERVICE_RANGE: &str = "10.96.0.0/12";
 /// Prefix of the bridges nodes create.
 pub const BRIDGE_PREFIX: &str = "mk8s";
 const CHAIN: &str = "MINIK8S-GUARD";
+/// The chain that accepts pod traffic whatever the `FORWARD` policy.
+const FORWARD_CHAIN: &str = "MINIK8S-FORWARD";
+/// Every chain the guard writes (gone when the last node is).
+pub const CHAINS: [&str; 2] = [CHAIN, FORWARD_CHAIN];
 const MARKS: &str = "/run/minik8s/guard";
 /// `net.ipv4.ip_forward` as it was before the first node (the CNI bridge turns it on).
 const SAVED_FORWARD: &str = "/run/minik8s/ip_forward";
@@ -41,6 +51,14 @@ pub fn rules_with(routes: &[(String, String)]) -> String {
             out.push_str(&format!(
                 "-A {CHAIN} -d {range} -m comment --comment \"minik8s: cluster traffic stays on this machine\" -j DROP\n"
             ));
+        }
+        if table == "filter" {
+            out.push_str(&format!(":{FORWARD_CHAIN} - [0:0]\n"));
+            for dir in ["-s", "-d"] {
+                out.push_str(&format!(
+                    "-A {FORWARD_CHAIN} {dir} {POD_RANGE} -m comment --comment \"minik8s: pod traffic is forwarded whatever the policy\" -j ACCEPT\n"
+                ));
+            }
         }
         out.push_str("COMMIT\n");
     }
@@ -73,8 +91,12 @@ async fn iptables(args: &[&str], input: Option<&str>) -> Result<bool> {
     Ok(out.status.success())
 }
 
-/// The jumps into the guard chain: (table, hook chain).
-const HOOKS: [(&str, &str); 2] = [("mangle", "POSTROUTING"), ("filter", "FORWARD")];
+/// The jumps into the guard chains: (table, hook chain, chain, where: `-I` first or `-A` last).
+const HOOKS: [(&str, &str, &str, &str); 3] = [
+    ("mangle", "POSTROUTING", CHAIN, "-I"),
+    ("filter", "FORWARD", CHAIN, "-I"),
+    ("filter", "FORWARD", FORWARD_CHAIN, "-A"),
+];
 
 /// Installs the guard (idempotent) and marks `holder` as holding it.
 pub async fn install(holder: &str) -> Result<()> {
@@ -90,10 +112,15 @@ pub async fn install(holder: &str) -> Result<()> {
             "iptables-restore refused the guard rules".into(),
         ));
     }
-    for (table, hook) in HOOKS {
-        let jump = ["-w", "-t", table, "-C", hook, "-j", CHAIN];
+    for (table, hook, chain, at) in HOOKS {
+        let jump = ["-w", "-t", table, "-C", hook, "-j", chain];
         if !iptables(&jump, None).await? {
-            iptables(&["-w", "-t", table, "-I", hook, "1", "-j", CHAIN], None).await?;
+            let mut add = vec!["-w", "-t", table, at, hook];
+            if at == "-I" {
+                add.push("1");
+            }
+            add.extend(["-j", chain]);
+            iptables(&add, None).await?;
         }
     }
     std::fs::create_dir_all(MARKS).map_err(io(MARKS))?;
@@ -135,10 +162,10 @@ pub async fn release(holder: &str) -> Result<()> {
     if !held_by_none() {
         return Ok(());
     }
-    for (table, hook) in HOOKS {
-        while iptables(&["-w", "-t", table, "-D", hook, "-j", CHAIN], None).await? {}
-        iptables(&["-w", "-t", table, "-F", CHAIN], None).await?;
-        iptables(&["-w", "-t", table, "-X", CHAIN], None).await?;
+    for (table, hook, chain, _) in HOOKS {
+        while iptables(&["-w", "-t", table, "-D", hook, "-j", chain], None).await? {}
+        iptables(&["-w", "-t", table, "-F", chain], None).await?;
+        iptables(&["-w", "-t", table, "-X", chain], None).await?;
     }
     if let Ok(value) = std::fs::read_to_string(SAVED_FORWARD) {
         std::fs::write(IP_FORWARD, value).map_err(io(IP_FORWARD))?;
