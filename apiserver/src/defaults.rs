@@ -42,7 +42,7 @@ pub fn pod_spec(spec: &mut Value) {
     set_default(spec, "dnsPolicy", json!("ClusterFirst"));
     set_default(spec, "securityContext", json!({}));
     set_default(spec, "schedulerName", json!("default-scheduler"));
-    for key in ["containers", "initContainers"] {
+    for key in ["containers", "initContainers", "ephemeralContainers"] {
         if let Some(cs) = spec.get_mut(key).and_then(Value::as_array_mut) {
             for c in cs {
                 let image = c
@@ -53,7 +53,9 @@ pub fn pod_spec(spec: &mut Value) {
                 set_default(c, "imagePullPolicy", json!(image_pull_policy(&image)));
                 set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
                 set_default(c, "terminationMessagePolicy", json!("File"));
-                set_default(c, "resources", json!({}));
+                if key != "ephemeralContainers" {
+                    set_default(c, "resources", json!({}));
+                }
                 if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
                     for p in ports {
                         set_default(p, "protocol", json!("TCP"));

@@ -22,6 +22,17 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         ("binding", Verb::Create) => binding(ctx, body).await,
         ("eviction", Verb::Create) => eviction(ctx).await,
         ("finalize", Verb::Update) => write::update(ctx, body).await,
+        // A pod's ephemeral containers (`kubectl debug`): the pod, written through the
+        // ephemeral containers' strategy (write::update's prepare_update, the Pod kind's rules).
+        ("ephemeralcontainers", Verb::Get | Verb::Update | Verb::Patch)
+            if ctx.res.extra_subresources.iter().any(|s| s == sub) =>
+        {
+            match ctx.req.verb {
+                Verb::Get => super::read::get(ctx).await,
+                Verb::Update => write::update(ctx, body).await,
+                _ => write::patch(ctx, body).await,
+            }
+        }
         ("approval", Verb::Get) => super::read::get(ctx).await,
         ("approval", Verb::Update | Verb::Patch) => {
             may_approve(&ctx).await?;

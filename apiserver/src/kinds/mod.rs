@@ -69,6 +69,18 @@ pub trait Strategy: Sync + Send {
     /// What an update may not change (`ValidateXUpdate`), appended to `causes`.
     fn validate_update(&self, _new: &Value, _old: &Value, _causes: &mut Vec<Cause>) {}
 
+    /// What an update through `subresource` may not change (upstream's subresource
+    /// strategies' `ValidateUpdate`); by default the kind's own update rules.
+    fn validate_subresource_update(
+        &self,
+        _subresource: &str,
+        new: &Value,
+        old: &Value,
+        causes: &mut Vec<Cause>,
+    ) {
+        self.validate_update(new, old, causes);
+    }
+
     /// The grace period of a deletion (`CheckGracefulDelete`): 0 deletes at once.
     fn deletion_grace(&self, _obj: &Value, _requested: Option<i64>) -> i64 {
         0

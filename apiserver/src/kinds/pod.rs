@@ -32,6 +32,19 @@ impl Strategy for Pod {
         pod_update(new, old, causes);
     }
 
+    fn validate_subresource_update(
+        &self,
+        subresource: &str,
+        new: &Value,
+        old: &Value,
+        causes: &mut Vec<Cause>,
+    ) {
+        match subresource {
+            "ephemeralcontainers" => ephemeral_update(new, old, causes),
+            _ => pod_update(new, old, causes),
+        }
+    }
+
     /// A pod on a node stops gracefully: the requested grace, else its
     /// `terminationGracePeriodSeconds` (30). Pods that never ran on a node, or already ended,
     /// go at once.
@@ -114,6 +127,100 @@ const POD_UPDATE_MSG: &str = "pod updates may not change fields other than `spec
 
 /// A pod's spec is fixed once created but for images, a shorter deadline, more
 /// tolerations and a few others (upstream's `ValidatePodUpdate`).
+/// An update through `pods/ephemeralcontainers` (upstream's
+/// `ValidatePodEphemeralContainersUpdate`): ephemeral containers may be added, never removed or
+/// changed, and not to static pods; a new one is named uniquely, has an image, and none of what
+/// an ephemeral container may not have.
+fn ephemeral_update(new: &Value, old: &Value, causes: &mut Vec<Cause>) {
+    if old
+        .pointer("/metadata/annotations/kubernetes.io~1config.mirror")
+        .is_some()
+    {
+        causes.push(Cause::forbidden(
+            "",
+            "static pods do not support ephemeral containers",
+        ));
+        return;
+    }
+    let list = |pod: &Value, key: &str| -> Vec<Value> {
+        pod.pointer(&format!("/spec/{key}"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let name = |c: &Value| {
+        c.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let new_ephemeral = list(new, "ephemeralContainers");
+    for o in list(old, "ephemeralContainers") {
+        match new_ephemeral.iter().find(|n| name(n) == name(&o)) {
+            None => causes.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                &format!(
+                    "existing ephemeral containers \"{}\" may not be removed\n",
+                    name(&o)
+                ),
+            )),
+            Some(n) if n != &o => causes.push(Cause::forbidden(
+                "spec.ephemeralContainers",
+                &format!(
+                    "existing ephemeral containers \"{}\" may not be changed\n",
+                    name(&o)
+                ),
+            )),
+            Some(_) => {}
+        }
+    }
+    let regular: Vec<String> = list(new, "containers")
+        .iter()
+        .chain(list(new, "initContainers").iter())
+        .map(name)
+        .collect();
+    let mut seen: Vec<String> = Vec::new();
+    for (i, c) in new_ephemeral.iter().enumerate() {
+        let at = format!("spec.ephemeralContainers[{i}]");
+        let n = name(c);
+        if n.is_empty() {
+            causes.push(Cause::required(&format!("{at}.name"), ""));
+        } else if regular.contains(&n) || seen.contains(&n) {
+            causes.push(Cause::duplicate(&format!("{at}.name"), &n));
+        }
+        seen.push(n);
+        if c.get("image")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(Cause::required(&format!("{at}.image"), ""));
+        }
+        for field in [
+            "ports",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+            "lifecycle",
+        ] {
+            if c.get(field).is_some_and(|v| !v.is_null()) {
+                causes.push(Cause::forbidden(
+                    &format!("{at}.{field}"),
+                    "cannot be set for an Ephemeral Container",
+                ));
+            }
+        }
+        if let Some(target) = c.get("targetContainerName").and_then(Value::as_str)
+            && !regular.iter().any(|r| r == target)
+        {
+            causes.push(Cause {
+                reason: "FieldValueNotFound".into(),
+                message: format!("Not found: \"{target}\""),
+                field: format!("{at}.targetContainerName"),
+            });
+        }
+    }
+}
+
 fn pod_update(new: &Value, old: &Value, causes: &mut Vec<Cause>) {
     let (Some(new_spec), Some(old_spec)) = (new.get("spec"), old.get("spec")) else {
         return;

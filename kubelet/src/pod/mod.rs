@@ -290,12 +290,22 @@ pub fn shape(pod: &Pod) -> Shape {
 /// (`fieldPath: spec.containers{name}` or `spec.initContainers{name}`).
 fn container_ref(pod: &Pod, name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
     let mut r = kube::Resource::object_ref(pod, &());
-    let init = pod
-        .spec
+    let spec = pod.spec.as_ref();
+    let init = spec
         .iter()
         .flat_map(|s| s.init_containers.iter().flatten())
         .any(|c| c.name == name);
-    let list = if init { "initContainers" } else { "containers" };
+    let ephemeral = spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .any(|c| c.name == name);
+    let list = if init {
+        "initContainers"
+    } else if ephemeral {
+        "ephemeralContainers"
+    } else {
+        "containers"
+    };
     r.field_path = Some(format!("spec.{list}{{{name}}}"));
     r
 }
@@ -510,11 +520,13 @@ impl Worker {
     ) -> bool {
         let uid = pod.uid().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
+        let ephemeral = spec::ephemeral_containers(pod);
         let Some(c) = spec
             .init_containers
             .iter()
             .flatten()
             .chain(spec.containers.iter())
+            .chain(ephemeral.iter())
             .find(|c| c.name == name)
         else {
             return false;
@@ -992,6 +1004,23 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         step("observe", &mut since);
     }
     let mut state = plan::state(&shape, &observed, now_ns());
+    // Ephemeral containers (`kubectl debug`) start once in a running pod and never again.
+    if matches!(state, State::Running { .. }) {
+        let ephemeral = spec::ephemeral_containers(&pod);
+        let new: Vec<&str> = ephemeral
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|name| observed.latest(name).is_none())
+            .collect();
+        if !new.is_empty() {
+            if w.start_all(&pod, &new, &observed, &mut prepared).await? {
+                observed = Observed::read(&w.cri, &uid).await?;
+                state = plan::state(&shape, &observed, now_ns());
+            } else {
+                requeue = Some(w.retry_after(&uid));
+            }
+        }
+    }
     // configMap, secret, downwardAPI and projected volumes follow the API while the pod
     // runs (upstream's periodic sync), at most every VOLUME_REFRESH.
     if matches!(state, State::Running { .. } | State::InitRunning { .. })

@@ -53,6 +53,21 @@ pub fn pod_labels(pod: &Pod, node: &str) -> HashMap<String, String> {
     ])
 }
 
+/// The pod's ephemeral containers (`kubectl debug`) as containers: an `EphemeralContainer`
+/// has a `Container`'s fields (less ports, probes and resources, which the API refuses), plus
+/// `targetContainerName`, which the runtime needs not.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .filter_map(|e| {
+            serde_json::to_value(e)
+                .and_then(serde_json::from_value::<Container>)
+                .ok()
+        })
+        .collect()
+}
+
 /// Whether the pod shares the node's network.
 pub fn host_network(pod: &Pod) -> bool {
     pod.spec

@@ -71,12 +71,22 @@ struct Ctx<'a> {
     initializing: bool,
 }
 
-fn container_status(ctx: &Ctx, c: &Container, init: bool) -> ContainerStatus {
+/// Which list of the spec a container is of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Init,
+    App,
+    /// Ephemeral (`kubectl debug`): never restarted, never ready.
+    Ephemeral,
+}
+
+fn container_status(ctx: &Ctx, c: &Container, kind: Kind) -> ContainerStatus {
+    let init = kind == Kind::Init;
     let latest = ctx.observed.latest(&c.name);
-    let restart = if init && ctx.shape.restart == RestartPolicy::Always {
-        RestartPolicy::OnFailure
-    } else {
-        ctx.shape.restart
+    let restart = match kind {
+        Kind::Init if ctx.shape.restart == RestartPolicy::Always => RestartPolicy::OnFailure,
+        Kind::Ephemeral => RestartPolicy::Never,
+        _ => ctx.shape.restart,
     };
     let (state, last) = match latest {
         None => {
@@ -142,7 +152,7 @@ fn container_status(ctx: &Ctx, c: &Container, init: bool) -> ContainerStatus {
         image: c.image.clone().unwrap_or_default(),
         image_id: latest.map(|r| r.image_ref.clone()).unwrap_or_default(),
         container_id: latest.map(|r| format!("containerd://{}", r.id)),
-        ready: init_done || (running && !init && verdict.is_none_or(|v| v.ready)),
+        ready: init_done || (running && kind == Kind::App && verdict.is_none_or(|v| v.ready)),
         started: Some(running && verdict.is_none_or(|v| v.started)),
         restart_count: latest.map_or(0, |r| r.attempt as i32),
         state: Some(state),
@@ -239,13 +249,17 @@ pub fn compute(
     let statuses: Vec<ContainerStatus> = spec
         .containers
         .iter()
-        .map(|c| container_status(&ctx, c, false))
+        .map(|c| container_status(&ctx, c, Kind::App))
         .collect();
     let init_statuses: Vec<ContainerStatus> = spec
         .init_containers
         .iter()
         .flatten()
-        .map(|c| container_status(&ctx, c, true))
+        .map(|c| container_status(&ctx, c, Kind::Init))
+        .collect();
+    let ephemeral_statuses: Vec<ContainerStatus> = super::spec::ephemeral_containers(pod)
+        .iter()
+        .map(|c| container_status(&ctx, c, Kind::Ephemeral))
         .collect();
     let phase = phase(state, &statuses);
     let finished = matches!(state, State::Finished { .. });
@@ -324,6 +338,8 @@ pub fn compute(
         start_time: old.start_time.clone().or(Some(stamp)),
         container_statuses: Some(statuses),
         init_container_statuses: (!init_statuses.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         qos_class: old.qos_class.clone(),
         ..Default::default()
     }
@@ -339,7 +355,6 @@ pub fn changed(old: Option<&PodStatus>, new: &PodStatus) -> bool {
         s.nominated_node_name = None;
         s.resize = None;
         s.resource_claim_statuses = None;
-        s.ephemeral_container_statuses = None;
         s.observed_generation = None;
         s
     };

@@ -193,7 +193,12 @@ pub(super) fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult
     res.strategy.validate(obj, &mut causes);
     if let Some(old) = old {
         crate::kinds::no_new_finalizers(obj, old, &mut causes);
-        res.strategy.validate_update(obj, old, &mut causes);
+        match ctx.req.subresource.as_deref() {
+            Some(sub) => res
+                .strategy
+                .validate_subresource_update(sub, obj, old, &mut causes),
+            None => res.strategy.validate_update(obj, old, &mut causes),
+        }
     }
     if causes.is_empty() {
         return Ok(());

@@ -112,6 +112,33 @@ pub fn prepare_update(
         record_manager(ctx, Some(old), new, subresource);
         return Ok(());
     }
+    if subresource == Some("ephemeralcontainers") {
+        // As upstream's dropNonEphemeralContainerUpdates: the stored pod with the request's
+        // ephemeral containers; metadata, the rest of the spec and status stay as stored.
+        let ephemeral = new.pointer("/spec/ephemeralContainers").cloned();
+        let rv = meta(new).get("resourceVersion").cloned();
+        let mut merged = old.clone();
+        match (
+            ephemeral,
+            merged.get_mut("spec").and_then(Value::as_object_mut),
+        ) {
+            (Some(e), Some(spec)) => {
+                spec.insert("ephemeralContainers".into(), e);
+            }
+            (None, Some(spec)) => {
+                spec.remove("ephemeralContainers");
+            }
+            _ => {}
+        }
+        match rv {
+            Some(rv) => object::meta_mut(&mut merged).insert("resourceVersion".into(), rv),
+            None => object::meta_mut(&mut merged).remove("resourceVersion"),
+        };
+        res.strategy.default(&mut merged);
+        *new = merged;
+        record_manager(ctx, Some(old), new, subresource);
+        return Ok(());
+    }
     let old_meta = meta(old).clone();
     {
         let m = object::meta_mut(new);
