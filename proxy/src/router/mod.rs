@@ -141,14 +141,40 @@ pub fn remove_hosts_block(file: &Path) -> std::io::Result<()> {
 /// How often every Ingress's status is brought back to the router's address.
 const STATUS_SYNC: Duration = Duration::from_secs(60);
 
-/// Whether an Ingress is the router's: class `minik8s`, or no class (the default class).
-fn ours(i: &Ingress) -> bool {
+/// Whether the router's IngressClass is marked as the cluster's default now (a user may take
+/// the mark off, or give it to another class).
+fn class_is_default(classes: &Store<IngressClass>) -> bool {
+    classes.state().iter().any(|c| {
+        c.name_any() == CLASS
+            && c.annotations()
+                .get("ingressclass.kubernetes.io/is-default-class")
+                .is_some_and(|v| v == "true")
+    })
+}
+
+/// Whether an Ingress is the router's, as upstream's controllers decide: class `minik8s`, or no
+/// class while `minik8s` is the default class. An Ingress of another class, or class-less while
+/// another class is the default, is left alone (its status is not written).
+fn ours(i: &Ingress, default_class: bool) -> bool {
     let class = i
         .spec
         .as_ref()
         .and_then(|s| s.ingress_class_name.clone())
         .or_else(|| i.annotations().get("kubernetes.io/ingress.class").cloned());
-    class.is_none_or(|c| c == CLASS)
+    match class {
+        Some(c) => c == CLASS,
+        None => default_class,
+    }
+}
+
+/// The router's Ingresses.
+fn our_ingresses(ingresses: &Store<Ingress>, classes: &Store<IngressClass>) -> Vec<Arc<Ingress>> {
+    let default_class = class_is_default(classes);
+    ingresses
+        .state()
+        .into_iter()
+        .filter(|i| ours(i, default_class))
+        .collect()
 }
 
 /// Paths of `DNS` objects that another, older object already routes: by `namespace/name`,
@@ -158,7 +184,7 @@ pub type Conflicts = std::collections::HashMap<String, Vec<String>>;
 /// The table and services from the stores, and the `DNS` paths left out as duplicates.
 pub fn build(
     dnses: &Store<DNS>,
-    ingresses: &Store<Ingress>,
+    ingresses: &[Arc<Ingress>],
     services: &Store<Service>,
 ) -> (http::State, Conflicts) {
     let mut routes = Vec::new();
@@ -220,7 +246,7 @@ pub fn build(
             },
         })
     };
-    for i in ingresses.state().iter().filter(|i| ours(i)) {
+    for i in ingresses {
         let ns = i.namespace().unwrap_or_default();
         let Some(spec) = &i.spec else { continue };
         if default.is_none() {
@@ -358,7 +384,7 @@ async fn write_status(
     state: &http::State,
     conflicts: &Conflicts,
     dnses: &Store<DNS>,
-    ingresses: &Store<Ingress>,
+    ingresses: &[Arc<Ingress>],
     node_ip: Ipv4Addr,
     full: bool,
 ) {
@@ -377,7 +403,7 @@ async fn write_status(
         }
     }
     let ip = node_ip.to_string();
-    for i in ingresses.state().iter().filter(|i| ours(i)) {
+    for i in ingresses {
         let has = i
             .status
             .as_ref()
@@ -450,11 +476,13 @@ pub async fn run(
     let (dnses, f1) = crate::mirror::<DNS>(&client, default(), &changed);
     let (ingresses, f2) = crate::mirror::<Ingress>(&client, default(), &changed);
     let (services, f3) = crate::mirror::<Service>(&client, default(), &changed);
+    let (classes, f4) = crate::mirror::<IngressClass>(&client, default(), &changed);
     let rebuild = async {
         let listed = async {
             let _ = dnses.wait_until_ready().await;
             let _ = ingresses.wait_until_ready().await;
             let _ = services.wait_until_ready().await;
+            let _ = classes.wait_until_ready().await;
         };
         tokio::select! {
             _ = listed => {}
@@ -463,8 +491,9 @@ pub async fn run(
         let mut last_hosts: Option<Vec<String>> = None;
         let mut last_full = std::time::Instant::now();
         loop {
-            let (mut state, conflicts) = build(&dnses, &ingresses, &services);
-            state.certs = certificates(&client, &ingresses).await;
+            let mine = our_ingresses(&ingresses, &classes);
+            let (mut state, conflicts) = build(&dnses, &mine, &services);
+            state.certs = certificates(&client, &mine).await;
             let state = Arc::new(state);
             *shared.write().expect("router state") = state.clone();
             let names = state.table.host_names();
@@ -486,7 +515,7 @@ pub async fn run(
                 &state,
                 &conflicts,
                 &dnses,
-                &ingresses,
+                &mine,
                 cfg.node_ip,
                 full,
             )
@@ -503,6 +532,7 @@ pub async fn run(
         _ = f1 => {}
         _ = f2 => {}
         _ = f3 => {}
+        _ = f4 => {}
         _ = rebuild => {}
     }
     let _ = serving.await;
@@ -516,10 +546,10 @@ pub async fn run(
 /// (`tls.crt`, `tls.key`); a Secret that is missing or unreadable is logged and skipped.
 async fn certificates(
     client: &Client,
-    ingresses: &Store<Ingress>,
+    ingresses: &[Arc<Ingress>],
 ) -> std::collections::HashMap<String, Arc<rustls::sign::CertifiedKey>> {
     let mut out = std::collections::HashMap::new();
-    for i in ingresses.state().iter().filter(|i| ours(i)) {
+    for i in ingresses {
         let ns = i.namespace().unwrap_or_default();
         let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
         for tls in i.spec.iter().flat_map(|s| s.tls.iter().flatten()) {
@@ -559,6 +589,22 @@ async fn certificates(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_less_ingresses_are_the_routers_only_while_its_class_is_the_default() {
+        let ingress = |class: Option<&str>| -> Ingress {
+            serde_json::from_value(json!({
+                "metadata": {"name": "i", "namespace": "d"},
+                "spec": {"ingressClassName": class},
+            }))
+            .unwrap()
+        };
+        assert!(ours(&ingress(Some(CLASS)), false));
+        assert!(ours(&ingress(Some(CLASS)), true));
+        assert!(!ours(&ingress(Some("nginx")), true));
+        assert!(ours(&ingress(None), true));
+        assert!(!ours(&ingress(None), false));
+    }
 
     #[test]
     fn the_hosts_block_is_added_replaced_and_removed_leaving_the_rest() {
