@@ -54,9 +54,23 @@ pub(crate) fn run_kubectl(
     args: &[&str],
     stdin: Option<&str>,
 ) -> Run {
+    run_client(Path::new("kubectl"), kubeconfig, home, args, stdin, &[])
+}
+
+/// Runs a client program (kubectl of some version, helm) with `kubeconfig`, a private `home`
+/// (its caches) and the variables `env`, feeding `stdin`.
+pub(crate) fn run_client(
+    program: &Path,
+    kubeconfig: &Path,
+    home: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+    env: &[(&str, &str)],
+) -> Run {
     use std::io::Write;
-    let mut child = Command::new("kubectl")
+    let mut child = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .env("KUBECONFIG", kubeconfig)
         .env("PATH", plugin_path())
         .env("HOME", home)
@@ -65,7 +79,7 @@ pub(crate) fn run_kubectl(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("kubectl runs");
+        .unwrap_or_else(|e| panic!("{} runs: {e}", program.display()));
     {
         let mut input = child.stdin.take().expect("stdin");
         if let Some(s) = stdin {
@@ -453,6 +467,18 @@ impl Cluster {
         run_kubectl(kubeconfig, self.dir.path(), args, None)
     }
 
+    /// Runs another client program (an upstream kubectl, helm) with the admin kubeconfig, a
+    /// private home and the variables `env`, feeding `stdin`.
+    pub fn client_program(
+        &self,
+        program: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+        env: &[(&str, &str)],
+    ) -> Run {
+        run_client(program, &self.kubeconfig, self.dir.path(), args, stdin, env)
+    }
+
     /// Runs kubectl with the admin kubeconfig and a private cache.
     pub fn kubectl(&self, args: &[&str]) -> Run {
         self.kubectl_stdin(args, None)
@@ -487,6 +513,21 @@ impl Cluster {
         args.extend(["-f", "-"]);
         self.kubectl_stdin(&args, Some(manifest))
     }
+}
+
+/// A program of upstream's built from Go modules by `hack/upstream.sh` (`kubectl` of v1.34,
+/// `helm`, `k9s`): in `MINIK8S_UPSTREAM_BIN`, or the repository's `target/upstream/bin`.
+pub fn upstream_bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("MINIK8S_UPSTREAM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| node::repo_root().join("target/upstream/bin"));
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `bash hack/upstream.sh {name}` (hack/test.sh does)",
+        path.display()
+    );
+    path
 }
 
 /// The sum of whitespace-separated integers (one that is not counts as -1000: never a match).
