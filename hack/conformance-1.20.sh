@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Upstream's own e2e conformance suite (v1.20.2's e2e.test) against a `minik8s up` cluster.
+# The older profile: upstream's v1.20.2 e2e conformance suite against a `minik8s up` cluster
+# (hack/conformance.sh runs the current one; PROFILE=v1.20 there runs this).
 #
-#   bash hack/conformance.sh build        fetch and build e2e.test, ginkgo, kubectl 1.20 and the images
-#   bash hack/conformance.sh run [FOCUS]  bring up a cluster, run the [Conformance] specs, tear it down
-#   bash hack/conformance.sh report DIR   per-SIG pass counts of a finished run's JUnit files
+#   bash hack/conformance-1.20.sh build        fetch and build e2e.test, ginkgo, kubectl 1.20 and the images
+#   bash hack/conformance-1.20.sh run [FOCUS]  bring up a cluster, run the [Conformance] specs, tear it down
+#   bash hack/conformance-1.20.sh report DIR   per-SIG pass counts of a finished run's JUnit files
 #
 # Everything comes from Debian's packages (../shared/conformance-notes.md): the source is
 # bookworm's `kubernetes` source package (upstream's v1.20.2 `git archive`, vendor/ included,
@@ -14,7 +15,7 @@
 # It takes long (build ~10 min, the parallel pass about an hour on 2 cores): not part of CI.
 source "$(dirname "$0")/lib.sh"
 need_root
-WORK="$(realpath -m "${WORK:-$ROOT/target/conformance}")"
+WORK="$(realpath -m "${WORK:-$ROOT/target/conformance-1.20}")"
 SRC="$WORK/src/kubernetes-1.20.2"
 GO="$WORK/go1.15/usr/lib/go-1.15/bin/go"
 OUT="$WORK/bin"
@@ -24,10 +25,12 @@ mkdir -p "$WORK" "$OUT"
 apt_private() {
   local state="$WORK/apt"
   mkdir -p "$state/lists/partial" "$state/cache/archives/partial" "$state/etc/preferences.d"
-  cat > "$state/sources.list" <<'EOF'
-deb http://deb.debian.org/debian bullseye main
-deb-src http://deb.debian.org/debian bookworm main
-EOF
+  # The machine's own Debian mirror, as apt's sources name it (deb822 or one-line format).
+  local mirror
+  mirror="$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ && $2 ~ /\/debian\/?$/ { print $2; exit }')"
+  [ -n "$mirror" ] || mirror="$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '$1 == "deb" && $2 ~ /\/debian\/?$/ { print $2; exit }')"
+  [ -n "$mirror" ] || die "no Debian mirror found in apt's sources"
+  printf 'deb %s bullseye main\ndeb-src %s bookworm main\n' "$mirror" "$mirror" > "$state/sources.list"
   : > "$state/status"
   apt-get -q -o Dir::Etc::SourceList="$state/sources.list" -o Dir::Etc::SourceParts=- \
     -o Dir::Etc::Preferences="$state/etc/preferences" -o Dir::Etc::PreferencesParts="$state/etc/preferences.d" \
@@ -83,7 +86,16 @@ build() {
   [ -x "$OUT/ginkgo" ] || { log "building ginkgo"; go build -o "$OUT/ginkgo" ./vendor/github.com/onsi/ginkgo/ginkgo; }
   [ -x "$OUT/kubectl" ] || { log "building kubectl 1.20"; go build -o "$OUT/kubectl" -ldflags "$ldflags" ./cmd/kubectl; }
   [ -x "$OUT/agnhost" ] || { log "building agnhost"; go build -o "$OUT/agnhost" ./test/images/agnhost; }
-  [ -x "$ROOT/hack/conformance-images.sh" ] && "$ROOT/hack/conformance-images.sh" "$WORK" "$OUT"
+  [ -x "$OUT/nnp" ] || { log "building nnp"; go build -o "$OUT/nnp" ./test/images/nonewprivs; }
+  if [ ! -x "$OUT/sample-apiserver" ]; then
+    # Its main package is not vendored (its libraries are): the same main.go, built inside the
+    # kubernetes module.
+    log "building sample-apiserver"
+    mkdir -p cmd/e2e-sample-apiserver
+    cp staging/src/k8s.io/sample-apiserver/main.go cmd/e2e-sample-apiserver/main.go
+    go build -o "$OUT/sample-apiserver" ./cmd/e2e-sample-apiserver
+  fi
+  "$ROOT/hack/conformance-images.sh" v1.20 "$WORK" "$OUT" "$SRC"
   true
 }
 
@@ -161,5 +173,5 @@ case "${1:-}" in
   build) build ;;
   run) shift; run "$@" ;;
   report) report "$2" ;;
-  *) die "usage: hack/conformance.sh build | run [FOCUS] | report DIR" ;;
+  *) die "usage: hack/conformance-1.20.sh build | run [FOCUS] | report DIR" ;;
 esac

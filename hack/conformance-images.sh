@@ -1,32 +1,64 @@
 #!/usr/bin/env bash
-# The images v1.20.2's [Conformance] specs run, built here without a registry (no registry is
+# The images a suite's [Conformance] specs run, built here without a registry (no registry is
 # reachable), as docker archives WORK/images/e2e-*.tar, named as WORK/repo-list.yaml remaps them
-# (KUBE_TEST_REPO_LIST): every registry but the deliberately invalid and private ones goes to
-# docker.io/<name>, which a minik8s node pulls from its local registry.
-#   bash hack/conformance-images.sh WORK BIN   (BIN holds the agnhost built from the source)
+# (KUBE_TEST_REPO_LIST): every registry but the deliberately invalid, private and authenticated
+# ones goes to docker.io/<name>, which a minik8s node pulls from its local registry.
+#   bash hack/conformance-images.sh PROFILE WORK BIN SRC
+# PROFILE is v1.34 (hack/conformance.sh) or v1.20 (hack/conformance-1.20.sh); BIN holds that
+# release's agnhost, nnp and sample-apiserver binaries; SRC is its source tree (the module
+# folder of k8s.io/kubernetes, or the unpacked v1.20.2 source), for the files images carry.
 #
-# What each is, and where it stands in for upstream's:
-# - agnhost:2.21     upstream's agnhost binary (built from the v1.20.2 source) on the node's
+# What each is, and where it stands in for upstream's (`e2e.test --list-images` names them):
+# - agnhost          upstream's agnhost binary (built from the same release) on the node's
 #                    busybox (shell, wget, ip), with Debian's curl, dig and OpenBSD nc as
 #                    upstream's alpine image has them; no iperf or coredns.
-# - busybox:1.29     the node's busybox image.
-# - pause:3.2        the node's static pause.
+# - busybox          the node's busybox image.
+# - pause            the node's static pause.
 # - httpd, nginx     stand-ins: busybox httpd on port 80 serving the image's usual docroot,
 #                    stopping on SIGTERM as upstream's do.
-# - nonroot:1.0      busybox run as uid 1234, as upstream's.
-# - nonewprivs:1.0   upstream's nnp (Go), setuid root, on busybox.
+# - nonroot          busybox run as uid 1234, as upstream's.
+# - nonewprivs       upstream's nnp (Go), setuid root, on busybox.
 # - kitten, nautilus agnhost test-webserver serving the images' html folders, as upstream's.
 # - jessie-dnsutils  busybox with Debian's dig (bind9-dnsutils) and its libraries.
-# - sample-apiserver v1.20.2's staging/src/k8s.io/sample-apiserver, built here (the spec
-#                    names the 1.17 tag), on busybox.
+# - sample-apiserver the release's k8s.io/sample-apiserver, on busybox.
 # - etcd             Debian's etcd binary and the libraries it links, as /usr/local/bin/etcd.
 source "$(dirname "$0")/lib.sh"
-WORK="$(realpath -m "${1:?WORK}")"
-BIN="$(realpath -m "${2:?BIN}")"
-SRC="$WORK/src/kubernetes-1.20.2"
+PROFILE="${1:?PROFILE}"
+WORK="$(realpath -m "${2:?WORK}")"
+BIN="$(realpath -m "${3:?BIN}")"
+SRC="$(realpath -m "${4:?SRC}")"
 OUT="$WORK/images"
 mkdir -p "$OUT"
-cat > "$WORK/repo-list.yaml" <<'EOF'
+# Each image's reference after the remapping, by profile (test/utils/image/manifest.go).
+case "$PROFILE" in
+  v1.34)
+    cat > "$WORK/repo-list.yaml" <<'EOF'
+dockerLibraryRegistry: docker.io/library
+promoterE2eRegistry: docker.io/e2e-promoter
+buildImageRegistry: docker.io/build-image
+gcEtcdRegistry: docker.io/gc
+gcRegistry: docker.io/gc
+sigStorageRegistry: docker.io/sig-storage
+cloudProviderGcpRegistry: docker.io/cloud-provider-gcp
+EOF
+    REF_AGNHOST=docker.io/e2e-promoter/agnhost:2.56
+    REF_BUSYBOX=docker.io/e2e-promoter/busybox:1.37.0-1
+    # The specs also name an older busybox in places.
+    REF_BUSYBOX_MORE=(docker.io/e2e-promoter/busybox:1.36.1-1)
+    REF_PAUSE=docker.io/gc/pause:3.10.1
+    WEB=(httpd:docker.io/e2e-promoter/httpd:2.4.38-4:/usr/local/apache2/htdocs
+         httpd:docker.io/e2e-promoter/httpd:2.4.39-4:/usr/local/apache2/htdocs
+         nginx:docker.io/e2e-promoter/nginx:1.14-4:/usr/share/nginx/html
+         nginx:docker.io/e2e-promoter/nginx:1.15-4:/usr/share/nginx/html)
+    REF_NONROOT=docker.io/e2e-promoter/nonroot:1.4
+    REF_NONEWPRIVS=docker.io/e2e-promoter/nonewprivs:1.3
+    REF_PIC=docker.io/e2e-promoter/NAME:1.7
+    REF_DNSUTILS=docker.io/e2e-promoter/jessie-dnsutils:1.7
+    REF_SAMPLE=docker.io/e2e-promoter/sample-apiserver:1.29.2
+    REF_ETCD=docker.io/gc/etcd:3.6.4-0
+    ;;
+  v1.20)
+    cat > "$WORK/repo-list.yaml" <<'EOF'
 dockerLibraryRegistry: docker.io/library
 e2eRegistry: docker.io/e2e
 e2eVolumeRegistry: docker.io/e2e-volume
@@ -39,8 +71,28 @@ gcrReleaseRegistry: docker.io/gcr-release
 dockerGluster: docker.io/gluster
 sampleRegistry: docker.io/e2e
 EOF
+    REF_AGNHOST=docker.io/e2e-promoter/agnhost:2.21
+    REF_BUSYBOX=docker.io/library/busybox:1.29
+    REF_BUSYBOX_MORE=()
+    REF_PAUSE=docker.io/gc/pause:3.2
+    WEB=(httpd:docker.io/library/httpd:2.4.38-alpine:/usr/local/apache2/htdocs
+         httpd:docker.io/library/httpd:2.4.39-alpine:/usr/local/apache2/htdocs
+         nginx:docker.io/library/nginx:1.14-alpine:/usr/share/nginx/html
+         nginx:docker.io/library/nginx:1.15-alpine:/usr/share/nginx/html)
+    REF_NONROOT=docker.io/e2e/nonroot:1.0
+    REF_NONEWPRIVS=docker.io/e2e/nonewprivs:1.0
+    REF_PIC=docker.io/e2e/NAME:1.0
+    REF_DNSUTILS=docker.io/e2e/jessie-dnsutils:1.0
+    REF_SAMPLE=docker.io/e2e/sample-apiserver:1.17
+    REF_ETCD=docker.io/gc/etcd:3.4.13-0
+    ;;
+  *) die "unknown profile $PROFILE (known: v1.34, v1.20)" ;;
+esac
+for b in agnhost nnp sample-apiserver; do
+  [ -x "$BIN/$b" ] || die "$BIN/$b is missing (the suite's build makes it)"
+done
 # Bump when the set of images changes, so an older set is rebuilt.
-VERSION=6
+VERSION="7-$PROFILE"
 [ "$(head -1 "$OUT/.done" 2>/dev/null)" = "$VERSION" ] && exit 0
 for tool in umoci skopeo gcc; do
   command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
@@ -128,11 +180,18 @@ ln -sf nc.openbsd b-agnhost/rootfs/bin/nc
 host_bin b-agnhost/rootfs /usr/bin/getent
 mkdir -p b-agnhost/rootfs/uploads
 cp "$SRC/test/images/agnhost/porter/localhost.crt" "$SRC/test/images/agnhost/porter/localhost.key" b-agnhost/rootfs/
-image agnhost docker.io/e2e-promoter/agnhost:2.21 --config.entrypoint /agnhost --config.cmd pause
+image agnhost "$REF_AGNHOST" --config.entrypoint /agnhost --config.cmd pause
 
 new busybox
 busybox_rootfs b-busybox/rootfs
-image busybox docker.io/library/busybox:1.29 --config.cmd sh
+image busybox "$REF_BUSYBOX" --config.cmd sh
+i=0
+for ref in "${REF_BUSYBOX_MORE[@]}"; do
+  i=$((i + 1))
+  new "busybox-$i"
+  busybox_rootfs "b-busybox-$i/rootfs"
+  image "busybox-$i" "$ref" --config.cmd sh
+done
 
 cat > pause.c <<'C'
 #include <signal.h>
@@ -145,12 +204,11 @@ C
 gcc -static -Os -o pause pause.c && strip pause
 new pause
 cp pause b-pause/rootfs/pause
-image pause docker.io/gc/pause:3.2 --config.entrypoint /pause
+image pause "$REF_PAUSE" --config.entrypoint /pause
 
 log "httpd and nginx stand-ins"
-for web in httpd:2.4.38-alpine:/usr/local/apache2/htdocs httpd:2.4.39-alpine:/usr/local/apache2/htdocs \
-           nginx:1.14-alpine:/usr/share/nginx/html nginx:1.15-alpine:/usr/share/nginx/html; do
-  IFS=: read -r name tag root <<<"$web"
+for web in "${WEB[@]}"; do
+  IFS=: read -r name repo tag root <<<"$web"
   n="$name-${tag//./-}"
   new "$n"
   busybox_rootfs "b-$n/rootfs"
@@ -162,30 +220,28 @@ for web in httpd:2.4.38-alpine:/usr/local/apache2/htdocs httpd:2.4.39-alpine:/us
   fi
   # Under a shell that stops on SIGTERM, as upstream's httpd and nginx do: busybox httpd as
   # PID 1 ignores it and a deleted pod would wait out its whole grace period.
-  image "$n" "docker.io/library/$name:$tag" --config.cmd sh --config.cmd=-c \
+  image "$n" "$repo:$tag" --config.cmd sh --config.cmd=-c \
     --config.cmd="trap 'exit 0' TERM INT; httpd -f -p 80 -h $root & wait" --config.exposedports 80/tcp
 done
 
 log "nonroot, nonewprivs, kitten, nautilus"
 new nonroot
 busybox_rootfs b-nonroot/rootfs
-image nonroot docker.io/e2e/nonroot:1.0 --config.user 1234 --config.cmd sh
+image nonroot "$REF_NONROOT" --config.user 1234 --config.cmd sh
 
 new nonewprivs
 busybox_rootfs b-nonewprivs/rootfs
 mkdir -p b-nonewprivs/rootfs/usr/local/bin
-(cd "$SRC" && GOROOT="$WORK/go1.15/usr/lib/go-1.15" GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" \
-  GOFLAGS=-mod=vendor CGO_ENABLED=0 "$WORK/go1.15/usr/lib/go-1.15/bin/go" build \
-  -o "$work/b-nonewprivs/rootfs/usr/local/bin/nnp" ./test/images/nonewprivs)
+cp "$BIN/nnp" b-nonewprivs/rootfs/usr/local/bin/nnp
 chmod 4755 b-nonewprivs/rootfs/usr/local/bin/nnp
-image nonewprivs docker.io/e2e/nonewprivs:1.0 --config.cmd nnp
+image nonewprivs "$REF_NONEWPRIVS" --config.cmd nnp
 
 for pic in kitten nautilus; do
   new "$pic"
   busybox_rootfs "b-$pic/rootfs"
   cp "$BIN/agnhost" "b-$pic/rootfs/agnhost"
   cp "$SRC/test/images/$pic/html/"* "b-$pic/rootfs/"
-  image "$pic" "docker.io/e2e/$pic:1.0" --config.entrypoint /agnhost --config.cmd test-webserver
+  image "$pic" "${REF_PIC/NAME/$pic}" --config.entrypoint /agnhost --config.cmd test-webserver
 done
 
 log "jessie-dnsutils (Debian's dig)"
@@ -193,19 +249,13 @@ new dnsutils
 busybox_rootfs b-dnsutils/rootfs
 debs_into b-dnsutils/rootfs "bind9-dnsutils bind9-libs" /usr/bin/dig
 host_bin b-dnsutils/rootfs /usr/bin/getent
-image dnsutils docker.io/e2e/jessie-dnsutils:1.0 --config.cmd sh
+image dnsutils "$REF_DNSUTILS" --config.cmd sh
 
-log "sample-apiserver (built from the source) and etcd (Debian's)"
+log "sample-apiserver and etcd (Debian's)"
 new sampleapiserver
 busybox_rootfs b-sampleapiserver/rootfs
-# Its main package is not vendored (its libraries are): the same main.go, built inside the
-# kubernetes module.
-mkdir -p "$SRC/cmd/e2e-sample-apiserver"
-cp "$SRC/staging/src/k8s.io/sample-apiserver/main.go" "$SRC/cmd/e2e-sample-apiserver/main.go"
-(cd "$SRC" && GOROOT="$WORK/go1.15/usr/lib/go-1.15" GOPATH="$WORK/gopath" GOCACHE="$WORK/gocache" \
-  GOFLAGS=-mod=vendor CGO_ENABLED=0 "$WORK/go1.15/usr/lib/go-1.15/bin/go" build \
-  -o "$work/b-sampleapiserver/rootfs/kube-sample-apiserver" ./cmd/e2e-sample-apiserver)
-image sampleapiserver docker.io/e2e/sample-apiserver:1.17 --config.entrypoint /kube-sample-apiserver
+cp "$BIN/sample-apiserver" b-sampleapiserver/rootfs/kube-sample-apiserver
+image sampleapiserver "$REF_SAMPLE" --config.entrypoint /kube-sample-apiserver
 
 new etcd
 busybox_rootfs b-etcd/rootfs
@@ -216,7 +266,7 @@ for lib in $(ldd "$etcd_bin" | awk '/=>/ && $3 ~ /^\// { print $3 } /^\t\/lib/ {
   mkdir -p "b-etcd/rootfs$(dirname "$lib")"
   cp -L "$lib" "b-etcd/rootfs$lib"
 done
-image etcd docker.io/gc/etcd:3.4.13-0 --config.cmd /usr/local/bin/etcd
+image etcd "$REF_ETCD" --config.cmd /usr/local/bin/etcd
 
 echo "$VERSION" > "$OUT/.done"
 date >> "$OUT/.done"

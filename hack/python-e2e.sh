@@ -8,7 +8,7 @@
 # pinned below (the folder is not in the PyPI package: copy it from a checkout of
 # kubernetes-client/python). Not part of CI: it needs that checkout.
 #
-# Stand-in images, since no registry is reachable (as hack/conformance-images.sh's): `python`
+# Stand-in images, since no registry is reachable (as hack/conformance-images-1.20.sh's): `python`
 # is the Function runtime's Debian Python with `python` on its PATH, `nginx` and
 # `nginx:1.15.4` the conformance nginx stand-in (busybox httpd on port 80), and
 # `k8s.gcr.io/pause:2.0` the node's pause image.
@@ -35,8 +35,8 @@ if [ -d "$DATA" ]; then
   find "$DATA" -mindepth 1 -maxdepth 1 ! -name images -exec rm -rf {} +
 fi
 "$ROOT/hack/images.sh" "$DATA/images" >/dev/null
-[ -s "$ROOT/target/conformance/images/e2e-nginx-1-15-alpine.tar" ] \
-  || die "the nginx stand-in is missing: run hack/conformance.sh build first"
+[ -s "$ROOT/target/conformance-1.20/images/e2e-nginx-1-15-alpine.tar" ] \
+  || die "the nginx stand-in is missing: run hack/conformance-1.20.sh build first"
 
 # retag SRC_ARCHIVE OUT_ARCHIVE REF: the image of SRC_ARCHIVE under REF.
 retag() {
@@ -60,7 +60,7 @@ if [ ! -s "$DATA/images/python.tar" ]; then
   skopeo copy -q "oci:$tmp/layout:python" "docker-archive:$DATA/images/python.tar:docker.io/library/python:latest"
   rm -rf "$tmp"
 fi
-nginx="$ROOT/target/conformance/images/e2e-nginx-1-15-alpine.tar"
+nginx="$ROOT/target/conformance-1.20/images/e2e-nginx-1-15-alpine.tar"
 [ -s "$DATA/images/nginx.tar" ] || retag "$nginx" "$DATA/images/nginx.tar" docker.io/library/nginx:latest
 [ -s "$DATA/images/nginx-1-15-4.tar" ] || retag "$nginx" "$DATA/images/nginx-1-15-4.tar" docker.io/library/nginx:1.15.4
 [ -s "$DATA/images/pause-2.tar" ] || retag "$DATA/images/pause.tar" "$DATA/images/pause-2.tar" k8s.gcr.io/pause:2.0
