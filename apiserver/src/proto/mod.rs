@@ -464,6 +464,27 @@ fn special_or_message(b: &[u8], name: &str, depth: usize) -> Result<Value, Proto
                     None => Value::Null,
                 }
             }
+            // A CRD schema's either-or fields: JSON has the schema or the other form.
+            (true, "JsonSchemaPropsOrArray") => {
+                let m = generic()?;
+                m.get("schema")
+                    .or_else(|| m.get("jSonSchemas"))
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }
+            (true, "JsonSchemaPropsOrBool") => {
+                let m = generic()?;
+                m.get("schema")
+                    .cloned()
+                    .unwrap_or_else(|| m.get("allows").cloned().unwrap_or(Value::Bool(false)))
+            }
+            (true, "JsonSchemaPropsOrStringArray") => {
+                let m = generic()?;
+                m.get("schema")
+                    .or_else(|| m.get("property"))
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            }
             (true, "Duration") => {
                 let ns = generic()?
                     .get("duration")
@@ -562,6 +583,37 @@ mod tests {
         assert_eq!(
             decode_message(&spec, "api.apps.v1.DaemonSetSpec", 0).unwrap(),
             serde_json::json!({"revisionHistoryLimit": 0})
+        );
+    }
+
+    #[test]
+    fn a_crd_schemas_items_and_additional_properties_decode_as_their_json_forms() {
+        const PROPS: &str = "apiextensions_apiserver.pkg.apis.apiextensions.v1.JsonSchemaProps";
+        // {type: object} inside JSONSchemaPropsOrArray{schema} (items) and
+        // JSONSchemaPropsOrBool{schema} (additionalProperties); and OrBool{allows: true}.
+        let mut object = Vec::new();
+        field(5, b"object", &mut object);
+        let mut either = Vec::new();
+        field(1, &object, &mut either);
+        let mut or_bool = Vec::new();
+        field(2, &object, &mut or_bool);
+        let mut array = Vec::new();
+        field(5, b"array", &mut array);
+        field(24, &either, &mut array);
+        field(30, &or_bool, &mut array);
+        assert_eq!(
+            decode_message(&array, PROPS, 0).unwrap(),
+            serde_json::json!({"type": "array", "items": {"type": "object"}, "additionalProperties": {"type": "object"}})
+        );
+        let mut allows = Vec::new();
+        varint(1 << 3, &mut allows);
+        varint(1, &mut allows);
+        let mut open = Vec::new();
+        field(5, b"object", &mut open);
+        field(30, &allows, &mut open);
+        assert_eq!(
+            decode_message(&open, PROPS, 0).unwrap(),
+            serde_json::json!({"type": "object", "additionalProperties": true})
         );
     }
 
