@@ -95,6 +95,11 @@ impl Authenticator {
         Ok(Authenticator { tokens })
     }
 
+    /// The user of a static token, if it is one.
+    pub fn static_token(&self, token: &str) -> Option<&User> {
+        self.tokens.get(token)
+    }
+
     /// Who sent the request: a user, a token to verify as a ServiceAccount token, or 401.
     pub fn authenticate(&self, parts: &Parts) -> ApiResult<Credential> {
         if let Some(auth) = parts.headers.get(header::AUTHORIZATION) {

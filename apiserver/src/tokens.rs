@@ -145,6 +145,15 @@ pub async fn authenticate_bootstrap(
     Ok(crate::auth::User::new(token.user(), groups))
 }
 
+/// The user a bearer token that is not a static one stands for: a bootstrap token's or a
+/// ServiceAccount token's; 401 otherwise.
+pub async fn user_of(api: &crate::Api, token: &str) -> crate::error::ApiResult<crate::auth::User> {
+    match minik8s_types::bootstrap::Token::parse(token) {
+        Some(t) => authenticate_bootstrap(api, &t).await,
+        None => authenticate(api, token).await,
+    }
+}
+
 /// The user of a ServiceAccount token, if it verifies and its ServiceAccount (and bound pod)
 /// still exist; 401 otherwise.
 pub async fn authenticate(

@@ -963,11 +963,35 @@ fn service_account_tokens_authenticate_until_they_expire() {
         "{text} {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A TokenReview (what webhook token authenticators send) says who the token is.
+    let review = |token: &str| {
+        let r = c.with_manifest(
+            &["create", "-o", "json"],
+            &format!(
+                "{{\"apiVersion\": \"authentication.k8s.io/v1\", \"kind\": \"TokenReview\", \"spec\": {{\"token\": \"{token}\"}}}}"
+            ),
+        );
+        assert!(r.ok, "{r:?}");
+        serde_json::from_str::<serde_json::Value>(&r.stdout).unwrap()["status"].clone()
+    };
+    let status = review(&token);
+    assert_eq!(status["authenticated"], true, "{status}");
+    assert_eq!(
+        status["user"]["username"], "system:serviceaccount:default:default",
+        "{status}"
+    );
+    assert!(status.get("error").is_none(), "{status}");
     std::thread::sleep(Duration::from_secs(4));
     let out = whoami(&token);
     assert!(
         !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
         "an expired token is refused"
+    );
+    let status = review(&token);
+    assert!(
+        status.get("authenticated").is_none_or(|a| a == false)
+            && status["error"].as_str().is_some_and(|e| !e.is_empty()),
+        "an expired token reviews as not authenticated: {status}"
     );
     // A token for a ServiceAccount that is deleted stops working too.
     c.ok(&["create", "serviceaccount", "bot"]);

@@ -142,10 +142,7 @@ async fn handle(
     record.verb = parts.method.as_str().to_ascii_lowercase();
     let user = match api.authn.authenticate(&parts)? {
         crate::auth::Credential::User(u) => u,
-        crate::auth::Credential::Token(t) => match minik8s_types::bootstrap::Token::parse(&t) {
-            Some(token) => crate::tokens::authenticate_bootstrap(&api, &token).await?,
-            None => crate::tokens::authenticate(&api, &t).await?,
-        },
+        crate::auth::Credential::Token(t) => crate::tokens::user_of(&api, &t).await?,
         crate::auth::Credential::Anonymous => crate::auth::anonymous(),
     };
     let anonymous = user.name == "system:anonymous";

@@ -1,6 +1,6 @@
 //! Review resources, answered at once and never stored: SelfSubjectAccessReview,
-//! SubjectAccessReview, LocalSubjectAccessReview (`kubectl auth can-i`) and SelfSubjectReview
-//! (`kubectl auth whoami`).
+//! SubjectAccessReview, LocalSubjectAccessReview (`kubectl auth can-i`), SelfSubjectReview
+//! (`kubectl auth whoami`) and TokenReview.
 
 use super::{Ctx, json_response};
 use crate::auth::User;
@@ -65,6 +65,36 @@ pub async fn handle(ctx: Ctx, answers: Review, body: Bytes) -> ApiResult<Respons
     let status = match answers {
         Review::SelfSubject => {
             json!({"userInfo": {"username": ctx.user.name, "groups": ctx.user.groups}})
+        }
+        Review::Token => {
+            // As upstream's TokenReview REST: the token through this server's authenticators;
+            // a token none accepts is answered (201) with authenticated false, not an error.
+            let token = s(&spec, "/token");
+            if token.is_empty() {
+                return Err(ApiError::bad_request(
+                    "token is required for TokenReview in spec",
+                ));
+            }
+            let user = match ctx.api.authn.static_token(&token) {
+                Some(u) => Ok(u.clone()),
+                None => crate::tokens::user_of(&ctx.api, &token).await,
+            };
+            let audiences = spec
+                .get("audiences")
+                .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
+                .cloned()
+                .unwrap_or_else(|| json!(["https://kubernetes.default.svc.cluster.local"]));
+            match user {
+                Ok(u) => json!({
+                    "authenticated": true,
+                    "user": {"username": u.name, "groups": u.groups},
+                    "audiences": audiences,
+                }),
+                Err(_) => json!({
+                    "user": {},
+                    "error": "[invalid bearer token, token lookup failed]",
+                }),
+            }
         }
         Review::SelfAccess | Review::Access => {
             let user = if answers == Review::SelfAccess {

@@ -474,6 +474,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             false,
             Review::SelfSubject,
         ),
+        review::<k8s_openapi::api::authentication::v1::TokenReview>(false, Review::Token),
         // resource metrics, gathered from the kubelets
         metrics("NodeMetrics", "nodes", false),
         metrics("PodMetrics", "pods", true),

@@ -121,6 +121,9 @@ pub enum Review {
     Access,
     /// Who the requesting user is (SelfSubjectReview, `kubectl auth whoami`).
     SelfSubject,
+    /// Who a bearer token authenticates as (TokenReview, what webhook token authenticators
+    /// ask).
+    Token,
 }
 
 /// One `additionalPrinterColumns` entry of a CRD.
