@@ -320,6 +320,11 @@ fn everyday_verbs(k: &Kubectl) {
         ],
         |s| !s.is_empty(),
     );
+    // Pods carry metadata.generation (1.33): the ephemeral container was a spec change.
+    assert_eq!(
+        k.ok(&["get", "pod", &pod, "-o", "jsonpath={.metadata.generation}"]),
+        "2"
+    );
     let out = k.eventually(&["logs", &pod, "-c", "debugger"], |s| {
         s.contains("debugging")
     });

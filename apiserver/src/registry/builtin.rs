@@ -178,6 +178,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                 short: &["po"],
                 all: true,
                 status: true,
+                // metadata.generation: 1 on create, bumped by spec changes (1.33's pods).
+                generation: true,
                 subresources: &[
                     "attach",
                     "binding",

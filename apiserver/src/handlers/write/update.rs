@@ -135,6 +135,16 @@ pub fn prepare_update(
             None => object::meta_mut(&mut merged).remove("resourceVersion"),
         };
         res.strategy.default(&mut merged);
+        // As upstream's updatePodGeneration: new ephemeral containers are a spec change.
+        let changed =
+            merged.pointer("/spec/ephemeralContainers") != old.pointer("/spec/ephemeralContainers");
+        if res.generation && changed {
+            let g = meta(old)
+                .get("generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            object::meta_mut(&mut merged).insert("generation".into(), json!(g + 1));
+        }
         *new = merged;
         record_manager(ctx, Some(old), new, subresource);
         return Ok(());
