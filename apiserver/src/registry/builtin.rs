@@ -450,6 +450,12 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                 ..Default::default()
             },
         ),
+        // CSI objects the drivers and the attach controller of a CSI setup write; served as
+        // upstream's API (no CSI driver runs here).
+        row::<storage::CSIDriver>(&kinds::Plain, Extra::default()),
+        row::<storage::CSINode>(&kinds::Plain, Extra::default()),
+        row::<storage::CSIStorageCapacity>(&kinds::Plain, Extra::default()),
+        row::<storage::VolumeAttachment>(&kinds::Plain, status()),
         row::<scheduling::PriorityClass>(
             &kinds::scheduling::PriorityClass,
             Extra {
