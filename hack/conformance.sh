@@ -83,10 +83,16 @@ down() {
   pkill -TERM -f "minik8s init --data-dir $DATA/" 2>/dev/null || true
   pkill -TERM -f "docker-registry serve $DATA/worker-registry" 2>/dev/null || true
   sleep 2
-  [ -x "$ROOT/target/release/minik8s" ] && {
-    "$ROOT/target/release/minik8s" down --data-dir "$DATA/$WORKER" >/dev/null 2>&1 || true
-    "$ROOT/target/release/minik8s" down --data-dir "$DATA/cp" >/dev/null 2>&1 || true
-  }
+  # Each node by its name (its guard mark is named after it); the worker's rules are in its
+  # own namespace.
+  if [ -x "$ROOT/target/release/minik8s" ]; then
+    if [ -e "/run/netns/$WORKER_NS" ]; then
+      nsenter --net="/run/netns/$WORKER_NS" "$ROOT/target/release/minik8s" down \
+        --data-dir "$DATA/$WORKER" --node-name "$WORKER" >/dev/null 2>&1 || true
+    fi
+    "$ROOT/target/release/minik8s" down --data-dir "$DATA/$WORKER" --node-name "$WORKER" >/dev/null 2>&1 || true
+    "$ROOT/target/release/minik8s" down --data-dir "$DATA/cp" --node-name e2e-cp >/dev/null 2>&1 || true
+  fi
   ip netns del "$WORKER_NS" 2>/dev/null || true
   ip link del "mk8sv-$WORKER" 2>/dev/null || true
   ip link del "$NET_BRIDGE" 2>/dev/null || true
