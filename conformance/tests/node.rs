@@ -72,6 +72,22 @@ fn a_real_node_runs_pods_as_containers_and_reports_them_as_upstream() {
         "True"
     );
 
+    // A privileged container runs: its sandbox is made privileged too, as upstream's kubelet
+    // does (containerd refuses a privileged container in an unprivileged sandbox).
+    let r = c.with_manifest(
+        &["apply"],
+        r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox",
+              "command": ["sh", "-c", "ls /dev/kmsg && sleep 3600"],
+              "securityContext": {"privileged": true}}]}}"#,
+    );
+    assert!(r.ok, "{r:?}");
+    c.eventually(
+        &["get", "pod", "root", "-o", "jsonpath={.status.phase}"],
+        |s| s == "Running",
+    );
+    c.ok(&["delete", "pod", "root", "--wait=false"]);
+
     // kubectl logs shows what the container printed; -f follows it until it ends.
     assert_eq!(c.ok(&["logs", "hello"]), "hello from a pod\n");
     c.ok(&[

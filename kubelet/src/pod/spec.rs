@@ -267,12 +267,35 @@ pub fn sandbox_config(pod: &Pod, layout: &Layout, attempt: u32) -> cri::PodSandb
                 .collect(),
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespaces(pod)),
+                // As upstream's kubelet (determinePodSandboxPrivilege): a sandbox is
+                // privileged when one of its containers is, or the runtime refuses that
+                // container ("no privileged container allowed in sandbox").
+                privileged: privileged(pod),
                 ..Default::default()
             }),
             ..Default::default()
         }),
         ..Default::default()
     }
+}
+
+/// Whether any container of the pod (init, app or ephemeral) asks to be privileged.
+fn privileged(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else {
+        return false;
+    };
+    let is = |sc: Option<&k8s_openapi::api::core::v1::SecurityContext>| {
+        sc.and_then(|s| s.privileged).unwrap_or(false)
+    };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| is(c.security_context.as_ref()))
+        || spec
+            .ephemeral_containers
+            .iter()
+            .flatten()
+            .any(|c| is(c.security_context.as_ref()))
 }
 
 fn quantity(c: &Container, which: &str, name: &str) -> Option<Quantity> {
