@@ -99,32 +99,9 @@ build() {
   true
 }
 
+# One report for both profiles: hack/conformance.sh's.
 report() {
-  local dir="$1"
-  python3 - "$dir" <<'PY'
-import glob, re, sys, collections, xml.etree.ElementTree as ET
-per = collections.defaultdict(lambda: [0, 0, 0])
-failed = []
-for f in glob.glob(sys.argv[1] + "/junit_*.xml"):
-    for case in ET.parse(f).getroot().iter("testcase"):
-        name = case.get("name", "")
-        if "[Conformance]" not in name:
-            continue
-        sig = (re.search(r"\[sig-([a-z-]+)\]", name) or [None, "other"])[1]
-        if case.find("skipped") is not None:
-            per[sig][2] += 1
-        elif case.find("failure") is not None or case.find("error") is not None:
-            per[sig][1] += 1
-            failed.append(name)
-        else:
-            per[sig][0] += 1
-p = sum(v[0] for v in per.values()); t = sum(v[0] + v[1] for v in per.values())
-for sig, (ok, bad, skip) in sorted(per.items()):
-    print(f"sig-{sig:<20} {ok:4d} passed {bad:4d} failed {skip:4d} skipped")
-print(f"total {p}/{t} passed ({100 * p / max(t, 1):.1f} %)")
-for n in sorted(failed):
-    print("FAILED", n)
-PY
+  PROFILE=v1.34 "$ROOT/hack/conformance.sh" report "$1"
 }
 
 run() {
