@@ -123,47 +123,22 @@ fn pods_reach_pods_and_services_when_docker_has_set_forward_to_drop() {
         assert!(body.starts_with("web-"), "the node reaches {ip}: {body:?}");
     }
 
+    // What the client pod fetches from `url`.
+    let fetch = |url: &str| c.ok(&["exec", "client", "--", "wget", "-T", "5", "-qO-", url]);
     // Pod to pod across the bridge (FORWARD with br_netfilter) and pod to the ClusterIP (DNAT,
     // then FORWARD), with the policy DROP.
     for ip in &ips {
-        let got = c.ok(&[
-            "exec",
-            "client",
-            "--",
-            "wget",
-            "-T",
-            "5",
-            "-qO-",
-            &format!("http://{ip}:8080/"),
-        ]);
+        let got = fetch(&format!("http://{ip}:8080/"));
         assert!(got.starts_with("web-"), "client reaches pod {ip}: {got:?}");
     }
     let vip = jsonpath(&c, &["service", "web"], "{.spec.clusterIP}");
-    let got = c.ok(&[
-        "exec",
-        "client",
-        "--",
-        "wget",
-        "-T",
-        "5",
-        "-qO-",
-        &format!("http://{vip}/"),
-    ]);
+    let got = fetch(&format!("http://{vip}/"));
     assert!(
         got.starts_with("web-"),
         "client reaches the Service: {got:?}"
     );
     // And by name, through the cluster DNS.
-    let got = c.ok(&[
-        "exec",
-        "client",
-        "--",
-        "wget",
-        "-T",
-        "5",
-        "-qO-",
-        "http://web.default.svc.cluster.local/",
-    ]);
+    let got = fetch("http://web.default.svc.cluster.local/");
     assert!(
         got.starts_with("web-"),
         "client reaches the Service by name: {got:?}"

@@ -83,7 +83,7 @@ pub async fn handle(ctx: Ctx, answers: Review, body: Bytes) -> ApiResult<Respons
                 .get("audiences")
                 .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
                 .cloned()
-                .unwrap_or_else(|| json!(["https://kubernetes.default.svc.cluster.local"]));
+                .unwrap_or_else(|| json!([crate::tokens::ISSUER]));
             match user {
                 Ok(u) => json!({
                     "authenticated": true,
