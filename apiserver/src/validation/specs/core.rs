@@ -122,6 +122,23 @@ pub(crate) fn is_env_name(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| (b' '..=b'~').contains(&b) && b != b'=')
 }
 
+/// Upstream's message for a sysctl name that is not one.
+const SYSCTL_MSG: &str = r"must have at most 253 characters and match regex ^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$";
+
+/// Whether `name` is a sysctl name: segments of `[a-z0-9]([-_a-z0-9]*[a-z0-9])?` joined by
+/// `.` or `/`, at most 253 characters (upstream's `IsValidSysctlName`).
+fn is_sysctl_name(name: &str) -> bool {
+    let segment = |s: &str| {
+        let b = s.as_bytes();
+        let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+        !b.is_empty()
+            && b.first().is_some_and(edge)
+            && b.last().is_some_and(edge)
+            && b.iter().all(|c| edge(c) || matches!(c, b'-' | b'_'))
+    };
+    name.len() <= 253 && name.split(['.', '/']).all(segment)
+}
+
 pub(crate) fn pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>) {
     let Some(spec) = spec else {
         causes.push(Cause::required(&format!("{path}.containers"), ""));
@@ -184,6 +201,22 @@ pub(crate) fn pod_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Cause>
     }
     at_least(Some(spec), "terminationGracePeriodSeconds", path, 0, causes);
     at_least(Some(spec), "activeDeadlineSeconds", path, 1, causes);
+    let mut sysctls = HashSet::new();
+    for (i, s) in spec
+        .pointer("/securityContext/sysctls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let field = format!("{path}.securityContext.sysctls[{i}].name");
+        match str_at(Some(s), "name") {
+            None | Some("") => causes.push(Cause::required(&field, "")),
+            Some(n) if !is_sysctl_name(n) => causes.push(Cause::invalid(&field, n, SYSCTL_MSG)),
+            Some(n) if !sysctls.insert(n.to_owned()) => causes.push(Cause::duplicate(&field, n)),
+            Some(_) => {}
+        }
+    }
     // Volumes: unique names; mounts must name one.
     let mut volumes = HashSet::new();
     if let Some(vs) = spec.get("volumes").and_then(Value::as_array) {
@@ -380,8 +413,32 @@ pub(crate) fn claim(spec: Option<&Value>, causes: &mut Vec<Cause>) {
     }
 }
 
-/// The volume sources a PersistentVolume may have here (node-local ones).
-const PV_SOURCES: &[&str] = &["hostPath", "local"];
+/// The volume sources of a PersistentVolume (upstream's list). The API takes them all; the
+/// kubelet here mounts `hostPath` and `local` ones.
+const PV_SOURCES: &[&str] = &[
+    "gcePersistentDisk",
+    "awsElasticBlockStore",
+    "hostPath",
+    "glusterfs",
+    "nfs",
+    "rbd",
+    "quobyte",
+    "iscsi",
+    "cinder",
+    "cephfs",
+    "fc",
+    "flocker",
+    "flexVolume",
+    "azureFile",
+    "vsphereVolume",
+    "azureDisk",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "scaleIO",
+    "local",
+    "storageos",
+    "csi",
+];
 
 /// A PersistentVolume: capacity, access modes, exactly one (supported) source.
 pub(crate) fn volume(spec: Option<&Value>, causes: &mut Vec<Cause>) {
@@ -395,15 +452,23 @@ pub(crate) fn volume(spec: Option<&Value>, causes: &mut Vec<Cause>) {
         .filter(|k| spec.and_then(|s| s.get(*k)).is_some_and(|v| !v.is_null()))
         .collect();
     match sources.len() {
-        0 => causes.push(Cause::required(
-            "spec",
-            "must specify a volume type (hostPath or local)",
-        )),
+        0 => causes.push(Cause::required("spec", "must specify a volume type")),
         1 => {}
         _ => causes.push(Cause::forbidden(
             &format!("spec.{}", sources[1]),
             "may not specify more than 1 volume type",
         )),
+    }
+    if let Some(csi) = spec.and_then(|s| s.get("csi")).filter(|c| !c.is_null()) {
+        for key in ["driver", "volumeHandle"] {
+            if csi
+                .get(key)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                causes.push(Cause::required(&format!("spec.csi.{key}"), ""));
+            }
+        }
     }
     if spec
         .and_then(|s| s.get("local"))

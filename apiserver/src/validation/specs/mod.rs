@@ -243,7 +243,7 @@ mod tests {
                 "PersistentVolume",
                 json!({"spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}}})
             ),
-            ["spec: Required value: must specify a volume type (hostPath or local)"]
+            ["spec: Required value: must specify a volume type"]
         );
     }
 
@@ -327,6 +327,20 @@ mod tests {
         assert!(
             got.iter()
                 .any(|c| c.ends_with("must be less than or equal to cpu limit"))
+        );
+    }
+
+    #[test]
+    fn invalid_sysctl_names_are_refused_and_others_left_to_the_node() {
+        let pod = json!({"spec": {"containers": [{"name": "c", "image": "i"}],
+            "securityContext": {"sysctls": [{"name": "foo-", "value": "bar"},
+                {"name": "kernel.shmmax", "value": "1"}, {"name": "safe-and-unsafe", "value": "1"},
+                {"name": "bar..", "value": "42"}, {"name": "net/ipv4/ip_forward", "value": "1"}]}}});
+        let got = causes("", "Pod", pod);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].starts_with("spec.securityContext.sysctls[0].name: Invalid value: \"foo-\": must have at most 253 characters"));
+        assert!(
+            got[1].starts_with("spec.securityContext.sysctls[3].name: Invalid value: \"bar..\"")
         );
     }
 
