@@ -47,6 +47,15 @@ impl Allocator {
         })
     }
 
+    /// The range, as `10.96.0.0/12`.
+    pub fn cidr(&self) -> String {
+        format!(
+            "{}/{}",
+            Ipv4Addr::from(self.base),
+            32 - self.size.trailing_zeros()
+        )
+    }
+
     /// The first address of the range: the `kubernetes` Service's ClusterIP.
     pub fn first_ip(&self) -> Ipv4Addr {
         Ipv4Addr::from(self.base + 1)

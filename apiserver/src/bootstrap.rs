@@ -154,6 +154,34 @@ pub async fn run(api: &Api) -> ApiResult<()> {
         )
         .await?;
     }
+    // The default ServiceCIDR, Ready (upstream's default-servicecidr controller), and the
+    // mandatory API priority and fairness objects upstream's apiserver keeps.
+    let cidr = json!({
+        "kind": "ServiceCIDR", "apiVersion": "networking.k8s.io/v1",
+        "metadata": {"name": "kubernetes", "generation": 1},
+        "spec": {"cidrs": [api.alloc.cidr()]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "",
+            "message": "Kubernetes default Service CIDR is ready",
+            "lastTransitionTime": crate::object::now()}]},
+    });
+    ensure(
+        api,
+        "/registry/networking.k8s.io/servicecidrs/kubernetes",
+        cidr,
+    )
+    .await?;
+    for (plural, obj) in crate::kinds::flowcontrol::mandatory() {
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        ensure(
+            api,
+            &format!("/registry/flowcontrol.apiserver.k8s.io/{plural}/{name}"),
+            obj,
+        )
+        .await?;
+    }
     // The default StorageClass, as k3s bundles one: each node's kubelet provisions its
     // volumes as folders (see the kubelet's `provisioner`).
     let class = json!({

@@ -154,6 +154,8 @@ pub struct Api {
     pub rbac: rbac::Rbac,
     /// Admission webhooks.
     pub webhooks: admission::webhook::Webhooks,
+    /// ValidatingAdmissionPolicies with their bindings.
+    pub policies: admission::policy::Policies,
     /// APIServices served by Services (the aggregation layer).
     pub aggregator: aggregator::Aggregator,
     /// The front-proxy CA (PEM) extension apiservers trust, if any.
@@ -249,6 +251,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         advertise,
         rbac: rbac::Rbac::default(),
         webhooks: admission::webhook::Webhooks::default(),
+        policies: admission::policy::Policies::default(),
         aggregator: aggregator::Aggregator::new(config.front_proxy.as_ref())?,
         front_proxy_ca: config
             .front_proxy
@@ -288,7 +291,8 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         &api.tasks,
         "webhook-sync",
         follow::follow(api.clone(), admission::webhook::PREFIX, |api, kvs| {
-            api.webhooks.load(kvs)
+            api.webhooks.load(kvs);
+            api.policies.load(kvs);
         }),
     );
     minik8s_task::spawn_on(&api.tasks, "crd-sync", crd::sync(api.clone()));

@@ -35,14 +35,8 @@ pub fn compile(rule: &str) -> Result<(), RuleError> {
 /// Evaluates `rule` with `self` bound to `value`.
 pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
     let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
-    let mut context = cel::Context::default();
-    // Upstream's list library (k8s.io/apiserver/pkg/cel/library/lists.go) adds `sum()`.
-    context
-        .add_function("sum", sum)
-        .map_err(|e| RuleError::Execute(e.to_string()))?;
-    context
-        .add_variable("self", value.clone())
-        .map_err(|e| RuleError::Execute(e.to_string()))?;
+    let mut context = library()?;
+    context.add_variable_from_value("self", to_cel(value));
     match program
         .execute(&context)
         .map_err(|e| RuleError::Execute(e.to_string()))?
@@ -50,6 +44,37 @@ pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
         cel::Value::Bool(b) => Ok(b),
         other => Err(RuleError::NotBool(format!("{other:?}"))),
     }
+}
+
+/// A JSON value as CEL sees it: integers are `int` (as upstream's schema-typed values,
+/// so `x % 2` and `x + 1` work), `uint` only beyond `int`'s range.
+pub(crate) fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => cel::Value::Int(i),
+            (None, Some(u)) => cel::Value::UInt(u),
+            _ => cel::Value::Float(n.as_f64().unwrap_or_default()),
+        },
+        Value::String(s) => cel::Value::String(std::sync::Arc::new(s.clone())),
+        Value::Array(a) => cel::Value::List(std::sync::Arc::new(a.iter().map(to_cel).collect())),
+        Value::Object(m) => {
+            let map: std::collections::HashMap<String, cel::Value> =
+                m.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            cel::Value::from(map)
+        }
+    }
+}
+
+/// A CEL context with the functions of upstream's Kubernetes libraries that are provided
+/// here (`k8s.io/apiserver/pkg/cel/library`): the list library's `sum()`.
+pub(crate) fn library() -> Result<cel::Context<'static, 'static>, RuleError> {
+    let mut context = cel::Context::default();
+    context
+        .add_function("sum", sum)
+        .map_err(|e| RuleError::Execute(e.to_string()))?;
+    Ok(context)
 }
 
 /// `list.sum()`: the sum of a list of integers or of doubles (0 for an empty list), as

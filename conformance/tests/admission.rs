@@ -704,3 +704,191 @@ fn webhooks_see_and_deny_connect_operations() {
     let r = c.kubectl(&["exec", "p", "--", "true"]);
     assert!(!r.stderr.contains("denied the request"), "{}", r.stderr);
 }
+
+#[test]
+fn webhook_match_conditions_choose_what_a_webhook_sees() {
+    let c = Cluster::start();
+    let ca = c.ca_bundle();
+    c.ok(&["create", "namespace", "hooked"]);
+    c.ok(&["label", "namespace", "hooked", "webhooks=on"]);
+    let url = c.webhook(inject);
+    // An expression that does not compile is refused with upstream's words.
+    let bad = webhook_config(
+        "MutatingWebhookConfiguration",
+        "bad.minik8s.test",
+        &url,
+        &ca,
+        json!({"matchConditions": [{"name": "invalid-expression-1", "expression": "... [] bad expression"}]}),
+    );
+    let r = c.with_manifest(&["apply"], &bad);
+    assert!(!r.ok, "{r:?}");
+    assert!(
+        r.stderr.contains("webhooks[0].matchConditions[0].expression: Invalid value: \"... [] bad expression\": compilation failed"),
+        "{}",
+        r.stderr
+    );
+    let m = webhook_config(
+        "MutatingWebhookConfiguration",
+        "inject.minik8s.test",
+        &url,
+        &ca,
+        json!({"matchConditions": [{"name": "skip-me", "expression": "object.metadata.name != 'skip-me'"}]}),
+    );
+    apply(&c, &["apply"], &m);
+    apply(&c, &["apply"], &m);
+    let label = |name: &str| {
+        c.ok(&[
+            "get",
+            "cm",
+            name,
+            "-n",
+            "hooked",
+            "-o",
+            "jsonpath={.metadata.labels.injected}",
+        ])
+    };
+    let mut injected = String::new();
+    for i in 0..50 {
+        let name = format!("probe{i}");
+        c.ok(&["create", "configmap", &name, "-n", "hooked"]);
+        injected = label(&name);
+        if injected == "yes" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(
+        injected, "yes",
+        "the webhook is called when its conditions hold"
+    );
+    c.ok(&["create", "configmap", "skip-me", "-n", "hooked"]);
+    assert_eq!(label("skip-me"), "", "a false condition skips the webhook");
+}
+
+#[test]
+fn validating_admission_policies_deny_warn_and_read_variables() {
+    let c = Cluster::start();
+    c.ok(&["create", "namespace", "guarded"]);
+    c.ok(&["label", "namespace", "guarded", "policies=on"]);
+    c.ok(&["create", "namespace", "free"]);
+    let policy = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: replicas.minik8s.test}
+spec:
+  matchConstraints:
+    resourceRules:
+    # scope is written out: upstream defaults it to "*", and kubectl's patch of an atomic
+    # list would otherwise differ on the second apply (as against upstream).
+    - {apiGroups: [apps], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [deployments], scope: "*"}
+  variables:
+  - {name: replicas, expression: object.spec.replicas}
+  validations:
+  - expression: variables.replicas > 1
+    messageExpression: "'wants more than one replica, got ' + string(variables.replicas)"
+  - expression: "namespaceObject.metadata.name == 'guarded'"
+    message: only the guarded namespace is bound
+    reason: Forbidden
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: replicas-binding}
+spec:
+  policyName: replicas.minik8s.test
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector: {matchLabels: {policies: "on"}}
+"#;
+    let r = c.with_manifest(&["apply"], policy);
+    assert!(r.ok, "{r:?}");
+    let r = c.with_manifest(&["apply"], policy);
+    assert!(r.ok && r.stdout.matches("unchanged").count() == 2, "{r:?}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "validatingadmissionpolicy",
+            "replicas.minik8s.test",
+            "-o",
+            "jsonpath={.spec.failurePolicy}/{.metadata.generation}"
+        ]),
+        "Fail/1"
+    );
+    let deployment = |ns: &str, name: &str, replicas: u32| {
+        format!(
+            r#"{{"apiVersion":"apps/v1","kind":"Deployment","metadata":{{"name":"{name}","namespace":"{ns}"}},
+            "spec":{{"replicas":{replicas},"selector":{{"matchLabels":{{"app":"{name}"}}}},
+            "template":{{"metadata":{{"labels":{{"app":"{name}"}}}},"spec":{{"containers":[{{"name":"c","image":"busybox"}}]}}}}}}}}"#
+        )
+    };
+    // The policy is read by a watch: wait until it denies.
+    let mut denied = String::new();
+    for i in 0..50 {
+        let r = c.with_manifest(&["create"], &deployment("guarded", &format!("one{i}"), 1));
+        if !r.ok {
+            denied = r.stderr;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Upstream's Status: the validation's reason (Invalid by default) with the message as
+    // its one cause, which kubectl prints as an invalid object.
+    assert!(
+        denied.contains("The deployments \"one")
+            && denied.contains("is invalid: : ValidatingAdmissionPolicy 'replicas.minik8s.test' with binding 'replicas-binding' denied request: wants more than one replica, got 1"),
+        "{denied}"
+    );
+    // Two replicas pass; a namespace the binding does not select is not checked.
+    apply(&c, &["create"], &deployment("guarded", "two", 2));
+    apply(&c, &["create"], &deployment("free", "one", 1));
+    // An update is checked too.
+    let err = c.fails(&[
+        "patch",
+        "deployment",
+        "two",
+        "-n",
+        "guarded",
+        "-p",
+        r#"{"spec":{"replicas":1}}"#,
+    ]);
+    assert!(err.contains("wants more than one replica, got 1"), "{err}");
+    // Warn: the request passes and kubectl prints the warning.
+    c.ok(&[
+        "patch",
+        "validatingadmissionpolicybinding",
+        "replicas-binding",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"validationActions":["Warn"]}}"#,
+    ]);
+    let mut warned = String::new();
+    for i in 0..50 {
+        let r = c.with_manifest(
+            &["create"],
+            &deployment("guarded", &format!("warned{i}"), 1),
+        );
+        if r.ok && r.stderr.contains("Warning:") {
+            warned = r.stderr;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        warned.contains("Warning: Validation failed for ValidatingAdmissionPolicy 'replicas.minik8s.test' with binding 'replicas-binding': wants more than one replica, got 1"),
+        "{warned}"
+    );
+    // Deny and Warn together are refused.
+    let err = c.fails(&[
+        "patch",
+        "validatingadmissionpolicybinding",
+        "replicas-binding",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"validationActions":["Deny","Warn"]}}"#,
+    ]);
+    assert!(err.contains("must not contain both Deny and Warn"), "{err}");
+    let described = c.ok(&[
+        "describe",
+        "validatingadmissionpolicy",
+        "replicas.minik8s.test",
+    ]);
+    assert!(described.contains("variables.replicas > 1"), "{described}");
+}

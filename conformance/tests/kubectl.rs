@@ -1235,3 +1235,177 @@ spec:
             .is_empty()
     );
 }
+
+#[test]
+fn apis_since_1_20_are_served_with_upstreams_objects_and_rules() {
+    let c = Cluster::start();
+    // API priority and fairness: the mandatory objects, and new ones defaulted.
+    let fs = c.ok(&["get", "flowschemas", "-o", "name"]);
+    assert!(
+        fs.contains("flowschema.flowcontrol.apiserver.k8s.io/exempt") && fs.contains("/catch-all"),
+        "{fs}"
+    );
+    let plc = c.ok(&[
+        "get",
+        "prioritylevelconfigurations",
+        "catch-all",
+        "-o",
+        "jsonpath={.spec.type}",
+    ]);
+    assert_eq!(plc, "Limited");
+    let manifest = r#"apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: PriorityLevelConfiguration
+metadata: {name: batch}
+spec:
+  type: Limited
+  limited: {limitResponse: {type: Queue}}
+---
+apiVersion: flowcontrol.apiserver.k8s.io/v1
+kind: FlowSchema
+metadata: {name: batch}
+spec:
+  priorityLevelConfiguration: {name: batch}
+  rules:
+  - subjects: [{kind: User, user: {name: batch-user}}]
+    nonResourceRules: [{verbs: ["*"], nonResourceURLs: ["*"]}]
+"#;
+    let r = c.with_manifest(&["apply"], manifest);
+    assert!(r.ok, "{r:?}");
+    let r = c.with_manifest(&["apply"], manifest);
+    assert!(r.ok && r.stdout.matches("unchanged").count() == 2, "{r:?}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "prioritylevelconfiguration",
+            "batch",
+            "-o",
+            "jsonpath={.spec.limited.nominalConcurrencyShares}/{.spec.limited.limitResponse.queuing.queues}"
+        ]),
+        "30/64"
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "flowschema",
+            "batch",
+            "-o",
+            "jsonpath={.spec.matchingPrecedence}"
+        ]),
+        "1000"
+    );
+    c.ok(&[
+        "patch",
+        "flowschema",
+        "batch",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"Dangling","status":"False","reason":"Found"}]}}"#,
+    ]);
+
+    // The default ServiceCIDR, Ready; IPAddresses are named by their canonical address.
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "servicecidr",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.cidrs[0]} {.status.conditions[0].type}={.status.conditions[0].status}"
+        ]),
+        "10.96.0.0/12 Ready=True"
+    );
+    let ip = |name: &str| {
+        format!(
+            r#"{{"apiVersion":"networking.k8s.io/v1","kind":"IPAddress","metadata":{{"name":"{name}"}},
+            "spec":{{"parentRef":{{"group":"mygroup","resource":"myresources","namespace":"foo","name":"bar"}}}}}}"#
+        )
+    };
+    let r = c.with_manifest(&["create"], &ip("fe80::42:1dff:fe84:f9e2"));
+    assert!(r.ok, "{r:?}");
+    let r = c.with_manifest(&["create"], &ip("fe80:0::1"));
+    assert!(
+        !r.ok && r.stderr.contains("metadata.name: Invalid value: \"fe80:0::1\": must be in canonical form (\"fe80::1\")"),
+        "{r:?}"
+    );
+    assert_eq!(
+        c.ok(&["get", "ip", "-o", "name"]).trim(),
+        "ipaddress.networking.k8s.io/fe80::42:1dff:fe84:f9e2"
+    );
+
+    // RuntimeClass admission: a missing class is refused, a class's overhead is set.
+    let pod = |name: &str, class: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}},
+            "spec":{{"runtimeClassName":"{class}","containers":[{{"name":"c","image":"busybox"}}]}}}}"#
+        )
+    };
+    let r = c.with_manifest(&["create", "--dry-run=server"], &pod("p1", "missing"));
+    assert!(
+        !r.ok
+            && r.stderr.contains("(Forbidden)")
+            && r.stderr
+                .contains("pod rejected: RuntimeClass \"missing\" not found"),
+        "{r:?}"
+    );
+    let class = r#"apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata: {name: padded}
+handler: runc
+overhead: {podFixed: {cpu: 10m, memory: 1Mi}}
+scheduling: {nodeSelector: {sandbox: "yes"}}
+"#;
+    let r = c.with_manifest(&["apply"], class);
+    assert!(r.ok, "{r:?}");
+    let r = c.with_manifest(&["create"], &pod("p2", "padded"));
+    assert!(r.ok, "{r:?}");
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "pod",
+            "p2",
+            "-o",
+            "jsonpath={.spec.overhead.cpu} {.spec.overhead.memory} {.spec.nodeSelector.sandbox}"
+        ]),
+        "10m 1Mi yes"
+    );
+
+    // Sysctl names are validated; unsafe but well-formed ones are the node's to refuse.
+    let sysctls = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"sysctls"},
+        "spec":{"securityContext":{"sysctls":[{"name":"foo-","value":"bar"},{"name":"kernel.shmmax","value":"1"},
+        {"name":"safe-and-unsafe","value":"1"},{"name":"bar..","value":"42"}]},
+        "containers":[{"name":"c","image":"busybox"}]}}"#;
+    let r = c.with_manifest(&["create"], sysctls);
+    assert!(!r.ok, "{r:?}");
+    assert!(
+        r.stderr.contains("Invalid value: \"foo-\"")
+            && r.stderr.contains("Invalid value: \"bar..\""),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        !r.stderr.contains("kernel.shmmax") && !r.stderr.contains("safe-and-unsafe"),
+        "{}",
+        r.stderr
+    );
+
+    // PersistentVolumes of any upstream source are stored; a CSI one needs its driver.
+    let pv = |name: &str, csi: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"PersistentVolume","metadata":{{"name":"{name}"}},
+            "spec":{{"capacity":{{"storage":"1Gi"}},"accessModes":["ReadWriteOnce"],"csi":{csi}}}}}"#
+        )
+    };
+    let r = c.with_manifest(
+        &["create"],
+        &pv(
+            "csi-pv",
+            r#"{"driver":"csi.example.com","volumeHandle":"h1"}"#,
+        ),
+    );
+    assert!(r.ok, "{r:?}");
+    let r = c.with_manifest(&["create"], &pv("bad-pv", r#"{"volumeHandle":"h1"}"#));
+    assert!(
+        !r.ok && r.stderr.contains("spec.csi.driver: Required value"),
+        "{r:?}"
+    );
+}

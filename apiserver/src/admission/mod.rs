@@ -1,13 +1,17 @@
 //! Admission: what happens to a write between decoding and storing, in upstream's order.
-//! Mutating: LimitRanger defaults, ServiceAccount, Priority, DefaultStorageClass,
-//! StorageObjectInUseProtection, then mutating webhooks. Validating:
-//! LimitRanger limits, validating webhooks, then ResourceQuota (which the create path runs
-//! under its lock, see [`quota`]). Namespace lifecycle is checked before all of them.
+//! Mutating: LimitRanger defaults, ServiceAccount, Priority, DefaultTolerationSeconds,
+//! RuntimeClass, DefaultStorageClass, StorageObjectInUseProtection, then mutating webhooks.
+//! Validating: LimitRanger limits, ValidatingAdmissionPolicies, validating webhooks, then
+//! ResourceQuota (which the create path runs under its lock, see [`quota`]). Namespace lifecycle is checked before all of them.
 
+pub(crate) mod cel;
 pub mod limits;
+pub(crate) mod matching;
+pub mod policy;
 pub mod priority;
 pub mod protection;
 pub mod quota;
+pub mod runtimeclass;
 pub mod serviceaccount;
 pub mod storageclass;
 pub mod webhook;
@@ -60,6 +64,7 @@ pub async fn mutate(
         serviceaccount::admit(&ctx.api, &ns, obj).await?;
         priority::admit_pod(&ctx.api, obj).await?;
         default_tolerations(obj, ctx.api.default_toleration_seconds);
+        runtimeclass::admit_pod(&ctx.api, obj).await?;
     }
     if op != Operation::Delete
         && ctx.res.group == "scheduling.k8s.io"
@@ -156,5 +161,6 @@ pub async fn validate(
         let ranges = limits::ranges(&ctx.api, ns).await?;
         limits::check_pod(&ranges, pod)?;
     }
+    policy::validate(ctx, op, obj, old).await?;
     webhook::validate(ctx, op, obj, old).await
 }

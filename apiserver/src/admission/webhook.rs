@@ -2,73 +2,24 @@
 //! (admissionregistration.k8s.io/v1), called over HTTPS with `AdmissionReview` v1. Rules,
 //! namespace and object selectors, `failurePolicy`, `timeoutSeconds` and `sideEffects` are
 //! honoured as upstream; mutating webhooks run in configuration-name order and patch with
-//! JSONPatch, validating webhooks run concurrently. `matchConditions` (CEL) are not
-//! evaluated: a webhook with them is called for every request its rules match.
+//! JSONPatch, validating webhooks run concurrently. `matchConditions` (CEL) decide, after the
+//! rules and selectors, whether a webhook is called.
 
 use super::Operation;
+use super::matching::Matcher;
 use crate::Api;
 use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::object::meta_str;
 use crate::webhook_client::{Target, client_config, post_review};
 use base64::Engine;
-use minik8s_storage::{KeyValue, Store};
-use minik8s_types::LabelSelector;
+use minik8s_storage::KeyValue;
 use serde_json::{Value, json};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// Where both configuration kinds are stored.
+/// Where both configuration kinds (and the admission policies) are stored.
 pub const PREFIX: &str = "/registry/admissionregistration.k8s.io/";
-
-/// One rule: operations × groups × versions × resources (with subresources) × scope.
-#[derive(Debug, Clone)]
-struct Rule {
-    operations: Vec<String>,
-    groups: Vec<String>,
-    versions: Vec<String>,
-    resources: Vec<String>,
-    scope: String,
-}
-
-fn strings(v: &Value, key: &str) -> Vec<String> {
-    crate::object::strings_at(v, &format!("/{key}"))
-}
-
-impl Rule {
-    fn from(v: &Value) -> Self {
-        Rule {
-            operations: strings(v, "operations"),
-            groups: strings(v, "apiGroups"),
-            versions: strings(v, "apiVersions"),
-            resources: strings(v, "resources"),
-            scope: v
-                .get("scope")
-                .and_then(Value::as_str)
-                .unwrap_or("*")
-                .to_owned(),
-        }
-    }
-
-    fn matches(&self, op: Operation, ctx: &Ctx) -> bool {
-        let any = |list: &[String], x: &str| list.iter().any(|i| i == "*" || i == x);
-        let resource_ok = self.resources.iter().any(|r| {
-            let (res, sub) = r.split_once('/').unwrap_or((r, ""));
-            let want_sub = ctx.req.subresource.as_deref().unwrap_or_default();
-            (res == "*" || res == ctx.res.plural) && (sub == "*" || sub == want_sub)
-        });
-        let scope_ok = match self.scope.as_str() {
-            "Cluster" => !ctx.res.namespaced,
-            "Namespaced" => ctx.res.namespaced,
-            _ => true,
-        };
-        any(&self.operations, op.as_str())
-            && any(&self.groups, &ctx.res.group)
-            && any(&self.versions, &ctx.res.version)
-            && resource_ok
-            && scope_ok
-    }
-}
 
 /// One webhook of a configuration.
 #[derive(Debug, Clone)]
@@ -77,37 +28,24 @@ struct Hook {
     config: String,
     target: Target,
     ca: Vec<u8>,
-    rules: Vec<Rule>,
+    matcher: Matcher,
+    /// `matchConditions`: (name, expression), all of which must hold.
+    conditions: Vec<(String, String)>,
     fail_open: bool,
     timeout: Duration,
-    namespace_selector: LabelSelector,
-    object_selector: LabelSelector,
     side_effects_on_dry_run: bool,
 }
 
 impl Hook {
     fn from(config: &str, v: &Value) -> Option<Self> {
         let (target, ca) = client_config(v.get("clientConfig")?)?;
-        let selector = |k: &str| {
-            v.get(k)
-                .map(LabelSelector::from_json)
-                .transpose()
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-        };
         Some(Hook {
             name: v.get("name")?.as_str()?.to_owned(),
             config: config.to_owned(),
             target,
             ca,
-            rules: v
-                .get("rules")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(Rule::from)
-                .collect(),
+            matcher: Matcher::webhook(v),
+            conditions: super::cel::conditions(v),
             fail_open: v.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
             timeout: Duration::from_secs(
                 v.get("timeoutSeconds")
@@ -115,8 +53,6 @@ impl Hook {
                     .unwrap_or(10)
                     .clamp(1, 30),
             ),
-            namespace_selector: selector("namespaceSelector"),
-            object_selector: selector("objectSelector"),
             side_effects_on_dry_run: matches!(
                 v.get("sideEffects").and_then(Value::as_str),
                 Some("Some" | "Unknown")
@@ -139,6 +75,7 @@ impl Webhooks {
         let mut validating = Vec::new();
         let mut configs: Vec<(String, bool, Value)> = kvs
             .iter()
+            .filter(|kv| kv.key.contains("webhookconfigurations/"))
             .filter_map(|kv| {
                 let o: Value = serde_json::from_slice(&kv.value).ok()?;
                 let mutating = kv.key.contains("/mutatingwebhookconfigurations/");
@@ -167,7 +104,8 @@ impl Webhooks {
     }
 }
 
-/// Whether a webhook applies to this request (rules, then selectors).
+/// Whether a webhook applies to this request: rules, selectors, then its
+/// `matchConditions` (a condition that fails to evaluate follows the failure policy).
 async fn applies(
     hook: &Hook,
     ctx: &Ctx,
@@ -175,49 +113,25 @@ async fn applies(
     obj: Option<&Value>,
     old: Option<&Value>,
 ) -> ApiResult<bool> {
-    // Webhook configurations themselves are never sent to webhooks (upstream's
-    // `IsExemptAdmissionConfigurationResource`): a broken hook could not be removed otherwise.
-    if ctx.res.group == "admissionregistration.k8s.io" {
+    if !hook.matcher.matches(ctx, op, obj, old, false).await? {
         return Ok(false);
     }
-    if !hook.rules.iter().any(|r| r.matches(op, ctx)) {
-        return Ok(false);
-    }
-    let labels_of = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/labels")).cloned();
-    // The object selector matches when the new or the old object (whichever exist) does.
-    if !hook.object_selector.is_empty()
-        && ![obj, old].into_iter().flatten().any(|o| {
-            hook.object_selector
-                .matches_json(labels_of(Some(o)).as_ref())
-        })
-    {
-        return Ok(false);
-    }
-    if hook.namespace_selector.is_empty() {
+    if hook.conditions.is_empty() {
         return Ok(true);
     }
-    let is_namespace = ctx.res.group.is_empty() && ctx.res.kind == "Namespace";
-    let labels = if is_namespace {
-        labels_of(obj.or(old))
-    } else if let Some(ns) = ctx.namespace() {
-        let stored = ctx
-            .api
-            .store
-            .get(&format!("/registry/core/namespaces/{ns}"))
-            .await?;
-        match stored {
-            Some(kv) => labels_of(Some(&crate::object::from_store(&kv)?)),
-            None => None,
-        }
-    } else {
-        // Cluster-scoped objects other than namespaces are never excluded by it.
-        return Ok(true);
-    };
-    Ok(hook.namespace_selector.matches_json(labels.as_ref()))
+    let input = super::cel::Input::new(ctx, op, obj, old, None, None);
+    match input.conditions_hold(&hook.conditions) {
+        Ok(holds) => Ok(holds),
+        Err(_) if hook.fail_open => Ok(false),
+        Err(e) => Err(ApiError::internal(format!(
+            "failed calling webhook \"{}\": {e}",
+            hook.name
+        ))),
+    }
 }
 
-/// The AdmissionReview sent to a webhook.
-fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) -> Value {
+/// The AdmissionReview sent to a webhook (its `request` is also CEL's `request`).
+pub(super) fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) -> Value {
     let res = &ctx.res;
     // A CONNECT's kind is its options' (`PodAttachOptions`), as upstream's connect scope.
     let kind_name = match op {

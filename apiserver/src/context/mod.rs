@@ -39,6 +39,30 @@ pub struct Ctx {
     pub user: User,
     /// The client's connection once upgraded (exec, attach, port-forward).
     pub upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// Warnings admission gave for this request (upstream's `warning.AddWarning`), sent
+    /// back as `Warning` headers.
+    pub warnings: Warnings,
+}
+
+/// The warnings of one request, shared by the contexts made from it.
+#[derive(Clone, Default)]
+pub struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    /// Adds a warning (once).
+    pub fn add(&self, text: String) {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if !list.contains(&text) {
+            list.push(text);
+        }
+    }
+
+    /// `base` followed by the warnings added so far.
+    pub fn with(&self, mut base: Vec<String>) -> Vec<String> {
+        let list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        base.extend(list.iter().cloned());
+        base
+    }
 }
 
 impl Ctx {

@@ -245,6 +245,7 @@ async fn handle(
                 headers: parts.headers,
                 user,
                 upgrade: parts.extensions.remove::<hyper::upgrade::OnUpgrade>(),
+                warnings: Default::default(),
             };
             // Read the body once here (bounded), so the audit log can record it.
             let body = match ctx.req.verb {

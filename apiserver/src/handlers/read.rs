@@ -425,6 +425,7 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
             headers: ctx.headers.clone(),
             user: ctx.user.clone(),
             upgrade: None,
+            warnings: ctx.warnings.clone(),
         };
         let page = list_page(&list_ctx, &selectors).await?;
         for item in page.items {

@@ -8,6 +8,7 @@
 //! methods where it differs from the defaults) and one `row::<Type>(…)` in
 //! `registry/builtin.rs` naming it; `docs/architecture.md` walks through an example.
 
+pub mod admission;
 pub mod apps;
 pub mod batch;
 pub mod certificates;
@@ -15,6 +16,7 @@ pub mod config;
 pub mod custom;
 pub mod discovery;
 pub mod event;
+pub mod flowcontrol;
 pub mod hpa;
 pub mod namespace;
 pub mod networking;

@@ -8,8 +8,8 @@ use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
     autoscaling::v2 as autoscaling2, batch::v1 as batch, certificates::v1 as certificates,
     coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-    events::v1 as events, networking::v1 as networking, policy::v1 as policy, rbac::v1 as rbac,
-    scheduling::v1 as scheduling, storage::v1 as storage,
+    events::v1 as events, flowcontrol::v1 as flowcontrol, networking::v1 as networking,
+    policy::v1 as policy, rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::{ClusterResourceScope, ListableResource, NamespaceResourceScope, Resource};
@@ -399,19 +399,49 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                 ..status()
             },
         ),
-        // admission webhooks
+        // admission webhooks and policies
         row::<admission::MutatingWebhookConfiguration>(
-            &kinds::Plain,
+            &kinds::admission::WebhookConfiguration,
             Extra {
                 generation: true,
                 ..Default::default()
             },
         ),
         row::<admission::ValidatingWebhookConfiguration>(
-            &kinds::Plain,
+            &kinds::admission::WebhookConfiguration,
             Extra {
                 generation: true,
                 ..Default::default()
+            },
+        ),
+        row::<admission::ValidatingAdmissionPolicy>(
+            &kinds::admission::ValidatingAdmissionPolicy,
+            Extra {
+                generation: true,
+                ..status()
+            },
+        ),
+        row::<admission::ValidatingAdmissionPolicyBinding>(
+            &kinds::admission::ValidatingAdmissionPolicyBinding,
+            Extra {
+                generation: true,
+                ..Default::default()
+            },
+        ),
+        // API priority and fairness: served as upstream's API (requests are limited by the
+        // server's in-flight cap, not by these objects).
+        row::<flowcontrol::FlowSchema>(
+            &kinds::flowcontrol::FlowSchema,
+            Extra {
+                generation: true,
+                ..status()
+            },
+        ),
+        row::<flowcontrol::PriorityLevelConfiguration>(
+            &kinds::flowcontrol::PriorityLevelConfiguration,
+            Extra {
+                generation: true,
+                ..status()
             },
         ),
         // the aggregation layer
@@ -432,6 +462,16 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             &kinds::networking::IngressClass,
             Extra {
                 generation: true,
+                ..Default::default()
+            },
+        ),
+        // The ranges Services take their cluster IPs from, and the addresses taken.
+        row::<networking::ServiceCIDR>(&kinds::Plain, status()),
+        row::<networking::IPAddress>(
+            &kinds::Plain,
+            Extra {
+                short: &["ip"],
+                name_rule: Some(NameRule::Ip),
                 ..Default::default()
             },
         ),

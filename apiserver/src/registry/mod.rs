@@ -23,6 +23,8 @@ pub enum NameRule {
     Dns1035Label,
     /// Any name without `/` or `%` and not `.`/`..` (RBAC kinds).
     Path,
+    /// An IP address in its canonical form (IPAddress objects).
+    Ip,
 }
 
 /// Where a kind's `/scale` subresource reads and writes.

@@ -51,8 +51,8 @@ fn is_qualified_name_part(s: &str) -> bool {
         && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
 }
 
-/// Validates a label or annotation key (`prefix/name`).
-fn check_key(field: &str, key: &str, causes: &mut Vec<Cause>) {
+/// Validates a qualified name (`prefix/name`): label and annotation keys, condition names.
+pub(crate) fn check_qualified_name(field: &str, key: &str, causes: &mut Vec<Cause>) {
     let (prefix, name) = match key.split_once('/') {
         Some((p, n)) => (Some(p), n),
         None => (None, key),
@@ -81,7 +81,7 @@ fn check_label_value(field: &str, v: &str, causes: &mut Vec<Cause>) {
 /// Validates a map of labels (keys and values) at `field`, as upstream's `ValidateLabels`.
 pub fn labels(v: Option<&Value>, field: &str, causes: &mut Vec<Cause>) {
     for (k, val) in v.and_then(Value::as_object).into_iter().flatten() {
-        check_key(field, k, causes);
+        check_qualified_name(field, k, causes);
         check_label_value(field, val.as_str().unwrap_or_default(), causes);
     }
 }
@@ -123,7 +123,7 @@ pub fn label_selector(sel: Option<&Value>, field: &str, causes: &mut Vec<Cause>)
                 "not a valid selector operator",
             )),
         }
-        check_key(
+        check_qualified_name(
             &format!("{at}.key"),
             e.get("key").and_then(Value::as_str).unwrap_or_default(),
             causes,
@@ -140,24 +140,26 @@ pub fn label_selector(sel: Option<&Value>, field: &str, causes: &mut Vec<Cause>)
 
 /// Validates `name` by the kind's rule; returns the causes.
 pub fn check_name(rule: NameRule, field: &str, name: &str) -> Vec<Cause> {
-    let ok = match rule {
-        NameRule::Subdomain => is_subdomain(name),
-        NameRule::Dns1035Label => is_dns1035(name),
-        NameRule::Label => is_label(name),
+    let problem = match rule {
+        NameRule::Subdomain => (!is_subdomain(name)).then(|| SUBDOMAIN_MSG.to_owned()),
+        NameRule::Dns1035Label => (!is_dns1035(name)).then(|| DNS1035_MSG.to_owned()),
+        NameRule::Label => (!is_label(name)).then(|| LABEL_MSG.to_owned()),
         NameRule::Path => {
-            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%'])
+            (name.is_empty() || name == "." || name == ".." || name.contains(['/', '%']))
+                .then(|| "may not be '.' or '..' and may not contain '/' or '%'".to_owned())
         }
+        // Upstream's ValidateIPAddressName: an address, written in its canonical form.
+        NameRule::Ip => match name.parse::<std::net::IpAddr>() {
+            Err(_) => Some("must be a valid ip address".to_owned()),
+            Ok(ip) if ip.to_string() != name => {
+                Some(format!("must be in canonical form (\"{ip}\")"))
+            }
+            Ok(_) => None,
+        },
     };
-    if ok {
-        return vec![];
-    }
-    let msg = match rule {
-        NameRule::Subdomain => SUBDOMAIN_MSG.to_owned(),
-        NameRule::Dns1035Label => DNS1035_MSG.to_owned(),
-        NameRule::Label => LABEL_MSG.to_owned(),
-        NameRule::Path => "may not be '.' or '..' and may not contain '/' or '%'".to_owned(),
-    };
-    vec![Cause::invalid(field, name, &msg)]
+    problem
+        .map(|msg| vec![Cause::invalid(field, name, &msg)])
+        .unwrap_or_default()
 }
 
 /// Validates `metadata`: name, namespace, labels, annotations.
@@ -175,7 +177,7 @@ pub fn validate_meta(info: &ResourceInfo, obj: &Value) -> Vec<Cause> {
     if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
         let mut total = 0;
         for (k, v) in ann {
-            check_key("metadata.annotations", k, &mut causes);
+            check_qualified_name("metadata.annotations", k, &mut causes);
             total += k.len() + v.as_str().map_or(0, str::len);
         }
         if total > 256 * 1024 {
@@ -207,6 +209,11 @@ mod tests {
         let causes = check_name(NameRule::Subdomain, "metadata.name", "Bad_Name");
         assert_eq!(causes[0].field, "metadata.name");
         assert!(causes[0].message.contains("RFC 1123 subdomain"));
+        assert!(check_name(NameRule::Ip, "metadata.name", "fe80::42:1dff:fe84:f9e2").is_empty());
+        assert!(check_name(NameRule::Ip, "metadata.name", "255.255.255.255").is_empty());
+        let causes = check_name(NameRule::Ip, "metadata.name", "fe80:0::1");
+        assert!(causes[0].message.contains("canonical form (\"fe80::1\")"));
+        assert_eq!(check_name(NameRule::Ip, "metadata.name", "x").len(), 1);
     }
 
     #[test]

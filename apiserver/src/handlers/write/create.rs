@@ -158,7 +158,11 @@ pub(super) async fn create_object(
                     &name,
                 ));
             }
-            return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
+            return Ok(json_response(
+                StatusCode::CREATED,
+                &obj,
+                &ctx.warnings.with(warnings),
+            ));
         }
         match ctx.api.store.create(&key, ctx.res.encode(&mut obj)?).await {
             Ok(kv) => {
@@ -168,7 +172,11 @@ pub(super) async fn create_object(
                     admission::quota::refresh(&ctx.api, &ns).await?;
                 }
                 strategy.after_write(&ctx.api, &obj).await?;
-                return Ok(json_response(StatusCode::CREATED, &obj, &warnings));
+                return Ok(json_response(
+                    StatusCode::CREATED,
+                    &obj,
+                    &ctx.warnings.with(warnings),
+                ));
             }
             Err(minik8s_storage::Error::AlreadyExists { .. }) if generated && attempt < 7 => {
                 let prefix = meta_str(&obj, "generateName")

@@ -211,6 +211,7 @@ pub async fn delete_collection(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             headers: ctx.headers.clone(),
             user: ctx.user.clone(),
             upgrade: None,
+            warnings: ctx.warnings.clone(),
         };
         match delete_one(&one, &opts).await {
             Ok((_, obj)) => deleted.push(obj),

@@ -328,7 +328,11 @@ pub async fn update(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let expected = expected_revision(&ctx, &new, stored)?;
     prepare_update(&ctx, &mut new, &old, ctx.req.subresource.as_deref())?;
     let saved = save(&ctx, new, &old, expected).await?;
-    Ok(json_response(StatusCode::OK, &saved, &warnings))
+    Ok(json_response(
+        StatusCode::OK,
+        &saved,
+        &ctx.warnings.with(warnings),
+    ))
 }
 
 /// Applies a patch body to an object.
@@ -383,7 +387,13 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             let (saved, warnings) =
                 server_side_apply(&ctx, &old, stored, &patch_body, &body).await?;
             match saved {
-                Some(saved) => return Ok(json_response(StatusCode::OK, &saved, &warnings)),
+                Some(saved) => {
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        &saved,
+                        &ctx.warnings.with(warnings),
+                    ));
+                }
                 None => continue,
             }
         }
@@ -394,7 +404,13 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         let expected = expected_revision(&ctx, &new, stored)?;
         prepare_update(&ctx, &mut new, &old, ctx.req.subresource.as_deref())?;
         match save(&ctx, new, &old, expected).await {
-            Ok(saved) => return Ok(json_response(StatusCode::OK, &saved, &warnings)),
+            Ok(saved) => {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &saved,
+                    &ctx.warnings.with(warnings),
+                ));
+            }
             // Someone wrote in between: read again and reapply, unless the patch pinned a version.
             Err(e)
                 if e.code == 409
