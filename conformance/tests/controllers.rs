@@ -842,3 +842,121 @@ fn pods_of_higher_priority_preempt_lower_ones() {
         |o| o.contains("Preempted by default/preemptor on node sim-0"),
     );
 }
+
+#[test]
+fn indexed_jobs_track_indexes_fail_per_index_and_end_by_their_policies() {
+    let c = Cluster::start();
+    c.run_controllers(1);
+    c.eventually(&["get", "nodes", "-o", "name"], |o| count(o) == 1);
+    let job = |name: &str, codes: &str, extra: &str| {
+        format!(
+            "apiVersion: batch/v1
+kind: Job
+metadata: {{name: {name}}}
+spec:
+  completions: 4
+  parallelism: 2
+  completionMode: Indexed
+{extra}
+  template:
+    metadata: {{annotations: {{minik8s.io/sim-exit-code: \"{codes}\"}}}}
+    spec:
+      restartPolicy: Never
+      containers: [{{name: work, image: busybox, command: [\"true\"]}}]
+"
+        )
+    };
+    let field =
+        |name: &str, path: &str| c.ok(&["get", "job", name, "-o", &format!("jsonpath={{{path}}}")]);
+    let wait = |name: &str, condition: &str| {
+        let r = c.kubectl(&[
+            "wait",
+            &format!("--for=condition={condition}"),
+            &format!("job/{name}"),
+            "--timeout=60s",
+        ]);
+        assert!(r.ok, "{name}: {r:?}");
+    };
+
+    // Odd indexes fail; each may fail twice (backoffLimitPerIndex 1), even ones succeed.
+    let per_index = job("per-index", "0,1,0,1", "  backoffLimitPerIndex: 1");
+    assert!(c.with_manifest(&["apply"], &per_index).ok);
+    let r = c.with_manifest(&["apply"], &per_index);
+    assert!(r.ok && r.stdout.contains("unchanged"), "{r:?}");
+    wait("per-index", "failed");
+    assert_eq!(
+        field(
+            "per-index",
+            ".status.failedIndexes}/{.status.completedIndexes}/{.status.failed}/{.status.succeeded"
+        ),
+        "1,3/0,2/4/2"
+    );
+    assert_eq!(
+        field(
+            "per-index",
+            ".status.conditions[?(@.type==\"Failed\")].reason"
+        ),
+        "FailedIndexes"
+    );
+    // Every pod carries its index as annotation, label and hostname.
+    let pods = c.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "job-name=per-index",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.labels.batch\\.kubernetes\\.io/job-completion-index}:{.spec.hostname}:{.metadata.annotations.batch\\.kubernetes\\.io/job-index-failure-count}{\"\\n\"}{end}",
+    ]);
+    let mut lines: Vec<&str> = pods.lines().collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "0:per-index-0:0",
+            "1:per-index-1:0",
+            "1:per-index-1:1",
+            "2:per-index-2:0",
+            "3:per-index-3:0",
+            "3:per-index-3:1"
+        ]
+    );
+
+    // A success policy ends the Job once index 0 succeeded; the rest are not run to the end.
+    let policy = job(
+        "early",
+        "0,1,1,1",
+        "  successPolicy: {rules: [{succeededIndexes: \"0\"}]}\n  backoffLimit: 100",
+    );
+    assert!(c.with_manifest(&["apply"], &policy).ok);
+    wait("early", "complete");
+    assert_eq!(
+        field(
+            "early",
+            ".status.conditions[?(@.type==\"Complete\")].reason}/{.status.completedIndexes"
+        ),
+        "SuccessPolicy/0"
+    );
+
+    // A FailJob rule of the pod failure policy fails the Job at the first matching exit code.
+    let fail_job = job(
+        "fail-fast",
+        "0,3,0,0",
+        "  podFailurePolicy: {rules: [{action: FailJob, onExitCodes: {operator: In, values: [3]}}]}",
+    );
+    assert!(c.with_manifest(&["apply"], &fail_job).ok);
+    wait("fail-fast", "failed");
+    let message = field(
+        "fail-fast",
+        ".status.conditions[?(@.type==\"Failed\")].message",
+    );
+    assert!(
+        message.starts_with("Container work for pod default/fail-fast-1-")
+            && message.ends_with("failed with exit code 3 matching FailJob rule at index 0"),
+        "{message}"
+    );
+    let described = c.ok(&["describe", "job", "fail-fast"]);
+    assert!(
+        described.contains("Indexed") && described.contains("0 Active"),
+        "{described}"
+    );
+}

@@ -2,7 +2,8 @@
 //! Nodes, renews their Leases, and plays kubelet for pods bound to them without running
 //! anything — pods become Running and Ready at once; pods with `restartPolicy` Never or
 //! OnFailure succeed after a second (exit code from the `minik8s.io/sim-exit-code`
-//! annotation, default 0); deleted pods are removed at once. Functional tests of the real
+//! annotation, default 0; a comma list gives an Indexed Job's pods the code at their
+//! completion index); deleted pods are removed at once. Functional tests of the real
 //! kubelet never use this.
 
 use crate::Result;
@@ -185,10 +186,19 @@ async fn reconcile(pod: Arc<Pod>, sim: Arc<Sim>) -> Result<Action> {
                     {"type": "Ready", "status": "True", "lastTransitionTime": now()}]})
         }
         "Running" if restart != "Always" => {
+            // One code, or a list of codes picked by the pod's Job completion index.
+            let index: usize = pod
+                .annotations()
+                .get("batch.kubernetes.io/job-completion-index")
+                .and_then(|i| i.parse().ok())
+                .unwrap_or(0);
             let code: i32 = pod
                 .annotations()
                 .get("minik8s.io/sim-exit-code")
-                .and_then(|c| c.parse().ok())
+                .and_then(|c| {
+                    let codes: Vec<&str> = c.split(',').map(str::trim).collect();
+                    codes.get(index).or(codes.last())?.parse().ok()
+                })
                 .unwrap_or(0);
             let started = pod
                 .status

@@ -397,8 +397,45 @@ async fn eviction(ctx: Ctx) -> ApiResult<Response> {
     ))
 }
 
-/// Deletes the pod an eviction is for.
+/// Deletes the pod an eviction is for, first marking a pod that has not finished with the
+/// `DisruptionTarget` condition (upstream's `EvictionByEvictionAPI`), so its controller (a
+/// Job's pod failure policy) can tell an eviction from a failure.
 async fn evict(ctx: Ctx) -> ApiResult<Response> {
+    let marks = if ctx.params.dry_run { 0 } else { 16 };
+    for _ in 0..marks {
+        let Some(kv) = ctx.api.store.get(&ctx.key()).await? else {
+            break;
+        };
+        let mut pod = ctx.res.read(&kv)?;
+        let phase = pod.pointer("/status/phase").and_then(Value::as_str);
+        if matches!(phase, Some("Succeeded" | "Failed"))
+            || object::meta(&pod).get("deletionTimestamp").is_some()
+        {
+            break;
+        }
+        let condition = json!({"type": "DisruptionTarget", "status": "True",
+            "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
+            "lastTransitionTime": object::now()});
+        let status = crate::defaults::child(&mut pod, "status");
+        let conditions = crate::defaults::child(status, "conditions");
+        if !conditions.is_array() {
+            *conditions = json!([]);
+        }
+        if let Some(list) = conditions.as_array_mut() {
+            list.retain(|c| c["type"] != "DisruptionTarget");
+            list.push(condition);
+        }
+        match ctx
+            .api
+            .store
+            .update(&ctx.key(), ctx.res.encode(&mut pod)?, kv.mod_revision)
+            .await
+        {
+            Ok(_) => break,
+            Err(minik8s_storage::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
     let mut req = ctx.req.clone();
     req.subresource = None;
     req.verb = Verb::Delete;

@@ -17,7 +17,20 @@ impl Strategy for Job {
     fn default(&self, obj: &mut Value) {
         let spec = child(obj, "spec");
         set_default(spec, "parallelism", json!(1));
-        set_default(spec, "backoffLimit", json!(6));
+        // Upstream: unlimited when failures are limited per index instead.
+        let per_index = spec
+            .get("backoffLimitPerIndex")
+            .is_some_and(|v| !v.is_null());
+        set_default(
+            spec,
+            "backoffLimit",
+            json!(if per_index { i32::MAX } else { 6 }),
+        );
+        if spec.get("podFailurePolicy").is_some_and(|v| !v.is_null()) {
+            set_default(spec, "podReplacementPolicy", json!("Failed"));
+        } else {
+            set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+        }
         set_default(spec, "completionMode", json!("NonIndexed"));
         set_default(spec, "suspend", json!(false));
         if let Some(t) = obj.pointer_mut("/spec/template/spec") {

@@ -1,36 +1,62 @@
-//! The Job controller (batch/v1, NonIndexed): runs up to `parallelism` pods at a time until
+//! The Job controller (batch/v1): runs up to `parallelism` pods at a time until
 //! `completions` have succeeded, counts failures (pod failures, and container restarts under
 //! `restartPolicy: OnFailure`) against `backoffLimit`, stops at `activeDeadlineSeconds`,
 //! honours `suspend`, writes the Complete/Failed conditions (preceded by SuccessCriteriaMet /
 //! FailureTarget as upstream since 1.31) and deletes finished Jobs after
-//! `ttlSecondsAfterFinished`.
+//! `ttlSecondsAfterFinished`. A `podFailurePolicy` decides what a failed pod means
+//! ([`policy`]). Indexed Jobs give each pod a completion index (annotation, label, hostname
+//! and `JOB_COMPLETION_INDEX`), track `completedIndexes`, limit failures per index
+//! (`backoffLimitPerIndex`, `maxFailedIndexes`, `failedIndexes`) and may succeed early by
+//! their `successPolicy` ([`indexes`]). Pods are recreated at once: there is no backoff delay
+//! between attempts here.
 //!
 //! Counts never go down: a finished pod that is deleted stays counted, because status keeps
 //! the highest count seen (upstream uses a tracking finalizer for the same end).
+
+pub mod indexes;
+pub mod policy;
 
 use crate::driver::Driver;
 use crate::expectations::Expectations;
 use crate::util::{self, controller_of, owner_ref};
 use crate::{Error, Result};
+use indexes::Indexes;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
+use policy::Action as Failure;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// How a Job ended, with upstream's condition reason.
+/// How a Job ended, with upstream's condition reason and message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finish {
-    /// All completions succeeded.
-    Complete,
-    /// It failed: `BackoffLimitExceeded` or `DeadlineExceeded`, with a message.
-    Failed(&'static str, String),
+    /// It succeeded: `CompletionsReached`, or `SuccessPolicy`.
+    Complete(String, String),
+    /// It failed: `BackoffLimitExceeded`, `DeadlineExceeded`, `PodFailurePolicy`,
+    /// `MaxFailedIndexesExceeded` or `FailedIndexes`.
+    Failed(String, String),
+}
+
+impl Finish {
+    fn failed(reason: &str, message: &str) -> Self {
+        Finish::Failed(reason.into(), message.into())
+    }
+}
+
+/// The indexes of an Indexed Job that are done.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct IndexState {
+    /// Indexes whose pod succeeded (`completedIndexes`).
+    pub succeeded: Indexes,
+    /// Indexes that failed for good (`failedIndexes`, with `backoffLimitPerIndex`).
+    pub failed: Indexes,
 }
 
 /// What the Job's pods add up to.
@@ -43,10 +69,13 @@ pub struct Counts {
     pub ready: usize,
     /// Succeeded pods (never fewer than the status already says).
     pub succeeded: i32,
-    /// Failed pods plus restarts under OnFailure (never fewer than the status says).
+    /// Failed pods plus restarts under OnFailure (never fewer than the status says); pods
+    /// the pod failure policy ignores are not counted.
     pub failed: i32,
     /// Pods being deleted.
     pub terminating: usize,
+    /// The message of a failed pod that matched a `FailJob` rule.
+    pub fail_job: Option<String>,
 }
 
 /// Counts the owned pods, keeping the status counts as a floor.
@@ -61,7 +90,14 @@ pub fn count(job: &Job, pods: &[&Pod]) -> Counts {
         }
         match util::phase(p) {
             "Succeeded" => succeeded += 1,
-            "Failed" => failed += 1,
+            "Failed" => match policy::action(job, p) {
+                Failure::Ignore => {}
+                Failure::FailJob(message) => {
+                    failed += 1;
+                    c.fail_job.get_or_insert(message);
+                }
+                Failure::FailIndex | Failure::Count => failed += 1,
+            },
             _ if p.metadata.deletion_timestamp.is_none() => {
                 active.push(p);
                 c.ready += usize::from(util::is_ready(p));
@@ -83,30 +119,136 @@ pub fn count(job: &Job, pods: &[&Pod]) -> Counts {
     c
 }
 
-/// Whether the Job has finished, and how, given its counts and how long it has run.
-pub fn finished(job: &Job, c: &Counts, running_for: Option<Duration>) -> Option<Finish> {
+/// The Job's condition of type `ty` if it is True.
+fn condition<'a>(job: &'a Job, ty: &str) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    job.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == ty && c.status == "True")
+}
+
+/// The backoff limit: the spec's, else upstream's default (6, or unlimited when failures
+/// are limited per index).
+fn backoff_limit(job: &Job) -> i32 {
+    let spec = job.spec.as_ref();
+    spec.and_then(|s| s.backoff_limit).unwrap_or(
+        match spec.and_then(|s| s.backoff_limit_per_index) {
+            Some(_) => i32::MAX,
+            None => 6,
+        },
+    )
+}
+
+/// Whether the Job has finished, and how, given its counts, how long it has run and (for an
+/// Indexed Job) its done indexes, in upstream's order: earlier decisions, the pod failure
+/// policy, the backoff limit, the deadline, failed indexes, the success policy, completions.
+pub fn finished(
+    job: &Job,
+    c: &Counts,
+    running_for: Option<Duration>,
+    indexed: Option<&IndexState>,
+) -> Option<Finish> {
     let spec = job.spec.as_ref()?;
-    let backoff = spec.backoff_limit.unwrap_or(6);
-    if c.failed > backoff {
-        return Some(Finish::Failed(
+    let text = |s: &Option<String>| s.clone().unwrap_or_default();
+    if let Some(met) = condition(job, "SuccessCriteriaMet") {
+        return Some(Finish::Complete(text(&met.reason), text(&met.message)));
+    }
+    if let Some(target) = condition(job, "FailureTarget") {
+        return Some(Finish::Failed(text(&target.reason), text(&target.message)));
+    }
+    if let Some(message) = &c.fail_job {
+        return Some(Finish::failed("PodFailurePolicy", message));
+    }
+    if c.failed > backoff_limit(job) {
+        return Some(Finish::failed(
             "BackoffLimitExceeded",
-            "Job has reached the specified backoff limit".into(),
+            "Job has reached the specified backoff limit",
         ));
     }
     if let (Some(deadline), Some(ran)) = (spec.active_deadline_seconds, running_for)
         && ran >= Duration::from_secs(deadline.max(0) as u64)
     {
-        return Some(Finish::Failed(
+        return Some(Finish::failed(
             "DeadlineExceeded",
-            "Job was active longer than specified deadline".into(),
+            "Job was active longer than specified deadline",
         ));
+    }
+    if let Some(state) = indexed {
+        let completions = spec.completions.unwrap_or(0);
+        if spec.backoff_limit_per_index.is_some() {
+            let failed = state.failed.len() as i32;
+            if spec.max_failed_indexes.is_some_and(|m| failed > m) {
+                return Some(Finish::failed(
+                    "MaxFailedIndexesExceeded",
+                    "Job has exceeded the specified maximal number of failed indexes",
+                ));
+            }
+            if failed > 0 && failed + state.succeeded.len() as i32 >= completions {
+                return Some(Finish::failed("FailedIndexes", "Job has failed indexes"));
+            }
+        }
+        if let Some(message) = policy::success(job, completions, &state.succeeded) {
+            return Some(Finish::Complete("SuccessPolicy".into(), message));
+        }
     }
     let done = match spec.completions {
         Some(n) => c.succeeded >= n,
         // A work queue: done once one pod succeeded and none still runs.
         None => c.succeeded > 0 && c.active.is_empty(),
     };
-    done.then_some(Finish::Complete)
+    done.then(|| {
+        Finish::Complete(
+            "CompletionsReached".into(),
+            "Reached expected number of succeeded pods".into(),
+        )
+    })
+}
+
+/// The done indexes of an Indexed Job: those in its status and those its pods show.
+pub fn index_state(job: &Job, pods: &[&Pod]) -> IndexState {
+    let spec = job.spec.as_ref();
+    let completions = spec.and_then(|s| s.completions).unwrap_or(0);
+    let status = job.status.as_ref();
+    let mut succeeded = Indexes::parse(
+        status
+            .and_then(|s| s.completed_indexes.as_deref())
+            .unwrap_or_default(),
+        completions,
+    );
+    let mut failed = Indexes::parse(
+        status
+            .and_then(|s| s.failed_indexes.as_deref())
+            .unwrap_or_default(),
+        completions,
+    );
+    let per_index = spec.and_then(|s| s.backoff_limit_per_index);
+    for p in pods {
+        let Some(i) = indexes::of(p, completions) else {
+            continue;
+        };
+        match util::phase(p) {
+            "Succeeded" => {
+                succeeded.0.insert(i);
+            }
+            "Failed" if per_index.is_some() => {
+                let gone = match policy::action(job, p) {
+                    Failure::FailIndex => true,
+                    Failure::Count | Failure::FailJob(_) => {
+                        per_index.is_some_and(|limit| indexes::failure_count(p) >= limit)
+                    }
+                    Failure::Ignore => false,
+                };
+                if gone {
+                    failed.0.insert(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    failed.0.retain(|i| !succeeded.contains(*i));
+    IndexState { succeeded, failed }
 }
 
 /// How many pods should be active now.
@@ -126,8 +268,10 @@ pub fn wanted_active(job: &Job, c: &Counts) -> usize {
     want as usize
 }
 
-/// The pod a Job creates from its template.
-pub fn pod_from_template(job: &Job) -> Result<Pod> {
+/// The pod a Job creates from its template; for an Indexed Job, the pod of `index` after
+/// `failures` counted failures of that index (upstream's name, annotations, label, hostname
+/// and `JOB_COMPLETION_INDEX`).
+pub fn pod_from_template(job: &Job, index: Option<(i32, i32)>) -> Result<Pod> {
     let template = job
         .spec
         .as_ref()
@@ -138,11 +282,116 @@ pub fn pod_from_template(job: &Job) -> Result<Pod> {
     meta.generate_name = None;
     meta.namespace = job.namespace();
     meta.owner_references = Some(vec![owner_ref(job)]);
+    let mut spec = template.spec.clone();
+    if let Some((i, failures)) = index {
+        meta.name = Some(format!("{}-{i}-{}", job.name_any(), util::random_suffix()));
+        let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
+        annotations.insert(indexes::INDEX.into(), i.to_string());
+        if job
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.backoff_limit_per_index.is_some())
+        {
+            annotations.insert(indexes::FAILURE_COUNT.into(), failures.to_string());
+        }
+        meta.labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(indexes::INDEX.into(), i.to_string());
+        if let Some(spec) = spec.as_mut() {
+            if spec.hostname.as_deref().is_none_or(str::is_empty) {
+                spec.hostname = Some(format!("{}-{i}", job.name_any()));
+            }
+            let containers = spec
+                .containers
+                .iter_mut()
+                .chain(spec.init_containers.iter_mut().flatten());
+            for c in containers {
+                let env = c.env.get_or_insert_with(Vec::new);
+                if !env.iter().any(|e| e.name == indexes::ENV) {
+                    env.push(serde_json::from_value(json!({"name": indexes::ENV,
+                        "valueFrom": {"fieldRef": {"fieldPath":
+                            format!("metadata.annotations['{}']", indexes::INDEX)}}}))?);
+                }
+            }
+        }
+    }
     Ok(Pod {
         metadata: meta,
-        spec: template.spec.clone(),
+        spec,
         status: None,
     })
+}
+
+/// What an Indexed Job does with its pods: the active pods to delete (an index done or held
+/// twice, or the Job stopping) and the indexes to start, each with its failures so far.
+fn indexed_plan(
+    job: &Job,
+    pods: &[&Pod],
+    c: &Counts,
+    state: &IndexState,
+    stop: bool,
+) -> (Vec<String>, Vec<Option<(i32, i32)>>) {
+    let Some(spec) = job.spec.as_ref() else {
+        return (vec![], vec![]);
+    };
+    let completions = spec.completions.unwrap_or(0);
+    let stop = stop || spec.suspend == Some(true);
+    let by_name: std::collections::HashMap<String, &Pod> =
+        pods.iter().map(|p| (p.name_any(), *p)).collect();
+    let mut delete = Vec::new();
+    let mut kept: BTreeMap<i32, String> = BTreeMap::new();
+    for name in &c.active {
+        let index = by_name.get(name).and_then(|p| indexes::of(p, completions));
+        match index {
+            Some(i)
+                if !stop
+                    && !state.succeeded.contains(i)
+                    && !state.failed.contains(i)
+                    && !kept.contains_key(&i) =>
+            {
+                kept.insert(i, name.clone());
+            }
+            _ => delete.push(name.clone()),
+        }
+    }
+    if stop {
+        return (delete, vec![]);
+    }
+    // Under podReplacementPolicy Failed, an index waits until its terminating pod is gone.
+    let waits = spec.pod_replacement_policy.as_deref() == Some("Failed");
+    let mut blocked = HashSet::new();
+    let mut failures: BTreeMap<i32, i32> = BTreeMap::new();
+    for p in pods {
+        let Some(i) = indexes::of(p, completions) else {
+            continue;
+        };
+        let phase = util::phase(p);
+        if waits
+            && p.metadata.deletion_timestamp.is_some()
+            && !matches!(phase, "Succeeded" | "Failed")
+        {
+            blocked.insert(i);
+        }
+        if phase == "Failed" {
+            let counted = i32::from(policy::action(job, p) != Failure::Ignore);
+            let n = indexes::failure_count(p) + counted;
+            let entry = failures.entry(i).or_insert(0);
+            *entry = (*entry).max(n);
+        }
+    }
+    let parallelism = spec.parallelism.unwrap_or(1).max(0) as usize;
+    let room = parallelism.saturating_sub(kept.len());
+    let create = (0..completions)
+        .filter(|i| {
+            !state.succeeded.contains(*i)
+                && !state.failed.contains(*i)
+                && !kept.contains_key(i)
+                && !blocked.contains(i)
+        })
+        .take(room)
+        .map(|i| Some((i, failures.get(&i).copied().unwrap_or(0))))
+        .collect();
+    (delete, create)
 }
 
 /// The condition a Job already has as True, by type.
@@ -222,7 +471,12 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
     if !settled {
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    let counts = count(&job, &refs);
+    let mut counts = count(&job, &refs);
+    let indexed = job.spec.as_ref().and_then(|s| s.completion_mode.as_deref()) == Some("Indexed");
+    let state = indexed.then(|| index_state(&job, &refs));
+    if let Some(state) = &state {
+        counts.succeeded = state.succeeded.len() as i32;
+    }
     let start = job
         .status
         .as_ref()
@@ -235,14 +489,19 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
         start.or(Some(now))
     };
     let running_for = start.map(|s| Duration::from_secs((now - s).get_seconds().max(0) as u64));
-    let finish = finished(&job, &counts, running_for);
+    let finish = finished(&job, &counts, running_for, state.as_ref());
     let want = match &finish {
         Some(_) => 0,
         None => wanted_active(&job, &counts),
     };
     let mut active = counts.active.clone();
-    if active.len() > want {
-        let extra: Vec<String> = active.split_off(want);
+    let (extra, create) = match &state {
+        Some(state) => indexed_plan(&job, &refs, &counts, state, finish.is_some()),
+        None if active.len() > want => (active[want..].to_vec(), vec![]),
+        None => (vec![], vec![None; want - active.len()]),
+    };
+    active.retain(|n| !extra.contains(n));
+    if !extra.is_empty() {
         ctx.expectations
             .expect(&uid, extra.iter().map(|n| format!("-{n}")));
         for n in extra {
@@ -259,9 +518,9 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
                 }
             }
         }
-    } else if active.len() < want {
-        for _ in active.len()..want {
-            let pod = pod_from_template(&job)?;
+    } else {
+        for index in create {
+            let pod = pod_from_template(&job, index)?;
             let name = pod.name_any();
             ctx.expectations.expect(&uid, [name.clone()]);
             if let Err(e) = pods_api.create(&PostParams::default(), &pod).await {
@@ -281,8 +540,20 @@ pub async fn reconcile(job: Arc<Job>, ctx: Arc<Ctx>) -> Result<Action> {
             active.push(name);
         }
     }
-    let status = status_of(&job, &counts, active.len(), start, finish.as_ref(), now);
-    let changed = serde_json::to_value(job.status.clone().unwrap_or_default())? != status;
+    let status = status_of(
+        &job,
+        &counts,
+        active.len(),
+        start,
+        finish.as_ref(),
+        state.as_ref(),
+        now,
+    );
+    let mut stored = status.clone();
+    if let Some(m) = stored.as_object_mut() {
+        m.retain(|_, v| !v.is_null());
+    }
+    let changed = serde_json::to_value(job.status.clone().unwrap_or_default())? != stored;
     if changed {
         // The Job's end, said once as upstream: Completed, or the failure's reason.
         let ended = |t: &str| {
@@ -345,6 +616,7 @@ pub fn status_of(
     active: usize,
     start: Option<jiff::Timestamp>,
     finish: Option<&Finish>,
+    indexed: Option<&IndexState>,
     now: jiff::Timestamp,
 ) -> Value {
     let mut status = serde_json::Map::new();
@@ -376,20 +648,10 @@ pub fn status_of(
     // Terminal conditions wait until no pod still runs, as upstream does.
     let settled = active == 0 && c.terminating == 0;
     match finish {
-        Some(Finish::Complete) => {
-            set(
-                "SuccessCriteriaMet",
-                "True",
-                "CompletionsReached",
-                "Reached expected number of succeeded pods",
-            );
+        Some(Finish::Complete(reason, message)) => {
+            set("SuccessCriteriaMet", "True", reason, message);
             if settled {
-                set(
-                    "Complete",
-                    "True",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods",
-                );
+                set("Complete", "True", reason, message);
                 status.insert("completionTime".into(), json!(util::rfc3339(now)));
             }
         }
@@ -406,15 +668,34 @@ pub fn status_of(
     if let Some(s) = start {
         status.insert("startTime".into(), json!(util::rfc3339(s)));
     }
-    if active > 0 {
-        status.insert("active".into(), json!(active));
-    }
+    // Zero is written as null, so the merge patch removes a count that was there.
+    status.insert(
+        "active".into(),
+        if active > 0 {
+            json!(active)
+        } else {
+            Value::Null
+        },
+    );
     status.insert("ready".into(), json!(c.ready));
     if c.succeeded > 0 {
         status.insert("succeeded".into(), json!(c.succeeded));
     }
     if c.failed > 0 {
         status.insert("failed".into(), json!(c.failed));
+    }
+    if let Some(state) = indexed {
+        status.insert(
+            "completedIndexes".into(),
+            json!(state.succeeded.to_string()),
+        );
+        if job
+            .spec
+            .as_ref()
+            .is_some_and(|s| s.backoff_limit_per_index.is_some())
+        {
+            status.insert("failedIndexes".into(), json!(state.failed.to_string()));
+        }
     }
     status.insert("terminating".into(), json!(c.terminating));
     if !conditions.is_empty() {
@@ -459,6 +740,13 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    fn complete() -> Finish {
+        Finish::Complete(
+            "CompletionsReached".into(),
+            "Reached expected number of succeeded pods".into(),
+        )
+    }
+
     fn job(completions: Option<i32>, parallelism: i32) -> Job {
         serde_json::from_value(json!({"metadata": {"name": "j", "namespace": "default", "uid": "u1"},
             "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 2,
@@ -485,10 +773,10 @@ mod tests {
         assert_eq!((c.active.len(), c.succeeded), (1, 2));
         // One completion left: one pod, and the running one covers it.
         assert_eq!(wanted_active(&j, &c), 1);
-        assert_eq!(finished(&j, &c, None), None);
+        assert_eq!(finished(&j, &c, None, None), None);
         let d = pod("d", "Succeeded");
         let c = count(&j, &[&b, &s, &d]);
-        assert_eq!(finished(&j, &c, None), Some(Finish::Complete));
+        assert_eq!(finished(&j, &c, None, None), Some(complete()));
         assert_eq!(wanted_active(&j, &c), 0);
     }
 
@@ -499,16 +787,17 @@ mod tests {
         let refs: Vec<&Pod> = f.iter().collect();
         let c = count(&j, &refs);
         assert_eq!(
-            finished(&j, &c, None).map(|f| matches!(f, Finish::Failed("BackoffLimitExceeded", _))),
+            finished(&j, &c, None, None)
+                .map(|f| matches!(f, Finish::Failed(r, _) if r == "BackoffLimitExceeded")),
             Some(true)
         );
         let mut j = job(Some(1), 1);
         j.spec.as_mut().unwrap().active_deadline_seconds = Some(5);
         let c = count(&j, &[]);
-        assert_eq!(finished(&j, &c, Some(Duration::from_secs(4))), None);
+        assert_eq!(finished(&j, &c, Some(Duration::from_secs(4)), None), None);
         assert!(matches!(
-            finished(&j, &c, Some(Duration::from_secs(5))),
-            Some(Finish::Failed("DeadlineExceeded", _))
+            finished(&j, &c, Some(Duration::from_secs(5)), None),
+            Some(Finish::Failed(r, _)) if r == "DeadlineExceeded"
         ));
     }
 
@@ -519,13 +808,14 @@ mod tests {
         let c = count(&j, &[]);
         assert_eq!(c.succeeded, 1);
         assert_eq!(wanted_active(&j, &c), 0);
-        assert_eq!(finished(&j, &c, None), Some(Finish::Complete));
+        assert_eq!(finished(&j, &c, None, None), Some(complete()));
         let status = status_of(
             &j,
             &c,
             0,
             None,
-            Some(&Finish::Complete),
+            Some(&complete()),
+            None,
             jiff::Timestamp::now(),
         );
         let types: Vec<&str> = status["conditions"]
@@ -535,6 +825,91 @@ mod tests {
             .map(|c| c["type"].as_str().unwrap())
             .collect();
         assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
+    }
+
+    fn indexed_job(extra: serde_json::Value) -> Job {
+        let mut v = json!({"metadata": {"name": "ix", "namespace": "default", "uid": "u2"},
+            "spec": {"completions": 4, "parallelism": 2, "completionMode": "Indexed",
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}});
+        for (k, val) in extra.as_object().unwrap() {
+            v["spec"][k] = val.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn indexed_pod(index: i32, failures: i32, phase: &str, code: i32) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": format!("ix-{index}-{failures}"), "namespace": "default",
+            "annotations": {indexes::INDEX: index.to_string(), indexes::FAILURE_COUNT: failures.to_string()}},
+            "status": {"phase": phase, "containerStatuses": [{"name": "c", "image": "busybox", "imageID": "",
+                "ready": false, "restartCount": 0, "state": {"terminated": {"exitCode": code}}}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn indexed_pods_carry_their_index_and_the_lowest_pending_indexes_start() {
+        let j = indexed_job(json!({"backoffLimitPerIndex": 1}));
+        let pod = pod_from_template(&j, Some((3, 1))).unwrap();
+        let meta = &pod.metadata;
+        assert!(meta.name.as_deref().unwrap().starts_with("ix-3-"));
+        assert_eq!(meta.annotations.as_ref().unwrap()[indexes::INDEX], "3");
+        assert_eq!(
+            meta.annotations.as_ref().unwrap()[indexes::FAILURE_COUNT],
+            "1"
+        );
+        assert_eq!(meta.labels.as_ref().unwrap()[indexes::INDEX], "3");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.hostname.as_deref(), Some("ix-3"));
+        let env = spec.containers[0].env.as_ref().unwrap();
+        assert_eq!(env[0].name, "JOB_COMPLETION_INDEX");
+
+        // Index 0 succeeded, index 1 failed once (one retry left), index 3 failed twice.
+        let (ok0, f1, f3a, f3b) = (
+            indexed_pod(0, 0, "Succeeded", 0),
+            indexed_pod(1, 0, "Failed", 1),
+            indexed_pod(3, 0, "Failed", 1),
+            indexed_pod(3, 1, "Failed", 1),
+        );
+        let pods = [&ok0, &f1, &f3a, &f3b];
+        let state = index_state(&j, &pods);
+        assert_eq!(state.succeeded.to_string(), "0");
+        assert_eq!(state.failed.to_string(), "3");
+        let c = count(&j, &pods);
+        assert_eq!(c.failed, 3);
+        let (delete, create) = indexed_plan(&j, &pods, &c, &state, false);
+        assert!(delete.is_empty());
+        assert_eq!(create, [Some((1, 1)), Some((2, 0))]);
+    }
+
+    #[test]
+    fn indexed_jobs_end_by_failed_indexes_success_policy_or_pod_failure_policy() {
+        let j = indexed_job(json!({"backoffLimitPerIndex": 0, "maxFailedIndexes": 0}));
+        let f0 = indexed_pod(0, 0, "Failed", 1);
+        let state = index_state(&j, &[&f0]);
+        let c = count(&j, &[&f0]);
+        assert!(
+            matches!(finished(&j, &c, None, Some(&state)), Some(Finish::Failed(r, _)) if r == "MaxFailedIndexesExceeded")
+        );
+
+        let j = indexed_job(json!({"successPolicy": {"rules": [{"succeededIndexes": "0"}]}}));
+        let ok0 = indexed_pod(0, 0, "Succeeded", 0);
+        let state = index_state(&j, &[&ok0]);
+        let c = count(&j, &[&ok0]);
+        assert_eq!(
+            finished(&j, &c, None, Some(&state)),
+            Some(Finish::Complete(
+                "SuccessPolicy".into(),
+                "Matched rules at index 0".into()
+            ))
+        );
+
+        let j = indexed_job(json!({"podFailurePolicy": {"rules": [
+            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [1]}}]}}));
+        let f = indexed_pod(2, 0, "Failed", 1);
+        let c = count(&j, &[&f]);
+        assert!(
+            matches!(finished(&j, &c, None, None), Some(Finish::Failed(r, m))
+            if r == "PodFailurePolicy" && m.ends_with("failed with exit code 1 matching FailJob rule at index 0"))
+        );
     }
 
     /// Reconcile against a mock API: the requests it makes for a given pod store.
