@@ -453,6 +453,19 @@ fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
         }
         let page = api.list(&ListParams::default().limit(2)).await.unwrap();
         let token = page.metadata.continue_.clone().expect("a continue token");
+        // remainingItemCount: what the rest of the list holds, when no selector filters it.
+        let total = api.list(&ListParams::default()).await.unwrap().items.len() as i64;
+        assert_eq!(page.metadata.remaining_item_count, Some(total - 2));
+        let selected = api
+            .list(
+                &ListParams::default()
+                    .limit(1)
+                    .fields("metadata.namespace=default"),
+            )
+            .await
+            .unwrap();
+        assert!(selected.metadata.continue_.is_some());
+        assert_eq!(selected.metadata.remaining_item_count, None);
         api.create(&PostParams::default(), &cm("g5", "0"))
             .await
             .unwrap();

@@ -119,6 +119,9 @@ pub struct Page {
     pub revision: i64,
     /// A continue token when more may follow.
     pub continue_token: Option<String>,
+    /// How many objects follow the page (`remainingItemCount`): known for a limited list
+    /// without selectors, as upstream.
+    pub remaining: Option<usize>,
 }
 
 /// Reads a (page of a) list with selectors, limit and continue, at a consistent revision.
@@ -166,6 +169,8 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
     let mut raw_items = Vec::new();
     let mut read_at = None;
     let mut continue_key = None;
+    let mut remaining = None;
+    let count = limit > 0 && selectors.is_empty();
     'pages: loop {
         let page = store
             .range(RangeRequest {
@@ -173,6 +178,7 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
                 start_after: start_after.clone(),
                 limit: if limit > 0 { limit.max(64) } else { 0 },
                 revision,
+                count,
             })
             .await
             .map_err(|e| match e {
@@ -201,6 +207,7 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
             if limit > 0 && items.len() + raw_items.len() >= limit {
                 if i + 1 < n || page.more {
                     continue_key = Some(kv.key.clone());
+                    remaining = count.then(|| page.count.saturating_sub(i + 1));
                 }
                 break 'pages;
             }
@@ -217,6 +224,7 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
         raw: raw_items,
         revision,
         continue_token,
+        remaining,
     })
 }
 
@@ -228,6 +236,9 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
     let mut meta = json!({"resourceVersion": page.revision.to_string()});
     if let Some(c) = &page.continue_token {
         meta["continue"] = json!(c);
+    }
+    if let Some(n) = page.remaining {
+        meta["remainingItemCount"] = json!(n);
     }
     if ctx.wants_table() {
         let mut out = Vec::new();

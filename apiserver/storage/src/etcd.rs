@@ -308,10 +308,16 @@ impl Store for Etcd {
             0 => resp.header().map_or(0, |h| h.revision()),
             r => r,
         };
+        // etcd counts the whole range whatever the limit.
+        let count = match req.count {
+            true => usize::try_from(resp.count()).unwrap_or(kvs.len()),
+            false => kvs.len(),
+        };
         Ok(RangeResult {
             kvs,
             more: resp.more(),
             revision,
+            count,
         })
     }
 

@@ -67,6 +67,8 @@ pub struct RangeRequest {
     pub limit: usize,
     /// Read at this revision; 0 means the latest.
     pub revision: i64,
+    /// Also count every key of the range, beyond `limit` ([`RangeResult::count`]).
+    pub count: bool,
 }
 
 impl RangeRequest {
@@ -88,4 +90,7 @@ pub struct RangeResult {
     pub more: bool,
     /// The revision the read was made at.
     pub revision: i64,
+    /// With [`RangeRequest::count`], how many keys the range holds (after `start_after`),
+    /// returned or not; otherwise the number returned.
+    pub count: usize,
 }

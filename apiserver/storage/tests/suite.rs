@@ -181,6 +181,7 @@ async fn range_reads_a_prefix_in_key_order_and_pages_with_limit_and_start_after(
 
     let mut pages = Vec::new();
     let mut start_after = None;
+    let mut seen = 0;
     loop {
         let page = s
             .range(RangeRequest {
@@ -188,10 +189,14 @@ async fn range_reads_a_prefix_in_key_order_and_pages_with_limit_and_start_after(
                 start_after: start_after.clone(),
                 limit: 2,
                 revision: all.revision,
+                count: true,
             })
             .await
             .unwrap();
         assert!(page.kvs.len() <= 2);
+        // The count is of the whole rest of the range, beyond the limit.
+        assert_eq!(page.count, 5 - seen);
+        seen += page.kvs.len();
         start_after = page.kvs.last().map(|kv| kv.key.clone());
         pages.push(page.kvs.len());
         if !page.more {
@@ -238,11 +243,13 @@ async fn range_at_an_older_revision_sees_the_past_and_pages_consistently(s: &Sto
             start_after: Some("/r/a".into()),
             limit: 1,
             revision: then.revision,
+            count: true,
         })
         .await
         .unwrap();
     assert_eq!(page.kvs, vec![then.kvs[1].clone()]);
     assert!(page.more);
+    assert_eq!(page.count, 2, "b and c existed then after a");
 
     let now = s.range(RangeRequest::prefix("/r/")).await.unwrap();
     let keys: Vec<_> = now.kvs.iter().map(|kv| kv.key.as_str()).collect();

@@ -552,6 +552,7 @@ fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<
     };
     let mut kvs = Vec::new();
     let mut more = false;
+    let mut beyond = 0;
     loop {
         let next_latest = match latest.peek() {
             Some(Ok((k, _))) => Some(k.value().to_vec()),
@@ -578,15 +579,21 @@ fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<
         if let Some(item) = item {
             if kvs.len() == limit {
                 more = true;
-                break;
+                if !req.count {
+                    break;
+                }
+                beyond += 1;
+                continue;
             }
             kvs.push(item);
         }
     }
+    let count = kvs.len() + beyond;
     Ok(RangeResult {
         kvs,
         more,
         revision: at,
+        count,
     })
 }
 
