@@ -1408,4 +1408,22 @@ scheduling: {nodeSelector: {sandbox: "yes"}}
         !r.ok && r.stderr.contains("spec.csi.driver: Required value"),
         "{r:?}"
     );
+
+    // A Service condition without lastTransitionTime (Go's zero time, sent as null) is
+    // taken and shown as null, as upstream.
+    c.ok(&["create", "service", "clusterip", "web", "--tcp=80"]);
+    c.ok(&[
+        "patch",
+        "service",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"conditions":[{"type":"StatusUpdate","status":"True","reason":"E2E","message":"Set from a test","lastTransitionTime":null}]}}"#,
+    ]);
+    let svc: serde_json::Value =
+        serde_json::from_str(&c.ok(&["get", "service", "web", "-o", "json"])).unwrap();
+    let condition = &svc["status"]["conditions"][0];
+    assert_eq!(condition["type"], "StatusUpdate");
+    assert!(condition["lastTransitionTime"].is_null(), "{condition}");
 }

@@ -28,8 +28,57 @@ impl Scope for ClusterResourceScope {
 }
 
 fn decode_as<K: DeserializeOwned + serde::Serialize>(v: &Value) -> Result<Value, String> {
-    let typed = K::deserialize(v).map_err(|e| e.to_string())?;
-    serde_json::to_value(typed).map_err(|e| e.to_string())
+    let first = match K::deserialize(v) {
+        Ok(typed) => return serde_json::to_value(typed).map_err(|e| e.to_string()),
+        Err(e) => e.to_string(),
+    };
+    let mut filled = Vec::new();
+    let mut v = v.clone();
+    zero_times(&mut v, String::new(), &mut filled);
+    if filled.is_empty() {
+        return Err(first);
+    }
+    let typed = K::deserialize(&v).map_err(|_| first)?;
+    let mut out = serde_json::to_value(typed).map_err(|e| e.to_string())?;
+    for path in filled {
+        if let Some(t) = out.pointer_mut(&path) {
+            *t = Value::Null;
+        }
+    }
+    Ok(out)
+}
+
+/// Go's zero time, which a Go client sends as `null`.
+const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+/// Go clients send a `metav1.Condition` whose `lastTransitionTime` is unset as `null`, which
+/// upstream takes (and returns as `null`) but k8s-openapi's type requires: when the typed
+/// decode fails, such conditions get Go's zero time for it, and their paths are noted to be
+/// `null` again.
+fn zero_times(v: &mut Value, path: String, filled: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            let condition = m.contains_key("type")
+                && m.contains_key("status")
+                && m.contains_key("reason")
+                && m.get("lastTransitionTime").is_none_or(Value::is_null)
+                && path.contains("/conditions/");
+            if condition {
+                m.insert("lastTransitionTime".into(), Value::String(ZERO_TIME.into()));
+                filled.push(format!("{path}/lastTransitionTime"));
+            }
+            for (k, child) in m.iter_mut() {
+                let key = k.replace('~', "~0").replace('/', "~1");
+                zero_times(child, format!("{path}/{key}"), filled);
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter_mut().enumerate() {
+                zero_times(child, format!("{path}/{i}"), filled);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The facts about a resource that its type does not carry.
