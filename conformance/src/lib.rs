@@ -373,8 +373,14 @@ impl Cluster {
     pub fn run_named_controllers(&self, names: &[&str], stop: CancellationToken) {
         let c = self.client();
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        // The cluster CA, for the root CA publisher (as `minik8s up` passes it).
+        let settings = minik8s_controllers::manager::Settings {
+            root_ca: std::fs::read_to_string(&self.config.client_ca).ok(),
+            ..Default::default()
+        };
         self.rt.spawn(async move {
-            if let Err(e) = minik8s_controllers::manager::run(c, &names, stop).await {
+            if let Err(e) = minik8s_controllers::manager::run_with(c, &names, settings, stop).await
+            {
                 eprintln!("controllers: {e:#}");
             }
         });

@@ -960,3 +960,52 @@ spec:
         "{described}"
     );
 }
+
+#[test]
+fn every_namespace_keeps_its_root_ca_config_map() {
+    let c = Cluster::start();
+    c.run_named_controllers(&["root-ca-cert-publisher"], c.shutdown_token());
+    c.ok(&["create", "namespace", "team"]);
+    let ca = |c: &Cluster| {
+        c.kubectl(&[
+            "get",
+            "configmap",
+            "kube-root-ca.crt",
+            "-n",
+            "team",
+            "-o",
+            "jsonpath={.data.ca\\.crt}",
+        ])
+        .stdout
+    };
+    let want = std::fs::read_to_string(c.ca_path()).unwrap();
+    c.eventually(&["get", "configmap", "-n", "team", "-o", "name"], |o| {
+        o.contains("configmap/kube-root-ca.crt")
+    });
+    // Deleted, it is put back.
+    c.ok(&["delete", "configmap", "kube-root-ca.crt", "-n", "team"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ca(&c).trim() != want.trim() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never published again"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Emptied, it is restored.
+    c.ok(&[
+        "patch",
+        "configmap",
+        "kube-root-ca.crt",
+        "-n",
+        "team",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"ca.crt":""}}"#,
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while ca(&c).trim() != want.trim() {
+        assert!(std::time::Instant::now() < deadline, "never restored");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -50,6 +50,9 @@ pub struct Args {
     /// The CA key the CSR signer issues certificates with.
     #[arg(long, requires = "cluster_signing_cert_file")]
     cluster_signing_key_file: Option<std::path::PathBuf>,
+    /// The cluster CA published in every namespace as `kube-root-ca.crt`.
+    #[arg(long)]
+    root_ca_file: Option<std::path::PathBuf>,
     /// The HTTPS port of `/metrics` and `/healthz` (0: none). Needs `--client-ca-file`.
     #[arg(long, default_value_t = 10257)]
     secure_port: u16,
@@ -104,26 +107,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         _ => None,
     };
-    let settings = crate::manager::Settings {
-        hpa: crate::hpa::controller::Config {
-            sync_period: args.horizontal_pod_autoscaler_sync_period,
-            downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
-        },
-        node_lifecycle: crate::nodelifecycle::Config {
-            grace: args.node_monitor_grace_period,
-            ..Default::default()
-        },
-        node_ipam: crate::nodeipam::Config::parse(&args.cluster_cidr, args.node_cidr_mask_size)
-            .map_err(anyhow::Error::msg)?,
-        signing: args
-            .cluster_signing_cert_file
-            .zip(args.cluster_signing_key_file)
-            .map(|(cert, key)| crate::certificates::SigningConfig {
-                cert,
-                key,
-                duration: args.cluster_signing_duration,
-            }),
-    };
+    let settings =
+        crate::manager::Settings {
+            hpa: crate::hpa::controller::Config {
+                sync_period: args.horizontal_pod_autoscaler_sync_period,
+                downscale_stabilization: args.horizontal_pod_autoscaler_downscale_stabilization,
+            },
+            node_lifecycle: crate::nodelifecycle::Config {
+                grace: args.node_monitor_grace_period,
+                ..Default::default()
+            },
+            node_ipam: crate::nodeipam::Config::parse(&args.cluster_cidr, args.node_cidr_mask_size)
+                .map_err(anyhow::Error::msg)?,
+            root_ca: match &args.root_ca_file {
+                Some(path) => Some(std::fs::read_to_string(path).map_err(|e| {
+                    anyhow::anyhow!("reading --root-ca-file {}: {e}", path.display())
+                })?),
+                None => None,
+            },
+            signing: args
+                .cluster_signing_cert_file
+                .zip(args.cluster_signing_key_file)
+                .map(|(cert, key)| crate::certificates::SigningConfig {
+                    cert,
+                    key,
+                    duration: args.cluster_signing_duration,
+                }),
+        };
     let result =
         crate::manager::run_elected(client, election, names, settings, shutdown.clone()).await;
     shutdown.cancel();

@@ -27,6 +27,7 @@ pub mod nodelifecycle;
 pub mod podgc;
 pub mod protection;
 pub mod replicaset;
+pub mod rootca;
 pub mod scheduler;
 pub mod simnodes;
 pub mod statefulset;

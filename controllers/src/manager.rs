@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 23] = [
+pub const ALL: [&str; 24] = [
     "scheduler",
     "replicaset",
     "replicationcontroller",
@@ -31,6 +31,7 @@ pub const ALL: [&str; 23] = [
     "pvc-protection",
     "pv-protection",
     "statefulset",
+    "root-ca-cert-publisher",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -52,6 +53,9 @@ pub struct Settings {
     pub node_ipam: crate::nodeipam::Config,
     /// The CSR signer's CA (`None`: the `csrsigning` controller issues nothing).
     pub signing: Option<crate::certificates::SigningConfig>,
+    /// The cluster CA (PEM) published in every namespace (`--root-ca-file`; `None`: the
+    /// `root-ca-cert-publisher` publishes nothing).
+    pub root_ca: Option<String>,
 }
 
 /// Runs the named controllers with default settings until `shutdown`; unknown names are an
@@ -138,6 +142,7 @@ pub async fn run_with(
             "pvc-protection" => go!(crate::protection::run_claims(c, t, s)),
             "pv-protection" => go!(crate::protection::run_volumes(c, t, s)),
             "statefulset" => go!(crate::statefulset::run(c, t, s)),
+            "root-ca-cert-publisher" => go!(crate::rootca::run(c, settings.root_ca.clone(), t, s)),
             "bootstrapsigner" => go!(crate::bootstrap::run_signer(c, t, s)),
             "tokencleaner" => go!(crate::bootstrap::run_cleaner(c, t, s)),
             "csrapproving" => go!(crate::certificates::run_approver(c, t, s)),

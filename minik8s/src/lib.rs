@@ -360,6 +360,7 @@ pub async fn up(
             .map(|s| s.to_string())
             .collect();
         let settings = minik8s_controllers::manager::Settings {
+            root_ca: Some(pki.ca_pem().to_owned()),
             signing: Some(minik8s_controllers::certificates::SigningConfig {
                 cert: pki.ca_path(),
                 key: dir.join("ca.key"),

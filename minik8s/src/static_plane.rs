@@ -95,6 +95,7 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             "--cluster-signing-cert-file={}",
             pki.join("ca.crt").display()
         ),
+        format!("--root-ca-file={}", pki.join("ca.crt").display()),
         format!(
             "--cluster-signing-key-file={}",
             pki.join("ca.key").display()
