@@ -267,9 +267,18 @@ fn merge_map(
                 }
             },
             Value::Array(items) => {
+                // A strategic merge patch orders merged lists as upstream's; server-side
+                // apply (which merges through here too) keeps live items first.
+                let strategic = matches!(lists, Lists::Builtin(_));
                 let merged = match (lists.of(path), target.get(k)) {
                     (ListType::Map(keys), Some(Value::Array(existing))) => {
-                        merge_list(lists, existing.clone(), items, &keys, path)
+                        let merged = merge_list(lists, existing.clone(), items, &keys, path);
+                        match strategic {
+                            true => upstream_order(merged, items, existing, |v| {
+                                Value::Object(element_id(v, &keys))
+                            }),
+                            false => merged,
+                        }
                     }
                     (ListType::Map(keys), _) => merge_list(lists, Vec::new(), items, &keys, path),
                     (ListType::Set, Some(Value::Array(existing))) => {
@@ -279,7 +288,10 @@ fn merge_map(
                                 out.push(i.clone());
                             }
                         }
-                        out
+                        match strategic {
+                            true => upstream_order(out, items, existing, Value::clone),
+                            false => out,
+                        }
                     }
                     _ => items.iter().map(strip).collect(),
                 };
@@ -325,6 +337,42 @@ fn merge_map(
             target.retain(|k, _| keep.contains(&k.as_str()));
         }
     }
+}
+
+/// Upstream's order of a merged list (`normalizeElementOrder`): the items the patch names,
+/// in the patch's order, interleaved with the items only the server has, each of which
+/// keeps its place before the patch items it preceded in `original`; an item new to the
+/// list goes before the server-only items after it.
+fn upstream_order(
+    merged: Vec<Value>,
+    patch: &[Value],
+    original: &[Value],
+    id: impl Fn(&Value) -> Value,
+) -> Vec<Value> {
+    let patch_ids: Vec<Value> = patch.iter().map(&id).collect();
+    let original_ids: Vec<Value> = original.iter().map(&id).collect();
+    let (mut named, server_only): (Vec<Value>, Vec<Value>) =
+        merged.into_iter().partition(|v| patch_ids.contains(&id(v)));
+    let place = |ids: &[Value], v: &Value| ids.iter().position(|i| *i == id(v));
+    named.sort_by_key(|v| place(&patch_ids, v).unwrap_or(usize::MAX));
+    let mut out = Vec::with_capacity(named.len() + server_only.len());
+    let (mut left, mut right) = (
+        server_only.into_iter().peekable(),
+        named.into_iter().peekable(),
+    );
+    loop {
+        let take_left = match (left.peek(), right.peek()) {
+            (None, None) => break,
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (Some(l), Some(r)) => matches!(
+                (place(&original_ids, l), place(&original_ids, r)),
+                (Some(li), Some(ri)) if li < ri
+            ),
+        };
+        out.extend(if take_left { left.next() } else { right.next() });
+    }
+    out
 }
 
 fn merge_list(
@@ -410,6 +458,37 @@ mod tests {
     }
 
     #[test]
+    fn merged_lists_take_upstreams_order() {
+        let names = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c.get("name").unwrap_or(c).as_str().unwrap().to_owned())
+                .collect()
+        };
+        // A container new to the list goes before the ones only the server has (v1.34's
+        // ReplicaSet "Replace and Patch" spec reads containers[0]).
+        let mut rs = json!({"spec": {"template": {"spec": {"containers": [{"name": "httpd", "image": "h"}]}}}});
+        let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "test-rs", "image": "pause"}]}}}});
+        strategic_merge(Lists::Builtin("ReplicaSet"), &mut rs, &patch).unwrap();
+        assert_eq!(
+            names(&rs["spec"]["template"]["spec"]["containers"]),
+            ["test-rs", "httpd"]
+        );
+        // Server-only items keep their place before the named items they preceded.
+        let mut pod =
+            json!({"spec": {"containers": [{"name": "a"}, {"name": "b"}, {"name": "c"}]}});
+        let patch = json!({"spec": {"containers": [{"name": "b", "image": "x"}, {"name": "d"}]}});
+        strategic_merge(Lists::Builtin("Pod"), &mut pod, &patch).unwrap();
+        assert_eq!(names(&pod["spec"]["containers"]), ["a", "b", "d", "c"]);
+        // Merged scalar lists too.
+        let mut obj = json!({"metadata": {"finalizers": ["a"]}});
+        let patch = json!({"metadata": {"finalizers": ["b"]}});
+        strategic_merge(Lists::Builtin("ConfigMap"), &mut obj, &patch).unwrap();
+        assert_eq!(obj["metadata"]["finalizers"], json!(["b", "a"]));
+    }
+
+    #[test]
     fn directives_delete_replace_and_order() {
         let mut pod = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x"]},
             "spec": {"containers": [{"name": "a"}, {"name": "b"}], "tolerations": [{"key": "k"}]}});
@@ -423,7 +502,8 @@ mod tests {
         });
         strategic_merge(Lists::Builtin("Pod"), &mut pod, &patch).unwrap();
         assert_eq!(pod["metadata"]["labels"], json!({"b": "2"}));
-        assert_eq!(pod["metadata"]["finalizers"], json!(["x", "y"]));
+        // Upstream's order: an item new to a merged list goes before the server-only ones.
+        assert_eq!(pod["metadata"]["finalizers"], json!(["y", "x"]));
         assert_eq!(
             pod["spec"]["containers"],
             json!([{"name": "c"}, {"name": "b"}])

@@ -1426,4 +1426,24 @@ scheduling: {nodeSelector: {sandbox: "yes"}}
     let condition = &svc["status"]["conditions"][0];
     assert_eq!(condition["type"], "StatusUpdate");
     assert!(condition["lastTransitionTime"].is_null(), "{condition}");
+
+    // A strategic merge patch puts a container new to the list first, as upstream's.
+    c.ok(&["create", "deployment", "web", "--image=httpd"]);
+    c.ok(&[
+        "patch",
+        "deployment",
+        "web",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"sidecar","image":"pause"}]}}}}"#,
+    ]);
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[*].name}"
+        ]),
+        "sidecar httpd"
+    );
 }
