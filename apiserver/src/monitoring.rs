@@ -81,6 +81,7 @@ fn verb_label(info: &RequestInfo, content_type: &str, long_running: bool) -> Str
                 Verb::Patch if content_type.starts_with("application/apply-patch") => "APPLY",
                 Verb::Patch => "PATCH",
                 Verb::Delete | Verb::DeleteCollection => "DELETE",
+                Verb::Options => "OPTIONS",
             }
             .to_owned()
         }

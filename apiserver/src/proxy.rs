@@ -128,7 +128,34 @@ pub async fn serve(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             ));
         }
     };
+    // Upstream: a GET or HEAD of the proxy itself (no path, no trailing slash) is sent to
+    // the same path with a slash (issue 4958), keeping the query.
+    if ctx.req.proxy_path.as_deref() == Some("") && ctx.req.verb == crate::request::Verb::Get {
+        return Ok(redirect_to_slash(&ctx));
+    }
     forward(&ctx, target, body).await
+}
+
+/// 301 to the request's own path with a trailing slash.
+fn redirect_to_slash(ctx: &Ctx) -> Response {
+    let r = &ctx.req;
+    let mut path = match r.group.as_str() {
+        "" => format!("/api/{}", r.version),
+        g => format!("/apis/{g}/{}", r.version),
+    };
+    if let Some(ns) = ctx.namespace() {
+        path.push_str(&format!("/namespaces/{ns}"));
+    }
+    path.push_str(&format!("/{}/{}/proxy/", r.resource, ctx.name()));
+    if !ctx.params.raw.is_empty() {
+        path.push('?');
+        path.push_str(&ctx.params.raw);
+    }
+    Response::builder()
+        .status(axum::http::StatusCode::MOVED_PERMANENTLY)
+        .header(header::LOCATION, path)
+        .body(axum::body::Body::empty())
+        .unwrap_or_default()
 }
 
 /// A pod port given by number or by a container port's name.
@@ -347,7 +374,8 @@ fn rewrite_html(html: &str, prefix: &str, backend: &str, request_host: &str) -> 
 
 /// Sends the request on and streams the answer back.
 async fn forward(ctx: &Ctx, t: Target, body: Bytes) -> ApiResult<Response> {
-    let path = format!("/{}", ctx.req.proxy_path.as_deref().unwrap_or_default());
+    let rest = ctx.req.proxy_path.as_deref().unwrap_or_default();
+    let path = format!("/{}", rest.trim_start_matches('/'));
     let uri = match ctx.params.raw.as_str() {
         "" => path,
         q => format!("{path}?{q}"),
@@ -359,6 +387,8 @@ async fn forward(ctx: &Ctx, t: Target, body: Bytes) -> ApiResult<Response> {
         crate::request::Verb::Delete | crate::request::Verb::DeleteCollection => {
             axum::http::Method::DELETE
         }
+        crate::request::Verb::Options => axum::http::Method::OPTIONS,
+        _ if ctx.req.head => axum::http::Method::HEAD,
         _ => axum::http::Method::GET,
     };
     let mut req = Request::builder().method(method).uri(&uri);

@@ -22,6 +22,8 @@ pub enum Verb {
     Delete,
     /// DELETE a collection.
     DeleteCollection,
+    /// OPTIONS (only proxied: upstream's verb is the lowercased method).
+    Options,
 }
 
 impl Verb {
@@ -36,6 +38,7 @@ impl Verb {
             Verb::Patch => "patch",
             Verb::Delete => "delete",
             Verb::DeleteCollection => "deletecollection",
+            Verb::Options => "options",
         }
     }
 }
@@ -58,8 +61,10 @@ pub struct ResourceRequest {
     /// Subresource (`status`, `scale`, `log`, …), if any.
     pub subresource: Option<String>,
     /// For the `proxy` subresource, the path after it (`stats/summary`), without the
-    /// leading slash; a trailing slash is kept.
+    /// leading slash; a trailing slash is kept (`/proxy/` gives `/`, `/proxy` nothing).
     pub proxy_path: Option<String>,
+    /// Whether the method was HEAD (a [`Verb::Get`] that a proxy passes on as HEAD).
+    pub head: bool,
     /// For a list or watch whose field selector requires `metadata.name=N`: N, which
     /// authorization treats as the request's name (upstream's RequestInfoFactory), so a
     /// role limited by `resourceNames` allows watching that one object.
@@ -140,7 +145,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     let mut proxy_path = None;
     if rest.get(2) == Some(&"proxy") {
         let after = rest[3..].join("/");
-        let trailing = path.ends_with('/') && !after.is_empty();
+        let trailing = path.ends_with('/');
         proxy_path = Some(if trailing { format!("{after}/") } else { after });
         rest = &rest[..3];
     }
@@ -165,6 +170,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         Method::PATCH => Verb::Patch,
         Method::DELETE if name.is_some() => Verb::Delete,
         Method::DELETE => Verb::DeleteCollection,
+        Method::OPTIONS if proxy_path.is_some() => Verb::Options,
         _ => return non_resource(),
     };
     let selected_name = matches!(verb, Verb::List | Verb::Watch)
@@ -180,6 +186,7 @@ pub fn parse(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
         subresource,
         proxy_path,
         selected_name,
+        head: *method == Method::HEAD,
     })
 }
 
@@ -205,6 +212,7 @@ mod tests {
             subresource: sub.map(Into::into),
             proxy_path: None,
             selected_name: None,
+            head: false,
         })
     }
 

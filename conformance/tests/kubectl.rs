@@ -1447,3 +1447,90 @@ scheduling: {nodeSelector: {sandbox: "yes"}}
         "sidecar httpd"
     );
 }
+
+/// Answers every HTTP request on a local port with its method, until the test ends.
+fn method_echo() -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let method = request.split(' ').next().unwrap_or_default().to_owned();
+            let body = format!("{{\"method\":\"{method}\"}}");
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                if method == "HEAD" { 0 } else { body.len() },
+                if method == "HEAD" { "" } else { &body }
+            );
+        }
+    });
+    port
+}
+
+#[test]
+fn service_proxy_passes_every_method_on_and_redirects_to_the_slash() {
+    let c = Cluster::start();
+    let port = method_echo();
+    let manifest = format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: echo}}
+spec: {{ports: [{{port: 80, targetPort: {port}}}]}}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {{name: echo-1, labels: {{kubernetes.io/service-name: echo}}}}
+addressType: IPv4
+endpoints: [{{addresses: [127.0.0.1], conditions: {{ready: true}}}}]
+ports: [{{name: "", port: {port}, protocol: TCP}}]
+"#
+    );
+    let r = c.with_manifest(&["apply"], &manifest);
+    assert!(r.ok, "{r:?}");
+    let client = c.client();
+    let send = |method: &str, path: &str| {
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(kube::client::Body::empty())
+            .unwrap();
+        c.block_on(async {
+            let resp = client.send(req).await.unwrap();
+            let status = resp.status().as_u16();
+            let location = resp
+                .headers()
+                .get("location")
+                .map(|l| l.to_str().unwrap().to_owned());
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (
+                status,
+                location,
+                String::from_utf8_lossy(&body).into_owned(),
+            )
+        })
+    };
+    let base = "/api/v1/namespaces/default/services/echo/proxy";
+    for method in ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"] {
+        let (status, _, body) = send(method, &format!("{base}/?method={method}"));
+        assert_eq!(status, 200, "{method}: {body}");
+        assert_eq!(body, format!("{{\"method\":\"{method}\"}}"));
+    }
+    let (status, _, _) = send("HEAD", &format!("{base}/"));
+    assert_eq!(status, 200);
+    // The proxy itself, without a slash: 301 to it with one, as upstream.
+    for method in ["GET", "HEAD"] {
+        let (status, location, _) = send(method, &format!("{base}?method={method}"));
+        assert_eq!(status, 301, "{method}");
+        assert_eq!(
+            location.as_deref(),
+            Some(format!("{base}/?method={method}").as_str())
+        );
+    }
+}

@@ -335,6 +335,12 @@ async fn route(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         (Verb::Patch, None) => write::patch(ctx, body).await,
         (Verb::Delete, None) => write::delete(ctx, body).await,
         (Verb::DeleteCollection, None) => write::delete_collection(ctx, body).await,
+        // OPTIONS is parsed for proxies only.
+        (Verb::Options, None) => Err(ApiError::method_not_supported(
+            &ctx.res.group,
+            &ctx.res.plural,
+            "options",
+        )),
         (_, Some(sub)) => {
             let sub = sub.to_owned();
             subresource::handle(ctx, &sub, body).await
