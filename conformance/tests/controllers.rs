@@ -1009,3 +1009,104 @@ fn every_namespace_keeps_its_root_ca_config_map() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+#[test]
+fn custom_endpoints_are_mirrored_and_a_services_endpoints_go_with_it() {
+    let c = Cluster::start();
+    c.run_named_controllers(
+        &["endpoints", "endpointslice-mirroring", "garbagecollector"],
+        c.shutdown_token(),
+    );
+    let slices = |c: &Cluster, svc: &str| {
+        c.ok(&[
+            "get",
+            "endpointslices",
+            "-l",
+            &format!("kubernetes.io/service-name={svc}"),
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by} {.endpoints[*].addresses[0]} {.ports[0].port}{\"\\n\"}{end}",
+        ])
+    };
+    // A Service without a selector and Endpoints written by hand: mirrored into a slice.
+    let manifest = r#"apiVersion: v1
+kind: Service
+metadata: {name: external}
+spec: {ports: [{name: example, port: 80, protocol: TCP}]}
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: external}
+subsets:
+- addresses: [{ip: 10.1.2.3}]
+  ports: [{name: example, port: 80, protocol: TCP}]
+"#;
+    assert!(c.with_manifest(&["apply"], manifest).ok);
+    c.eventually(&["get", "endpointslices", "-o", "name"], |o| {
+        o.contains("endpointslice.discovery.k8s.io/external-")
+    });
+    assert_eq!(
+        slices(&c, "external").trim(),
+        "endpointslicemirroring-controller.k8s.io 10.1.2.3 80"
+    );
+    // An update is mirrored.
+    c.ok(&[
+        "patch",
+        "endpoints",
+        "external",
+        "--type=merge",
+        "-p",
+        r#"{"subsets":[{"addresses":[{"ip":"10.2.3.4"}],"ports":[{"name":"example","port":80,"protocol":"TCP"}]}]}"#,
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !slices(&c, "external").contains("10.2.3.4") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "update never mirrored"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // Deleting the Endpoints removes the mirrored slice.
+    c.ok(&["delete", "endpoints", "external"]);
+    c.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=external",
+            "-o",
+            "name",
+        ],
+        |o| o.trim().is_empty(),
+    );
+
+    // A Service with a selector: its Endpoints (not mirrored) go when it is deleted.
+    c.ok(&["create", "service", "clusterip", "web", "--tcp=80"]);
+    c.eventually(&["get", "endpoints", "-o", "name"], |o| {
+        o.contains("endpoints/web")
+    });
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "endpoints",
+            "web",
+            "-o",
+            "jsonpath={.metadata.labels.endpointslice\\.kubernetes\\.io/skip-mirror}"
+        ]),
+        "true"
+    );
+    c.eventually(
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            "jsonpath={.items[*].metadata.labels.endpointslice\\.kubernetes\\.io/managed-by}",
+        ],
+        |o| o.trim() == "endpointslice-controller.k8s.io",
+    );
+    c.ok(&["delete", "service", "web"]);
+    c.eventually(&["get", "endpoints", "-o", "name"], |o| {
+        !o.contains("endpoints/web")
+    });
+}

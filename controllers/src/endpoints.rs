@@ -23,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 const MANAGER: &str = "endpointslice-controller.k8s.io";
 /// Label naming a slice's Service.
 pub const SERVICE_LABEL: &str = "kubernetes.io/service-name";
+/// Label on Endpoints that are not to be mirrored into EndpointSlices.
+pub const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
 
 /// A service port resolved against one pod: (name, port, protocol).
 type Resolved = Vec<(String, i32, String)>;
@@ -189,6 +191,8 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     if headless {
         ep_labels.insert("service.kubernetes.io/headless".into(), String::new());
     }
+    // The mirroring controller leaves this controller's Endpoints alone, as upstream's.
+    ep_labels.insert(SKIP_MIRROR.into(), "true".into());
     let endpoints = json!({
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {"name": name, "namespace": ns, "labels": ep_labels},
@@ -204,6 +208,41 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     Ok(Action::await_change())
 }
 
+/// Deletes the Endpoints of each Service that `changes` shows gone from `services`, as
+/// upstream's endpoints controller does on a Service's deletion.
+async fn remove_orphaned(
+    client: Client,
+    changes: impl futures::Stream<Item = Arc<Service>> + Send,
+    services: Store<Service>,
+    shutdown: CancellationToken,
+) {
+    use futures::StreamExt;
+    let mut changes = std::pin::pin!(changes);
+    loop {
+        let svc = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            next = changes.next() => match next {
+                Some(s) => s,
+                None => return,
+            },
+        };
+        if services.get(&ObjectRef::from_obj(svc.as_ref())).is_some() {
+            continue;
+        }
+        let (ns, name) = (svc.namespace().unwrap_or_default(), svc.name_any());
+        let api: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(client.clone(), &ns);
+        match api.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {
+                tracing::info!(namespace = %ns, service = %name, "deleted the Endpoints of a deleted Service")
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                tracing::warn!(namespace = %ns, service = %name, error = %e, "could not delete the Endpoints of a deleted Service")
+            }
+        }
+    }
+}
+
 /// Runs the endpoints controller until `shutdown`.
 pub async fn run(
     client: Client,
@@ -213,6 +252,17 @@ pub async fn run(
     let pods = informers.all::<Pod>().await;
     let driver = Driver::<Service>::new("endpoints", &informers).await;
     let services = driver.store();
+    // A deleted Service's Endpoints go with it (its slices are owned by it and collected).
+    minik8s_task::spawn_on(
+        informers.tasks(),
+        "endpoints-cleanup",
+        remove_orphaned(
+            client.clone(),
+            informers.subscribe::<Service>(),
+            services.clone(),
+            shutdown.clone(),
+        ),
+    );
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,

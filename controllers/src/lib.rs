@@ -21,6 +21,7 @@ pub mod informer;
 pub mod job;
 pub mod leader;
 pub mod manager;
+pub mod mirroring;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;

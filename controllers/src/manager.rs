@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Every controller the manager knows, by name.
-pub const ALL: [&str; 24] = [
+pub const ALL: [&str; 25] = [
     "scheduler",
     "replicaset",
     "replicationcontroller",
@@ -32,6 +32,7 @@ pub const ALL: [&str; 24] = [
     "pv-protection",
     "statefulset",
     "root-ca-cert-publisher",
+    "endpointslice-mirroring",
 ];
 
 /// Fails on controller names the manager does not know.
@@ -142,6 +143,7 @@ pub async fn run_with(
             "pvc-protection" => go!(crate::protection::run_claims(c, t, s)),
             "pv-protection" => go!(crate::protection::run_volumes(c, t, s)),
             "statefulset" => go!(crate::statefulset::run(c, t, s)),
+            "endpointslice-mirroring" => go!(crate::mirroring::run(c, t, s)),
             "root-ca-cert-publisher" => go!(crate::rootca::run(c, settings.root_ca.clone(), t, s)),
             "bootstrapsigner" => go!(crate::bootstrap::run_signer(c, t, s)),
             "tokencleaner" => go!(crate::bootstrap::run_cleaner(c, t, s)),
