@@ -298,6 +298,11 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
     minik8s_task::spawn_on(&api.tasks, "crd-sync", crd::sync(api.clone()));
     minik8s_task::spawn_on(
         &api.tasks,
+        "quota-resync",
+        admission::quota::resync(api.clone()),
+    );
+    minik8s_task::spawn_on(
+        &api.tasks,
         "apiservice-sync",
         follow::follow(api.clone(), aggregator::PREFIX, |api, kvs| {
             api.aggregator.load(kvs)

@@ -2,7 +2,7 @@
 //! any quota's usage past its `hard` limit. Usage is counted from the stored objects at
 //! admission time, under one lock held until the object is stored, so concurrent creates
 //! cannot overshoot; each quota's `status` (hard and used) is rewritten after every change
-//! of what it counts.
+//! of what it counts, and every minute whatever changed ([`resync`]).
 
 use crate::Api;
 use crate::error::{ApiError, ApiResult};
@@ -431,6 +431,46 @@ pub async fn refresh(api: &Api, ns: &str) -> ApiResult<()> {
         }
     }
     Ok(())
+}
+
+/// How often every quota's status is recounted whatever changed (upstream's controller
+/// resyncs every 5 minutes): a status written by hand, or counts that drifted, are put
+/// right within this.
+pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Recounts every namespace's quotas every [`RESYNC`], until shutdown.
+pub async fn resync(api: std::sync::Arc<Api>) {
+    loop {
+        tokio::select! {
+            _ = api.shutdown.cancelled() => return,
+            _ = tokio::time::sleep(RESYNC) => {}
+        }
+        let listed = match api
+            .store
+            .range(RangeRequest::prefix("/registry/core/resourcequotas/"))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "quota resync: listing quotas failed");
+                continue;
+            }
+        };
+        let mut namespaces: Vec<String> = listed
+            .kvs
+            .iter()
+            .filter_map(|kv| {
+                let rest = kv.key.strip_prefix("/registry/core/resourcequotas/")?;
+                Some(rest.split('/').next()?.to_owned())
+            })
+            .collect();
+        namespaces.dedup();
+        for ns in namespaces {
+            if let Err(e) = refresh(&api, &ns).await {
+                tracing::warn!(namespace = %ns, error = %e.message, "quota resync failed");
+            }
+        }
+    }
 }
 
 #[cfg(test)]
