@@ -1110,3 +1110,78 @@ subsets:
         !o.contains("endpoints/web")
     });
 }
+
+#[test]
+fn namespace_deletion_removes_pods_first_and_says_what_remains() {
+    let c = Cluster::start();
+    c.run_named_controllers(&["namespace"], c.shutdown_token());
+    c.ok(&["create", "namespace", "doomed"]);
+    let pod = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"held","namespace":"doomed",
+        "finalizers":["e2e.example.com/finalizer"]},
+        "spec":{"containers":[{"name":"c","image":"pause"}]}}"#;
+    assert!(c.with_manifest(&["create"], pod).ok);
+    c.ok(&[
+        "create",
+        "configmap",
+        "kept",
+        "-n",
+        "doomed",
+        "--from-literal=k=v",
+    ]);
+    c.ok(&["delete", "namespace", "doomed", "--wait=false"]);
+    // While the pod waits for its finalizer, nothing else is deleted, and the namespace's
+    // conditions say why.
+    let conditions = c.eventually(
+        &[
+            "get",
+            "namespace",
+            "doomed",
+            "-o",
+            "jsonpath={range .status.conditions[*]}{.type}={.status}:{.message}{\"\\n\"}{end}",
+        ],
+        |o| o.contains("NamespaceFinalizersRemaining=True"),
+    );
+    assert!(
+        conditions.contains("NamespaceContentRemaining=True:Some resources are remaining: pods. has 1 resource instances"),
+        "{conditions}"
+    );
+    assert!(
+        conditions.contains("NamespaceFinalizersRemaining=True:Some content in the namespace has finalizers remaining: e2e.example.com/finalizer in 1 resource instances"),
+        "{conditions}"
+    );
+    assert!(
+        conditions.contains("NamespaceDeletionContentFailure=False"),
+        "{conditions}"
+    );
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert!(
+        c.ok(&["get", "configmap", "-n", "doomed", "-o", "name"])
+            .contains("configmap/kept")
+    );
+    assert!(
+        !c.ok(&[
+            "get",
+            "pod",
+            "held",
+            "-n",
+            "doomed",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}"
+        ])
+        .is_empty()
+    );
+    // Once the pod goes, the rest goes and so does the namespace.
+    c.ok(&[
+        "patch",
+        "pod",
+        "held",
+        "-n",
+        "doomed",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
+    c.eventually(&["get", "namespaces", "-o", "name"], |o| {
+        !o.contains("namespace/doomed")
+    });
+}
