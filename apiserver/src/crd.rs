@@ -100,7 +100,15 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                 decode: None,
                 schema: None,
                 strategic_merge: false,
-                field_selectors: vec![],
+                // The version's selectableFields (`.spec.color` selects as `spec.color`).
+                field_selectors: v
+                    .get("selectableFields")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                    .map(|p| p.trim_start_matches('.').to_owned())
+                    .collect(),
                 // With several versions, every version converts what it reads: objects may be
                 // stored in a version other than today's storage version.
                 storage: (version != storage || versions.len() > 1)

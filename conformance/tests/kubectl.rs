@@ -1534,3 +1534,76 @@ ports: [{{name: "", port: {port}, protocol: TCP}}]
         );
     }
 }
+
+#[test]
+fn custom_resources_are_selected_by_their_selectable_fields() {
+    let c = Cluster::start();
+    let crd = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    selectableFields: [{jsonPath: .spec.color}]
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {color: {type: string}, size: {type: string}}}
+"#;
+    assert!(c.with_manifest(&["apply"], crd).ok);
+    c.ok(&[
+        "wait",
+        "--for=condition=established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    let widget = |name: &str, color: &str| {
+        format!(
+            "{{\"apiVersion\":\"example.com/v1\",\"kind\":\"Widget\",\"metadata\":{{\"name\":\"{name}\"}},\"spec\":{{\"color\":\"{color}\",\"size\":\"s\"}}}}"
+        )
+    };
+    let mut created = false;
+    for _ in 0..50 {
+        if c.with_manifest(&["create"], &widget("a", "red")).ok {
+            created = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(created);
+    assert!(c.with_manifest(&["create"], &widget("b", "blue")).ok);
+    assert!(c.with_manifest(&["create"], &widget("c", "red")).ok);
+    let red = c.ok(&[
+        "get",
+        "widgets",
+        "--field-selector",
+        "spec.color=red",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(
+        red.lines().collect::<Vec<_>>(),
+        ["widget.example.com/a", "widget.example.com/c"]
+    );
+    let not_red = c.ok(&[
+        "get",
+        "widgets",
+        "--field-selector",
+        "spec.color!=red",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(not_red.trim(), "widget.example.com/b");
+    // A field the CRD does not make selectable is refused, as upstream.
+    let err = c.fails(&["get", "widgets", "--field-selector", "spec.size=s"]);
+    assert!(
+        err.contains("field label not supported: spec.size"),
+        "{err}"
+    );
+}
