@@ -745,6 +745,16 @@ pub fn defaults() -> Vec<Value> {
             "system:public-info-viewer",
             "system:authenticated",
         ),
+        // Service account issuer discovery (OIDC): service accounts may read it.
+        plain(
+            "system:service-account-issuer-discovery",
+            vec![json!({"nonResourceURLs": crate::tokens::DISCOVERY_PATHS, "verbs": ["get"]})],
+        ),
+        bind(
+            "system:service-account-issuer-discovery",
+            "system:service-account-issuer-discovery",
+            "system:serviceaccounts",
+        ),
     ]
 }
 

@@ -16,6 +16,32 @@ use std::path::Path;
 /// The issuer (and default audience) of the tokens this server signs.
 pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
+/// The issuer's OIDC discovery document and its key set (upstream's
+/// ServiceAccountIssuerDiscovery), each also with a trailing slash.
+pub const DISCOVERY_PATHS: [&str; 4] = [
+    "/.well-known/openid-configuration",
+    "/.well-known/openid-configuration/",
+    "/openid/v1/jwks",
+    "/openid/v1/jwks/",
+];
+
+/// Whether a non-resource path is one of the issuer's discovery documents.
+pub fn is_discovery_path(path: &str) -> bool {
+    DISCOVERY_PATHS.contains(&path)
+}
+
+/// The OIDC discovery document: the issuer, its key set's URL (in-cluster, beside the
+/// issuer), and what it signs with.
+pub fn openid_configuration() -> Value {
+    json!({
+        "issuer": ISSUER,
+        "jwks_uri": format!("{ISSUER}/openid/v1/jwks"),
+        "response_types_supported": ["id_token"],
+        "subject_types_supported": ["public"],
+        "id_token_signing_alg_values_supported": ["ES256"],
+    })
+}
+
 /// Loading the signing key failed.
 #[derive(Debug, thiserror::Error)]
 #[error("service-account signing key {path}: {reason}")]
@@ -66,9 +92,25 @@ impl Issuer {
         })
     }
 
+    /// The key id tokens name in their header.
+    fn kid(&self) -> String {
+        b64(&ring::digest::digest(&ring::digest::SHA256, &self.public).as_ref()[..16])
+    }
+
+    /// The public key set (JWKS) verifiers check tokens with: the P-256 key as a JWK.
+    pub fn jwks(&self) -> Value {
+        // An uncompressed point: 0x04, then x and y of 32 bytes each.
+        let (x, y) = match self.public.as_slice() {
+            [4, rest @ ..] if rest.len() == 64 => rest.split_at(32),
+            _ => (&[][..], &[][..]),
+        };
+        json!({"keys": [{"use": "sig", "kty": "EC", "kid": self.kid(), "crv": "P-256",
+            "alg": "ES256", "x": b64(x), "y": b64(y)}]})
+    }
+
     /// Signs a set of claims.
     pub fn sign(&self, claims: &Value) -> String {
-        let header = json!({"alg": "ES256", "typ": "JWT", "kid": b64(&ring::digest::digest(&ring::digest::SHA256, &self.public).as_ref()[..16])});
+        let header = json!({"alg": "ES256", "typ": "JWT", "kid": self.kid()});
         let input = format!(
             "{}.{}",
             b64(header.to_string().as_bytes()),

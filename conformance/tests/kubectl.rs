@@ -1607,3 +1607,50 @@ spec:
         "{err}"
     );
 }
+
+#[test]
+fn service_account_issuer_discovery_verifies_the_clusters_tokens() {
+    use base64::Engine;
+    let c = Cluster::start();
+    let config: serde_json::Value =
+        serde_json::from_str(&c.ok(&["get", "--raw", "/.well-known/openid-configuration"]))
+            .unwrap();
+    assert_eq!(
+        config["issuer"],
+        "https://kubernetes.default.svc.cluster.local"
+    );
+    assert_eq!(
+        config["jwks_uri"],
+        "https://kubernetes.default.svc.cluster.local/openid/v1/jwks"
+    );
+    assert_eq!(config["id_token_signing_alg_values_supported"][0], "ES256");
+    let jwks: serde_json::Value =
+        serde_json::from_str(&c.ok(&["get", "--raw", "/openid/v1/jwks"])).unwrap();
+    let key = &jwks["keys"][0];
+    // A token of the cluster's verifies with the published key.
+    let token = c.ok(&["create", "token", "default", "--audience=oidc-test"]);
+    let parts: Vec<&str> = token.trim().split('.').collect();
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header: serde_json::Value = serde_json::from_slice(&b64.decode(parts[0]).unwrap()).unwrap();
+    assert_eq!(header["kid"], key["kid"]);
+    let mut point = vec![4u8];
+    point.extend(b64.decode(key["x"].as_str().unwrap()).unwrap());
+    point.extend(b64.decode(key["y"].as_str().unwrap()).unwrap());
+    let public =
+        ring::signature::UnparsedPublicKey::new(&ring::signature::ECDSA_P256_SHA256_FIXED, point);
+    let signed = format!("{}.{}", parts[0], parts[1]);
+    public
+        .verify(signed.as_bytes(), &b64.decode(parts[2]).unwrap())
+        .expect("the token verifies with the JWKS");
+    // Service accounts may read the documents (upstream's default binding); others may not.
+    let sa = c.kubectl(&[
+        "get",
+        "--raw",
+        "/openid/v1/jwks",
+        "--as=system:serviceaccount:default:default",
+        "--as-group=system:serviceaccounts",
+    ]);
+    assert!(sa.ok, "{sa:?}");
+    let alice = c.kubectl(&["get", "--raw", "/openid/v1/jwks", "--as=alice"]);
+    assert!(!alice.ok && alice.stderr.contains("Forbidden"), "{alice:?}");
+}

@@ -169,6 +169,37 @@ async fn handle(
         return crate::aggregator::proxy(&api, &user, parts, body).await;
     }
     match info {
+        // The issuer's discovery documents, as RBAC allows (anonymous users too, when a
+        // binding lets them, as upstream).
+        RequestInfo::NonResource { path, .. } if crate::tokens::is_discovery_path(&path) => {
+            let attrs = crate::rbac::Attributes {
+                verb: "get".into(),
+                group: String::new(),
+                resource: String::new(),
+                subresource: String::new(),
+                namespace: String::new(),
+                name: String::new(),
+                path: Some(path.clone()),
+            };
+            if anonymous && !api.rbac.allows(&user, &attrs) {
+                return Err(ApiError::unauthorized());
+            }
+            api.rbac.authorize(&user, &attrs)?;
+            let (body, content_type) = if path.starts_with("/openid/") {
+                let issuer = api
+                    .tokens
+                    .as_ref()
+                    .ok_or_else(|| ApiError::not_found("", "", "jwks"))?;
+                (issuer.jwks(), "application/jwk-set+json")
+            } else {
+                (crate::tokens::openid_configuration(), "application/json")
+            };
+            Ok((
+                [(axum::http::header::CONTENT_TYPE, content_type)],
+                body.to_string(),
+            )
+                .into_response())
+        }
         RequestInfo::NonResource { .. } if anonymous => Err(ApiError::unauthorized()),
         RequestInfo::NonResource { path, .. } => {
             let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
