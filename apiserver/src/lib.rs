@@ -90,6 +90,9 @@ pub struct Config {
     /// Seconds pods tolerate `node.kubernetes.io/not-ready` and `unreachable` (NoExecute)
     /// unless they say otherwise (upstream's DefaultTolerationSeconds, 300).
     pub default_toleration_seconds: i64,
+    /// How often every quota's status is recounted whatever changed (upstream's
+    /// controller: 5 minutes; see [`admission::quota::resync`]).
+    pub quota_resync: std::time::Duration,
     /// Client certificate and key for calling kubelets (`pods/log`, …); none: those fail.
     pub kubelet_client: Option<(PathBuf, PathBuf)>,
     /// How often node and pod metrics are sampled (the CPU rate's window).
@@ -172,6 +175,8 @@ pub struct Api {
     pub request_timeout: std::time::Duration,
     /// Default tolerations' seconds for not-ready/unreachable nodes.
     pub default_toleration_seconds: i64,
+    /// How often quotas are recounted whatever changed.
+    pub quota_resync: std::time::Duration,
     /// The client for kubelets.
     pub kubelet: Option<kubelet::KubeletClient>,
     /// `metrics.k8s.io`'s samples.
@@ -261,6 +266,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
         request_timeout: config.request_timeout,
         default_toleration_seconds: config.default_toleration_seconds,
+        quota_resync: config.quota_resync,
         kubelet: match &config.kubelet_client {
             Some((cert, key)) => Some(kubelet::KubeletClient::load(cert, key)?),
             None => None,

@@ -220,6 +220,8 @@ impl Cluster {
             max_inflight: 400,
             request_timeout: std::time::Duration::from_secs(60),
             default_toleration_seconds: 300,
+            // Quick, so a test sees a hand-written quota status put right.
+            quota_resync: std::time::Duration::from_secs(2),
             kubelet_client: Some((
                 pki_dir.join("apiserver-kubelet-client.crt"),
                 pki_dir.join("apiserver-kubelet-client.key"),

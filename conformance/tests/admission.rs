@@ -892,3 +892,48 @@ spec:
     ]);
     assert!(described.contains("variables.replicas > 1"), "{described}");
 }
+
+#[test]
+fn a_quota_status_written_by_hand_is_put_right() {
+    let c = Cluster::start();
+    c.ok(&["create", "quota", "compute", "--hard=cpu=1,memory=1Gi"]);
+    let status = |c: &Cluster| {
+        c.ok(&[
+            "get",
+            "quota",
+            "compute",
+            "-o",
+            "jsonpath={.status.hard.cpu}/{.status.hard.memory}",
+        ])
+    };
+    c.eventually(
+        &[
+            "get",
+            "quota",
+            "compute",
+            "-o",
+            "jsonpath={.status.hard.cpu}",
+        ],
+        |o| o == "1",
+    );
+    c.ok(&[
+        "patch",
+        "quota",
+        "compute",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"hard":{"cpu":"2","memory":"2Gi"}}}"#,
+    ]);
+    // The status write stands until the periodic recount (2 s in tests, a minute by
+    // default) puts the spec's limits back.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status(&c) != "1/1Gi" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never reset: {}",
+            status(&c)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

@@ -234,6 +234,7 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
         max_inflight: 400,
         request_timeout: std::time::Duration::from_secs(60),
         default_toleration_seconds: 300,
+        quota_resync: minik8s_apiserver::admission::quota::RESYNC,
         kubelet_client: Some((
             dir.join("apiserver-kubelet-client.crt"),
             dir.join("apiserver-kubelet-client.key"),

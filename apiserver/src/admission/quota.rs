@@ -433,17 +433,17 @@ pub async fn refresh(api: &Api, ns: &str) -> ApiResult<()> {
     Ok(())
 }
 
-/// How often every quota's status is recounted whatever changed (upstream's controller
-/// resyncs every 5 minutes): a status written by hand, or counts that drifted, are put
-/// right within this.
+/// How often every quota's status is recounted whatever changed, by default (upstream's
+/// controller resyncs every 5 minutes): a status written by hand, or counts that drifted,
+/// are put right within this.
 pub const RESYNC: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Recounts every namespace's quotas every [`RESYNC`], until shutdown.
+/// Recounts every namespace's quotas every `quota_resync`, until shutdown.
 pub async fn resync(api: std::sync::Arc<Api>) {
     loop {
         tokio::select! {
             _ = api.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(RESYNC) => {}
+            _ = tokio::time::sleep(api.quota_resync) => {}
         }
         let listed = match api
             .store
