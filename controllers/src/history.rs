@@ -63,19 +63,29 @@ where
     let ns = owner.meta().namespace.clone().unwrap_or_default();
     let owner_name = owner.meta().name.clone().unwrap_or_default();
     let mine = of(owner, revisions);
-    let newest = mine.last().map_or(0, |r| r.revision);
-    let name = name(&owner_name, hash);
     let api: Api<ControllerRevision> = Api::namespaced(client.clone(), &ns);
-    match mine.iter().find(|r| r.name_any() == name) {
-        Some(r) if r.revision == newest => {}
-        Some(r) => {
-            let patch = json!({"revision": newest + 1});
-            api.patch(
-                &r.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+    let mut data = json!({"spec": {"template": go_encoding(serde_json::to_value(template)?)}});
+    data["spec"]["template"]["$patch"] = json!("replace");
+    // The revisions of this template are those holding its data, whatever their names (a
+    // client may have made one), as upstream's `Match`.
+    let (current, old): (Vec<&Arc<ControllerRevision>>, Vec<&Arc<ControllerRevision>>) = mine
+        .iter()
+        .partition(|r| r.data.as_ref().map(|d| &d.0) == Some(&data));
+    let next = old.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
+    match current.split_last() {
+        // Several: the newest stays, the others go (upstream's dedup).
+        Some((keep, extra)) => {
+            for r in extra {
+                match api.delete(&r.name_any(), &DeleteParams::default()).await {
+                    Ok(_) | Err(kube::Error::Api(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if keep.revision < next {
+                let patch = json!({"revision": next});
+                api.patch(&keep.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+            }
         }
         None => {
             let mut labels = template
@@ -84,24 +94,34 @@ where
                 .and_then(|m| m.labels.clone())
                 .unwrap_or_default();
             labels.insert(HASH_LABEL.into(), hash.into());
-            let mut data =
-                json!({"spec": {"template": go_encoding(serde_json::to_value(template)?)}});
-            data["spec"]["template"]["$patch"] = json!("replace");
-            let rev: ControllerRevision = serde_json::from_value(json!({
-                "metadata": {"name": name, "labels": labels,
-                             "ownerReferences": [crate::util::owner_ref(owner)]},
-                "data": data,
-                "revision": newest + 1,
-            }))?;
-            match api.create(&PostParams::default(), &rev).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
+            // A name taken by other data (a collision) gets a counter, as upstream's
+            // collisionCount changes the hash.
+            for attempt in 0..8u32 {
+                let rev_name = match attempt {
+                    0 => name(&owner_name, hash),
+                    n => name(&owner_name, &crate::util::hash_of(&(hash, n))[..10]),
+                };
+                let rev: ControllerRevision = serde_json::from_value(json!({
+                    "metadata": {"name": rev_name, "labels": labels,
+                                 "ownerReferences": [crate::util::owner_ref(owner)]},
+                    "data": data,
+                    "revision": next,
+                }))?;
+                match api.create(&PostParams::default(), &rev).await {
+                    Ok(_) => break,
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        // Ours already (the informer lagged), or another template's: try on.
+                        match api.get_opt(&rev_name).await? {
+                            Some(r) if r.data.as_ref().map(|d| &d.0) == Some(&data) => break,
+                            _ => continue,
+                        }
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
     }
     let limit = limit.max(0) as usize;
-    let old: Vec<&Arc<ControllerRevision>> = mine.iter().filter(|r| r.name_any() != name).collect();
     if old.len() > limit {
         for r in old.iter().take(old.len() - limit) {
             let _ = api.delete(&r.name_any(), &DeleteParams::default()).await;
@@ -111,13 +131,13 @@ where
 }
 
 /// A pod template as Go's encoding writes it, which clients compare revisions' data with byte
-/// for byte (upstream's `daemon.Match` marshals the DaemonSet's template): the template's
-/// `metadata.creationTimestamp` is `null` and every container has `resources`, even empty.
+/// for byte (upstream's `daemon.Match` marshals the DaemonSet's template): every container
+/// has `resources`, even empty. (Since 1.33's `omitzero`, an unset `creationTimestamp` is
+/// left out, as here.)
 fn go_encoding(mut template: serde_json::Value) -> serde_json::Value {
     if template.get("metadata").is_none_or(|m| !m.is_object()) {
         template["metadata"] = json!({});
     }
-    template["metadata"]["creationTimestamp"] = serde_json::Value::Null;
     for list in ["containers", "initContainers"] {
         if let Some(cs) = template
             .pointer_mut(&format!("/spec/{list}"))
