@@ -247,3 +247,76 @@ fn live_pods_high_water_mark(c: &Cluster) -> std::sync::Arc<std::sync::atomic::A
     most.store(0, Ordering::SeqCst);
     most
 }
+
+#[test]
+fn a_revision_made_by_a_client_with_the_same_data_becomes_the_current_one() {
+    let c = Cluster::start();
+    c.run_controllers(1);
+    let r = c.with_manifest(&["apply"], AGENT);
+    assert!(r.ok, "{}", r.stderr);
+    let revisions = |c: &Cluster| {
+        c.ok(&[
+            "get",
+            "controllerrevisions",
+            "-l",
+            "app=agent",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.revision}{\"\\n\"}{end}",
+        ])
+    };
+    c.eventually(
+        &[
+            "get",
+            "controllerrevisions",
+            "-l",
+            "app=agent",
+            "-o",
+            "name",
+        ],
+        |o| o.lines().count() == 1,
+    );
+    // A client copies the revision under another name with a higher number (as v1.34's
+    // ControllerRevision lifecycle spec does): the controller keeps the newer and deletes
+    // the older duplicate.
+    let first: serde_json::Value = serde_json::from_str(&c.ok(&[
+        "get",
+        "controllerrevisions",
+        "-l",
+        "app=agent",
+        "-o",
+        "jsonpath={.items[0]}",
+    ]))
+    .unwrap();
+    let copy = serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "ControllerRevision",
+        "metadata": {"name": "agent-copy", "labels": first["metadata"]["labels"],
+            "ownerReferences": first["metadata"]["ownerReferences"]},
+        "data": first["data"], "revision": first["revision"].as_i64().unwrap() + 1,
+    });
+    assert!(c.with_manifest(&["create"], &copy.to_string()).ok);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while revisions(&c).trim() != "agent-copy=2" {
+        assert!(std::time::Instant::now() < deadline, "{}", revisions(&c));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // A template change makes a second revision.
+    c.ok(&[
+        "patch",
+        "daemonset",
+        "agent",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"terminationGracePeriodSeconds":1}}}}"#,
+    ]);
+    c.eventually(
+        &[
+            "get",
+            "controllerrevisions",
+            "-l",
+            "app=agent",
+            "-o",
+            "name",
+        ],
+        |o| o.lines().count() == 2,
+    );
+    assert!(revisions(&c).contains("agent-copy=2"), "{}", revisions(&c));
+}
