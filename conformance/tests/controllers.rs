@@ -814,7 +814,12 @@ fn pods_of_higher_priority_preempt_lower_ones() {
         "{}",
         r.stderr
     );
-    assert!(c.with_manifest(&["create"], &pod("victim", "low")).ok);
+    // The victim holds a finalizer, so that what preemption writes on it can be read.
+    let victim = pod("victim", "low").replace(
+        "metadata: {name: victim}",
+        "metadata: {name: victim, finalizers: [example.com/keep]}",
+    );
+    assert!(c.with_manifest(&["create"], &victim).ok);
     c.eventually(
         &["get", "pod", "victim", "-o", "jsonpath={.spec.nodeName}"],
         |o| o == "sim-0",
@@ -824,6 +829,35 @@ fn pods_of_higher_priority_preempt_lower_ones() {
         "1"
     );
     assert!(c.with_manifest(&["create"], &pod("preemptor", "high")).ok);
+    // Marked as upstream's scheduler marks a victim, then deleted.
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "victim",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"DisruptionTarget\")].reason}",
+        ],
+        |o| o == "PreemptionByScheduler",
+    );
+    c.eventually(
+        &[
+            "get",
+            "pod",
+            "victim",
+            "-o",
+            "jsonpath={.metadata.deletionTimestamp}",
+        ],
+        |o| !o.is_empty(),
+    );
+    c.ok(&[
+        "patch",
+        "pod",
+        "victim",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ]);
     c.eventually(
         &["get", "pod", "preemptor", "-o", "jsonpath={.spec.nodeName}"],
         |o| o == "sim-0",

@@ -83,8 +83,12 @@ where
             }
             if keep.revision < next {
                 let patch = json!({"revision": next});
-                api.patch(&keep.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-                    .await?;
+                api.patch(
+                    &keep.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
             }
         }
         None => {

@@ -1073,8 +1073,9 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
 }
 
 /// Carries out a preemption: the pod is nominated to `node` (`status.nominatedNodeName`),
-/// lower-priority pods nominated there lose their nomination, and each victim is deleted
-/// with its grace period and told why (upstream's `Preempted` event).
+/// lower-priority pods nominated there lose their nomination, and each victim is marked
+/// with the `DisruptionTarget` condition, deleted with its grace period and told why
+/// (upstream's `Preempted` event).
 async fn preempt(s: &Scheduler, pod: &Pod, p: &Preempting) -> Result<()> {
     let Preempting {
         node,
@@ -1106,6 +1107,28 @@ async fn preempt(s: &Scheduler, pod: &Pod, p: &Preempting) -> Result<()> {
     }
     for v in victims {
         let api: Api<Pod> = Api::namespaced(s.client.clone(), &v.namespace().unwrap_or_default());
+        // Upstream marks the victim first, so its controller (a Job's pod failure policy)
+        // can tell a preemption from a failure.
+        let scheduler = v
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.clone())
+            .unwrap_or_else(|| "default-scheduler".into());
+        let condition = json!({"status": {"conditions": [{"type": "DisruptionTarget",
+            "status": "True", "reason": "PreemptionByScheduler",
+            "message": format!("{scheduler}: preempting to accommodate a higher priority pod"),
+            "lastTransitionTime": util::rfc3339(jiff::Timestamp::now())}]}});
+        match api
+            .patch_status(
+                &v.name_any(),
+                &PatchParams::default(),
+                &Patch::Strategic(condition),
+            )
+            .await
+        {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
         match api.delete(&v.name_any(), &Default::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => continue,
