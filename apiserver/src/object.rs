@@ -271,12 +271,102 @@ pub fn decode_body(content_type: &str, body: &[u8]) -> ApiResult<Value> {
     Ok(value)
 }
 
+/// The fields a JSON body names twice in one object, as upstream's strict decoder reports
+/// them (`spec.replicas`, `spec.containers[0].name`); empty for a body that is not JSON.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    struct Walk<'a> {
+        path: String,
+        out: &'a mut Vec<String>,
+    }
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = match self.path.is_empty() {
+                    true => key.clone(),
+                    false => format!("{}.{key}", self.path),
+                };
+                if !seen.insert(key) && !self.out.contains(&path) {
+                    self.out.push(path.clone());
+                }
+                map.next_value_seed(Walk {
+                    path,
+                    out: self.out,
+                })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while seq
+                .next_element_seed(Walk {
+                    path: format!("{}[{i}]", self.path),
+                    out: self.out,
+                })?
+                .is_some()
+            {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+    let mut out = Vec::new();
+    let mut d = serde_json::Deserializer::from_slice(body);
+    let _ = Walk {
+        path: String::new(),
+        out: &mut out,
+    }
+    .deserialize(&mut d);
+    out
+}
+
 pub use minik8s_types::names::random_suffix;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn duplicate_fields_are_found_with_their_paths() {
+        let body = br#"{"spec": {"unknownField": "foo", "replicas": 2, "replicas": 3,
+            "template": {"spec": {"containers": [{"name": "a", "name": "b"}]}}}}"#;
+        assert_eq!(
+            duplicate_fields(body),
+            ["spec.replicas", "spec.template.spec.containers[0].name"]
+        );
+        assert!(duplicate_fields(br#"{"a": 1, "b": {"a": 2}}"#).is_empty());
+        assert!(duplicate_fields(b"kind: x").is_empty());
+    }
 
     #[test]
     fn bodies_decode_by_content_type_and_unknown_types_are_415() {

@@ -1654,3 +1654,55 @@ fn service_account_issuer_discovery_verifies_the_clusters_tokens() {
     let alice = c.kubectl(&["get", "--raw", "/openid/v1/jwks", "--as=alice"]);
     assert!(!alice.ok && alice.stderr.contains("Forbidden"), "{alice:?}");
 }
+
+#[test]
+fn strict_field_validation_names_unknown_and_duplicate_fields() {
+    let c = Cluster::start();
+    let body = r#"{"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "my-dep", "labels": {"app": "nginx"}},
+        "spec": {"unknownField": "foo", "replicas": 2, "replicas": 3,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {"metadata": {"labels": {"app": "nginx"}},
+                "spec": {"containers": [{"name": "nginx", "image": "nginx:latest"}]}}}}"#;
+    let file = c.dir().join("dup.json");
+    std::fs::write(&file, body).unwrap();
+    let file = file.to_str().unwrap();
+    let path = "/apis/apps/v1/namespaces/default/deployments";
+    let r = c.kubectl(&[
+        "create",
+        "--raw",
+        &format!("{path}?fieldValidation=Strict"),
+        "-f",
+        file,
+    ]);
+    assert!(
+        !r.ok
+            && r.stderr.contains(
+                r#"strict decoding error: unknown field "spec.unknownField", duplicate field "spec.replicas""#
+            ),
+        "{r:?}"
+    );
+    // Warn (kubectl's default): created, the last value kept, both named in warnings.
+    let r = c.kubectl(&[
+        "create",
+        "--raw",
+        &format!("{path}?fieldValidation=Warn"),
+        "-f",
+        file,
+    ]);
+    assert!(r.ok, "{r:?}");
+    assert!(
+        r.stderr.contains("duplicate field \"spec.replicas\""),
+        "{r:?}"
+    );
+    assert_eq!(
+        c.ok(&[
+            "get",
+            "deployment",
+            "my-dep",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
+        "3"
+    );
+}

@@ -49,6 +49,15 @@ pub(super) fn unknown_fields(input: &Value, typed: &Value, path: &str, out: &mut
 /// Checks an object against its kind's type; returns it with unknown fields dropped, and
 /// warnings (or a 400, under `fieldValidation=Strict`).
 pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
+    typed_with(ctx, obj, &[])
+}
+
+/// As [`typed`], with the fields the body named twice (`duplicate field`, after the
+/// unknown ones, as upstream's strict decoder).
+fn typed_with(ctx: &Ctx, obj: Value, duplicates: &[String]) -> ApiResult<(Value, Vec<String>)> {
+    let duplicates = duplicates
+        .iter()
+        .map(|f| format!("duplicate field \"{f}\""));
     let res = &ctx.res;
     if let Some(schema) = &res.crd_schema {
         let mut obj = obj;
@@ -61,6 +70,7 @@ pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
             .pruned
             .iter()
             .map(|f| format!("unknown field \"{f}\""))
+            .chain(duplicates)
             .collect();
         return match ctx.params.field_validation {
             FieldValidation::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
@@ -74,6 +84,7 @@ pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
     let Some(decode) = res.decode else {
         return Ok((obj, vec![]));
     };
+    let duplicates: Vec<String> = duplicates.collect();
     let normal = decode(&obj).map_err(|e| {
         ApiError::bad_request(format!(
             "{} in version \"{}\" cannot be handled as a {}: {e}",
@@ -85,6 +96,7 @@ pub fn typed(ctx: &Ctx, obj: Value) -> ApiResult<(Value, Vec<String>)> {
     let messages: Vec<String> = unknown
         .iter()
         .map(|f| format!("unknown field \"{f}\""))
+        .chain(duplicates)
         .collect();
     match ctx.params.field_validation {
         FieldValidation::Strict if !messages.is_empty() => Err(ApiError::bad_request(format!(
@@ -101,7 +113,12 @@ pub(super) fn decode(ctx: &Ctx, body: &Bytes) -> ApiResult<(Value, Vec<String>)>
     let mut obj = object::decode_body(ctx.content_type(), body)?;
     default_kind(&ctx.res, &mut obj);
     check_kind(&ctx.res, &obj, body)?;
-    typed(ctx, obj)
+    let json = ctx.content_type().split(';').next().unwrap_or("").trim();
+    let duplicates = match json {
+        "" | "*/*" | "application/json" => object::duplicate_fields(body),
+        _ => vec![],
+    };
+    typed_with(ctx, obj, &duplicates)
 }
 
 /// A built-in kind's body may leave out `kind` and `apiVersion`: as upstream's decoder does
