@@ -14,7 +14,8 @@
 # PROFILE=v1.20 runs the older profile, v1.20.2's suite built from Debian's source package
 # (hack/conformance-1.20.sh), instead.
 # WORK (default target/conformance) holds the binaries, images, cluster and results. PROCS
-# (default 4) is the parallel pass's ginkgo processes. A full run takes over an hour on 2 cores:
+# (default 4) is the parallel pass's ginkgo processes. PREBUILT=1 uses the release binary
+# already built instead of building it first. A full run takes over an hour on 2 cores:
 # not part of CI (CI runs the clients' suites, conformance/tests/current_clients.rs).
 source "$(dirname "$0")/lib.sh"
 need_root
@@ -158,8 +159,13 @@ run() {
   [ -x "$BIN/e2e.test" ] && [ -f "$WORK/images/.done" ] || build
   results="$WORK/results/$(date +%Y%m%d-%H%M%S)"
   mkdir -p "$results"
-  log "building minik8s (release)"
-  cargo build --release -p minik8s --bin minik8s --quiet
+  # PREBUILT=1 runs the release binary already built (a re-run of the same code).
+  if [ "${PREBUILT:-0}" = 1 ] && [ -x "$ROOT/target/release/minik8s" ]; then
+    log "using the release binary already built"
+  else
+    log "building minik8s (release)"
+    cargo build --release -p minik8s --bin minik8s --quiet
+  fi
   # Every run starts from an empty cluster: objects a failed spec left behind must not
   # decide the next run's results. The built images are kept.
   down
