@@ -29,20 +29,33 @@ pub struct Decoded {
 
 impl Decoded {
     /// The object (in the served version, `resourceVersion` set), decoded once.
+    ///
+    /// Decoding may call a CRD's conversion webhook, which blocks its thread while the
+    /// runtime serves the call: it runs outside the cell, so that watchers of the same event
+    /// never wait on each other's conversion (with every runtime thread waiting, the webhook
+    /// call could not be served and the server stalled). Two may decode the same object at
+    /// once; the first answer is kept.
     pub fn value(&self, res: &ResourceInfo) -> ApiResult<&Value> {
-        self.value
-            .get_or_init(|| {
-                let mut value = res.read(&self.kv).map_err(|e| e.to_string())?;
-                if self.shown_at != self.kv.mod_revision {
-                    crate::object::meta_mut(&mut value).insert(
-                        "resourceVersion".into(),
-                        Value::String(self.shown_at.to_string()),
-                    );
-                }
-                Ok(value)
-            })
-            .as_ref()
-            .map_err(|e| ApiError::internal(e.clone()))
+        if self.value.get().is_none() {
+            let decoded = res
+                .read(&self.kv)
+                .map_err(|e| e.to_string())
+                .map(|mut value| {
+                    if self.shown_at != self.kv.mod_revision {
+                        crate::object::meta_mut(&mut value).insert(
+                            "resourceVersion".into(),
+                            Value::String(self.shown_at.to_string()),
+                        );
+                    }
+                    value
+                });
+            let _ = self.value.set(decoded);
+        }
+        match self.value.get() {
+            Some(Ok(value)) => Ok(value),
+            Some(Err(e)) => Err(ApiError::internal(e.clone())),
+            None => Err(ApiError::internal("the object could not be decoded")),
+        }
     }
 
     /// The object's JSON, encoded once (spliced from the stored bytes when it can be).
