@@ -618,6 +618,22 @@ mod tests {
     }
 
     #[test]
+    fn an_ephemeral_containers_common_fields_are_its_own() {
+        // EphemeralContainer{EphemeralContainerCommon{name, image}, targetContainerName}: the
+        // embedded struct is inline in JSON (kubectl debug and v1.34's specs send protobuf).
+        let mut common = Vec::new();
+        field(1, b"debugger", &mut common);
+        field(2, b"busybox", &mut common);
+        let mut container = Vec::new();
+        field(1, &common, &mut container);
+        field(2, b"app", &mut container);
+        assert_eq!(
+            decode_message(&container, "api.core.v1.EphemeralContainer", 0).unwrap(),
+            serde_json::json!({"name": "debugger", "image": "busybox", "targetContainerName": "app"})
+        );
+    }
+
+    #[test]
     fn schema_resolves_every_kind_served() {
         for (av, kind) in [
             ("v1", "Pod"),
