@@ -114,7 +114,8 @@ pub async fn run(
     Driver::<DaemonSet>::new("daemonset", &informers)
         .await
         .owns::<Pod>()
-        .owns::<ControllerRevision>()
+        // Revisions are read, not watched, as upstream's controller: a client's change to
+        // one is taken at the next sync, not raced.
         .watches_all::<Node>()
         .run(sync, ctx, shutdown)
         .await;

@@ -186,7 +186,8 @@ pub async fn run(
     Driver::<StatefulSet>::new("statefulset", &informers)
         .await
         .owns::<Pod>()
-        .owns::<ControllerRevision>()
+        // Revisions are read, not watched, as upstream's controller: a client's change to
+        // one is taken at the next sync, not raced.
         .run(sync, ctx, shutdown)
         .await;
 }
