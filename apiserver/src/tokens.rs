@@ -196,6 +196,31 @@ pub async fn user_of(api: &crate::Api, token: &str) -> crate::error::ApiResult<c
     }
 }
 
+/// The extra information upstream attaches to a ServiceAccount token's user: the token's
+/// id (`credential-id: JTI=…`) and the pod and node it is bound to. `None` for a token this
+/// issuer did not sign.
+pub fn extra_of(api: &crate::Api, token: &str) -> Option<Value> {
+    let claims = api.tokens.as_ref()?.verify(token)?;
+    let k = claims.get("kubernetes.io");
+    let mut extra = serde_json::Map::new();
+    let mut put = |key: &str, v: Option<&str>| {
+        if let Some(v) = v.filter(|v| !v.is_empty()) {
+            extra.insert(format!("authentication.kubernetes.io/{key}"), json!([v]));
+        }
+    };
+    let text = |p: &str| k.and_then(|k| k.pointer(p)).and_then(Value::as_str);
+    put("pod-name", text("/pod/name"));
+    put("pod-uid", text("/pod/uid"));
+    put("node-name", text("/node/name"));
+    put("node-uid", text("/node/uid"));
+    let jti = claims
+        .get("jti")
+        .and_then(Value::as_str)
+        .map(|j| format!("JTI={j}"));
+    put("credential-id", jti.as_deref());
+    Some(Value::Object(extra))
+}
+
 /// The user of a ServiceAccount token, if it verifies and its ServiceAccount (and bound pod)
 /// still exist; 401 otherwise.
 pub async fn authenticate(

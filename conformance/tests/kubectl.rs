@@ -983,6 +983,13 @@ fn service_account_tokens_authenticate_until_they_expire() {
         "{status}"
     );
     assert!(status.get("error").is_none(), "{status}");
+    // The token's id, as upstream's authenticator reports it.
+    let ids = &status["user"]["extra"]["authentication.kubernetes.io/credential-id"];
+    assert!(
+        ids.as_array().is_some_and(|a| a.len() == 1
+            && a[0].as_str().is_some_and(|id| id.starts_with("JTI="))),
+        "{status}"
+    );
     std::thread::sleep(Duration::from_secs(4));
     let out = whoami(&token);
     assert!(

@@ -85,11 +85,16 @@ pub async fn handle(ctx: Ctx, answers: Review, body: Bytes) -> ApiResult<Respons
                 .cloned()
                 .unwrap_or_else(|| json!([crate::tokens::ISSUER]));
             match user {
-                Ok(u) => json!({
-                    "authenticated": true,
-                    "user": {"username": u.name, "groups": u.groups},
-                    "audiences": audiences,
-                }),
+                Ok(u) => {
+                    let mut user = json!({"username": u.name, "groups": u.groups});
+                    // A ServiceAccount token's id and binding, as upstream's authenticator.
+                    if let Some(extra) = crate::tokens::extra_of(&ctx.api, &token)
+                        .filter(|e| e.as_object().is_some_and(|m| !m.is_empty()))
+                    {
+                        user["extra"] = extra;
+                    }
+                    json!({"authenticated": true, "user": user, "audiences": audiences})
+                }
                 Err(_) => json!({
                     "user": {},
                     "error": "[invalid bearer token, token lookup failed]",
