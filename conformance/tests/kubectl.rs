@@ -1613,6 +1613,15 @@ spec:
         err.contains("field label not supported: spec.size"),
         "{err}"
     );
+    // Server-side apply under strict validation names an undeclared field as upstream's.
+    let unknown = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: d}\nunknownField: x\nspec: {color: red}\n";
+    let r = c.with_manifest(&["apply", "--server-side", "--validate=strict"], unknown);
+    assert!(
+        !r.ok
+            && r.stderr
+                .contains(".unknownField: field not declared in schema"),
+        "{r:?}"
+    );
 }
 
 #[test]

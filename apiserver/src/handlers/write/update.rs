@@ -372,7 +372,8 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             None if ty == PatchType::Apply && ctx.req.subresource.is_none() => {
                 // Server-side apply of an absent object creates it.
                 check_kind(&ctx.res, &patch_body, &body)?;
-                let (obj, warnings) = typed(&ctx, patch_body.clone())?;
+                let (obj, warnings) =
+                    typed(&ctx, patch_body.clone()).map_err(|e| apply_strict_error(&ctx, e))?;
                 return super::create::create_object(ctx, obj, warnings, true).await;
             }
             None => {
@@ -490,7 +491,7 @@ pub(super) async fn server_side_apply(
         }
     };
     let managed = new.pointer("/metadata/managedFields").cloned();
-    let (mut new, warnings) = typed(ctx, new)?;
+    let (mut new, warnings) = typed(ctx, new).map_err(|e| apply_strict_error(ctx, e))?;
     let expected = expected_revision(ctx, applied_rv(&applied, &mut new), stored)?;
     prepare_update(ctx, &mut new, old, ctx.req.subresource.as_deref())?;
     if let Some(m) = managed {
@@ -520,4 +521,32 @@ pub(super) fn applied_rv<'a>(applied: &Value, merged: &'a mut Value) -> &'a Valu
         }
     }
     merged
+}
+
+/// A server-side apply refused by strict field validation says what upstream's apply says:
+/// the typed patch's fields that are not in the schema (`.spec.x: field not declared in
+/// schema`), not the decoder's words.
+fn apply_strict_error(ctx: &Ctx, mut e: ApiError) -> ApiError {
+    let Some(list) = e.message.strip_prefix("strict decoding error: ") else {
+        return e;
+    };
+    let fields: Vec<String> = list
+        .split(", ")
+        .filter_map(|item| {
+            let f = item.strip_prefix("unknown field \"")?.strip_suffix('"')?;
+            Some(format!(".{f}: field not declared in schema"))
+        })
+        .collect();
+    if fields.is_empty() {
+        return e;
+    }
+    let ns = ctx.namespace().map(|n| format!("{n}/")).unwrap_or_default();
+    e.message = format!(
+        "failed to create typed patch object ({ns}{}; {}, Kind={}): {}",
+        ctx.name(),
+        ctx.res.api_version(),
+        ctx.res.kind,
+        fields.join(", ")
+    );
+    e
 }
