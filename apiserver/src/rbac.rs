@@ -15,7 +15,7 @@ use std::sync::{Arc, RwLock};
 const PREFIX: &str = "/registry/rbac.authorization.k8s.io/";
 
 /// What is being asked: a resource request or a non-resource path, with its verb.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attributes {
     /// `get`, `list`, `create`, …
     pub verb: String,
@@ -48,6 +48,15 @@ impl Attributes {
                 .or_else(|| req.selected_name.clone())
                 .unwrap_or_default(),
             path: None,
+        }
+    }
+
+    /// The attributes of a non-resource request (`/metrics`, discovery documents).
+    pub fn non_resource(verb: &str, path: &str) -> Self {
+        Attributes {
+            verb: verb.into(),
+            path: Some(path.into()),
+            ..Default::default()
         }
     }
 }

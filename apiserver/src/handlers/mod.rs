@@ -152,39 +152,19 @@ async fn handle(
     if crate::aggregator::routes(&api, parts.uri.path()) {
         let attrs = match &info {
             RequestInfo::Resource(req) => crate::rbac::Attributes::of(req),
-            RequestInfo::NonResource { verb, path } => crate::rbac::Attributes {
-                verb: verb.clone(),
-                group: String::new(),
-                resource: String::new(),
-                subresource: String::new(),
-                namespace: String::new(),
-                name: String::new(),
-                path: Some(path.clone()),
-            },
+            RequestInfo::NonResource { verb, path } => {
+                crate::rbac::Attributes::non_resource(verb, path)
+            }
         };
-        if anonymous && !api.rbac.allows(&user, &attrs) {
-            return Err(ApiError::unauthorized());
-        }
-        api.rbac.authorize(&user, &attrs)?;
+        authorize_maybe_anonymous(&api, &user, anonymous, &attrs)?;
         return crate::aggregator::proxy(&api, &user, parts, body).await;
     }
     match info {
         // The issuer's discovery documents, as RBAC allows (anonymous users too, when a
         // binding lets them, as upstream).
         RequestInfo::NonResource { path, .. } if crate::tokens::is_discovery_path(&path) => {
-            let attrs = crate::rbac::Attributes {
-                verb: "get".into(),
-                group: String::new(),
-                resource: String::new(),
-                subresource: String::new(),
-                namespace: String::new(),
-                name: String::new(),
-                path: Some(path.clone()),
-            };
-            if anonymous && !api.rbac.allows(&user, &attrs) {
-                return Err(ApiError::unauthorized());
-            }
-            api.rbac.authorize(&user, &attrs)?;
+            let attrs = crate::rbac::Attributes::non_resource("get", &path);
+            authorize_maybe_anonymous(&api, &user, anonymous, &attrs)?;
             let (body, content_type) = if path.starts_with("/openid/") {
                 let issuer = api
                     .tokens
@@ -205,15 +185,7 @@ async fn handle(
             let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
             match segments.as_slice() {
                 ["metrics"] => {
-                    let attrs = crate::rbac::Attributes {
-                        verb: "get".into(),
-                        group: String::new(),
-                        resource: String::new(),
-                        subresource: String::new(),
-                        namespace: String::new(),
-                        name: String::new(),
-                        path: Some("/metrics".into()),
-                    };
+                    let attrs = crate::rbac::Attributes::non_resource("get", "/metrics");
                     api.rbac.authorize(&user, &attrs)?;
                     let m = crate::monitoring::get();
                     m.count_objects(&api).await?;
@@ -377,4 +349,18 @@ async fn route(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             subresource::handle(ctx, &sub, body).await
         }
     }
+}
+
+/// Authorizes a request that anonymous users may make when RBAC lets them: an anonymous
+/// request RBAC refuses is 401 (not 403), as upstream.
+fn authorize_maybe_anonymous(
+    api: &crate::Api,
+    user: &crate::auth::User,
+    anonymous: bool,
+    attrs: &crate::rbac::Attributes,
+) -> ApiResult<()> {
+    if anonymous && !api.rbac.allows(user, attrs) {
+        return Err(ApiError::unauthorized());
+    }
+    api.rbac.authorize(user, attrs)
 }

@@ -34,15 +34,7 @@ fn attributes(spec: &Value, namespace: Option<&str>) -> ApiResult<Attributes> {
         });
     }
     if let Some(n) = spec.get("nonResourceAttributes") {
-        return Ok(Attributes {
-            verb: s(n, "/verb"),
-            group: String::new(),
-            resource: String::new(),
-            subresource: String::new(),
-            namespace: String::new(),
-            name: String::new(),
-            path: Some(s(n, "/path")),
-        });
+        return Ok(Attributes::non_resource(&s(n, "/verb"), &s(n, "/path")));
     }
     Err(ApiError::invalid(
         "authorization.k8s.io",

@@ -114,7 +114,9 @@ pub(super) fn decode(ctx: &Ctx, body: &Bytes) -> ApiResult<(Value, Vec<String>)>
     default_kind(&ctx.res, &mut obj);
     check_kind(&ctx.res, &obj, body)?;
     let json = ctx.content_type().split(';').next().unwrap_or("").trim();
+    // A second pass over the body, only when its findings are wanted.
     let duplicates = match json {
+        _ if ctx.params.field_validation == FieldValidation::Ignore => vec![],
         "" | "*/*" | "application/json" => object::duplicate_fields(body),
         _ => vec![],
     };
