@@ -181,8 +181,11 @@ fn endpoints(slices: &Store<EndpointSlice>) -> serde_json::Value {
     };
     json!({
         "apiVersion": "v1", "kind": "Endpoints",
+        // The slices are the nodes' own, so the mirroring controller must leave these alone
+        // (upstream's endpoints controller marks its Endpoints the same way).
         "metadata": {"name": "kube-dns", "namespace": "kube-system",
-                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"}},
+                     "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS",
+                                "endpointslice.kubernetes.io/skip-mirror": "true"}},
         "subsets": subsets,
     })
 }
