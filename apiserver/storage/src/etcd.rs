@@ -203,6 +203,51 @@ where
     }
 }
 
+/// Sends a write transaction, and sends it again (up to twice more) when its outcome is unknown:
+/// the member that had it went away mid-request, or etcd gave up waiting on a lost leader. The
+/// transactions are compare-and-swaps, so a second copy never writes twice; its callers read
+/// their own bytes back to see that the first copy landed. Returns whether it was sent again.
+async fn write_txn(kv: &KvClient, txn: &Txn) -> Result<(etcd_client::TxnResponse, bool)> {
+    let mut again = 0u64;
+    loop {
+        let sent = unreached_again(|| {
+            let (mut kv, txn) = (kv.clone(), txn.clone());
+            async move { kv.txn(txn).await }
+        })
+        .await;
+        match sent {
+            Err(e) if again < 2 && outcome_unknown(&e) => {
+                again += 1;
+                tracing::info!(error = %e, "an etcd write's outcome is unknown; sending it again");
+                tokio::time::sleep(std::time::Duration::from_millis(100 * again)).await;
+            }
+            Err(e) => return Err(e.into()),
+            Ok(resp) => return Ok((resp, again > 0)),
+        }
+    }
+}
+
+/// Whether a request may have reached a member without an answer coming back: the connection
+/// broke mid-request, or the member timed out waiting on consensus. etcd's "no leader" is a
+/// clear answer (quorum is lost; the apiserver says 503 at once) and is not among them.
+fn outcome_unknown(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            use tonic::Code;
+            matches!(
+                status.code(),
+                Code::Unknown
+                    | Code::Internal
+                    | Code::Unavailable
+                    | Code::DeadlineExceeded
+                    | Code::Cancelled
+            ) && !status.message().contains("no leader")
+        }
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        _ => false,
+    }
+}
+
 /// Whether a request failed before any member saw it (a failed connect).
 fn unreached(e: &etcd_client::Error) -> bool {
     match e {
@@ -324,15 +369,16 @@ impl Store for Etcd {
     async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
         let txn = Txn::new()
             .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value.to_vec(), None)]);
-        let kv = &self.inner.kv;
-        let resp = unreached_again(|| {
-            let (mut kv, txn) = (kv.clone(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await?;
+            .and_then([TxnOp::put(key, value.to_vec(), None)])
+            .or_else([TxnOp::get(key, None)]);
+        let (resp, again) = write_txn(&self.inner.kv, &txn).await?;
         if !resp.succeeded() {
-            return Err(Error::AlreadyExists { key: key.into() });
+            // Sent again: the key holding these very bytes (an object's uid is in them) is
+            // the first copy having landed.
+            return match got(resp.op_responses())? {
+                Some(current) if again && current.value == value => Ok(current),
+                _ => Err(Error::AlreadyExists { key: key.into() }),
+            };
         }
         let revision = resp.header().map_or(0, |h| h.revision());
         Ok(KeyValue {
@@ -355,15 +401,18 @@ impl Store for Etcd {
                 Some(PutOptions::new().with_prev_key()),
             )])
             .or_else([TxnOp::get(key, None)]);
-        let kv = &self.inner.kv;
-        let resp = unreached_again(|| {
-            let (mut kv, txn) = (kv.clone(), txn.clone());
-            async move { kv.txn(txn).await }
-        })
-        .await?;
+        let (resp, again) = write_txn(&self.inner.kv, &txn).await?;
         let revision = resp.header().map_or(0, |h| h.revision());
         if !resp.succeeded() {
-            return Err(cas_failed(key, expected, got(resp.op_responses())?));
+            return match got(resp.op_responses())? {
+                // Sent again, and the key moved on to exactly these bytes: the first copy.
+                Some(current)
+                    if again && current.mod_revision > expected && current.value == value =>
+                {
+                    Ok(current)
+                }
+                current => Err(cas_failed(key, expected, current)),
+            };
         }
         let create_revision = resp
             .op_responses()
@@ -540,6 +589,43 @@ impl Store for Etcd {
                 Error::Compacted { .. } => Ok(()),
                 other => Err(other),
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: tonic::Code, message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn a_broken_connection_leaves_the_outcome_unknown_but_no_leader_is_an_answer() {
+        for e in [
+            status(tonic::Code::Unknown, "h2 protocol error: connection reset"),
+            status(
+                tonic::Code::Unavailable,
+                "error reading a body from connection",
+            ),
+            status(tonic::Code::Unavailable, "etcdserver: request timed out"),
+            status(tonic::Code::Unavailable, "etcdserver: leader changed"),
+        ] {
+            assert!(outcome_unknown(&e), "{e}");
+        }
+        for e in [
+            status(tonic::Code::Unavailable, "etcdserver: no leader"),
+            status(
+                tonic::Code::InvalidArgument,
+                "etcdserver: key is not provided",
+            ),
+            status(
+                tonic::Code::OutOfRange,
+                "required revision has been compacted",
+            ),
+        ] {
+            assert!(!outcome_unknown(&e), "{e}");
         }
     }
 }
