@@ -451,7 +451,8 @@ fn special_or_message(b: &[u8], name: &str, depth: usize) -> Result<Value, Proto
                     _ => m.get("intVal").cloned().unwrap_or(Value::from(0)),
                 }
             }
-            (true, "RawExtension" | "FieldsV1" | "JSON") => {
+            // apiextensions' JSON (a CRD schema's enum, default, example) is `Json` here.
+            (true, "RawExtension" | "FieldsV1" | "JSON" | "Json") => {
                 let m = generic()?;
                 match m.get("raw").and_then(Value::as_str) {
                     Some(b64) => {
@@ -614,6 +615,20 @@ mod tests {
         assert_eq!(
             decode_message(&open, PROPS, 0).unwrap(),
             serde_json::json!({"type": "object", "additionalProperties": true})
+        );
+        // enum (field 20) and default (field 8) are apiextensions' JSON: raw JSON bytes.
+        let (mut great, mut down, mut default) = (Vec::new(), Vec::new(), Vec::new());
+        field(1, br#""Great""#, &mut great);
+        field(1, br#""Down""#, &mut down);
+        field(1, br#""Great""#, &mut default);
+        let mut feeling = Vec::new();
+        field(5, b"string", &mut feeling);
+        field(8, &default, &mut feeling);
+        field(20, &great, &mut feeling);
+        field(20, &down, &mut feeling);
+        assert_eq!(
+            decode_message(&feeling, PROPS, 0).unwrap(),
+            serde_json::json!({"type": "string", "default": "Great", "enum": ["Great", "Down"]})
         );
     }
 
