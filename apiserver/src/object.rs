@@ -349,12 +349,154 @@ pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
     out
 }
 
+/// The keys a YAML (or JSON) body names twice in one mapping, in the words of the strict YAML
+/// decoder upstream's server-side apply runs over the patch: `line 9: key "foo" already set in
+/// map`, the line being that of the second value (go-yaml's, 1-based). Empty for a body that
+/// does not parse (its parse error is reported elsewhere).
+pub fn yaml_duplicate_keys(body: &str) -> Vec<String> {
+    use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser};
+    use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+    struct Frame {
+        /// A mapping (else a sequence) and, for a mapping, whether a key comes next.
+        map: bool,
+        expect_key: bool,
+        seen: std::collections::HashSet<String>,
+        /// Whether this node is a key of its parent, and where it started.
+        is_key: bool,
+        line: usize,
+        /// A key already set, waiting for the end of its value.
+        pending: Option<String>,
+    }
+    struct Walk {
+        stack: Vec<Frame>,
+        out: Vec<String>,
+    }
+    /// A key as go-yaml's `%#v` prints the value it resolves to.
+    fn go_key(v: &str, style: TScalarStyle) -> String {
+        if style == TScalarStyle::Plain {
+            let bools = [
+                "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes", "YES", "no", "No",
+                "NO", "on", "On", "ON", "off", "Off", "OFF", "y", "Y", "n", "N",
+            ];
+            if v.is_empty() || v == "~" || v == "null" || v == "Null" || v == "NULL" {
+                return "<nil>".into();
+            }
+            if v.parse::<i64>().is_ok() || (v.parse::<f64>().is_ok() && !v.starts_with('.')) {
+                return v.to_owned();
+            }
+            if let Some(i) = bools.iter().position(|b| *b == v) {
+                return if i < 9 || (12..15).contains(&i) || i == 18 || i == 19 {
+                    "true".into()
+                } else {
+                    "false".into()
+                };
+            }
+        }
+        serde_json::to_string(v).unwrap_or_default()
+    }
+    impl Walk {
+        /// A node ended (a scalar, or a collection's end) that began on `line`.
+        fn ended(&mut self, is_key: bool, key: Option<String>, line: usize) {
+            let Some(parent) = self.stack.last_mut() else {
+                return;
+            };
+            if !parent.map {
+                return;
+            }
+            if is_key {
+                parent.expect_key = false;
+                if let Some(k) = key
+                    && !parent.seen.insert(k.clone())
+                {
+                    parent.pending = Some(k);
+                }
+            } else {
+                parent.expect_key = true;
+                if let Some(k) = parent.pending.take() {
+                    self.out
+                        .push(format!("line {}: key {k} already set in map", line + 1));
+                }
+            }
+        }
+    }
+    impl MarkedEventReceiver for Walk {
+        fn on_event(&mut self, ev: Event, mark: Marker) {
+            let is_key = self.stack.last().is_some_and(|f| f.map && f.expect_key);
+            // yaml-rust2 counts lines from 1; go-yaml from 0 and prints line+1.
+            let line = mark.line().saturating_sub(1);
+            match ev {
+                Event::MappingStart(..) | Event::SequenceStart(..) => {
+                    self.stack.push(Frame {
+                        map: matches!(ev, Event::MappingStart(..)),
+                        expect_key: true,
+                        seen: Default::default(),
+                        is_key,
+                        line,
+                        pending: None,
+                    });
+                }
+                Event::MappingEnd | Event::SequenceEnd => {
+                    if let Some(f) = self.stack.pop() {
+                        self.ended(f.is_key, None, f.line);
+                    }
+                }
+                Event::Scalar(v, style, ..) => {
+                    let key = (is_key && v != "<<").then(|| go_key(&v, style));
+                    self.ended(is_key, key, line);
+                }
+                Event::Alias(_) => self.ended(is_key, None, line),
+                _ => {}
+            }
+        }
+    }
+    let mut walk = Walk {
+        stack: Vec::new(),
+        out: Vec::new(),
+    };
+    match Parser::new_from_str(body).load(&mut walk, false) {
+        Ok(()) => walk.out,
+        Err(_) => Vec::new(),
+    }
+}
+
 pub use minik8s_types::names::random_suffix;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn yaml_duplicate_keys_read_as_go_yamls_strict_decoder() {
+        // Each expectation is what sigs.k8s.io/yaml's UnmarshalStrict says of the same body.
+        let cr = "\napiVersion: a/v1\nkind: K\nmetadata:\n  name: n\nspec:\n  unknown: uk1\n  foo: foo1\n  foo: foo2\n  ports:\n  - name: x\n";
+        assert_eq!(
+            yaml_duplicate_keys(cr),
+            ["line 9: key \"foo\" already set in map"]
+        );
+        let json = "{\"a\": 1,\n \"a\": {\"b\": 1, \"b\": 2}, 1: x, 1: y, yes: 1, true: 2}";
+        assert_eq!(
+            yaml_duplicate_keys(json),
+            [
+                "line 2: key \"b\" already set in map",
+                "line 2: key \"a\" already set in map",
+                "line 2: key 1 already set in map",
+                "line 2: key true already set in map"
+            ]
+        );
+        let nested = "spec:\n  a: 1\nspec:\n  b: 2\n  b: 3\nlist:\n- k: 1\n  k: 2\n- k: 3\n";
+        assert_eq!(
+            yaml_duplicate_keys(nested),
+            [
+                "line 5: key \"b\" already set in map",
+                "line 4: key \"spec\" already set in map",
+                "line 8: key \"k\" already set in map"
+            ]
+        );
+        assert!(yaml_duplicate_keys("a: 1\nb: [1, 1]\nc: {d: 1}\n").is_empty());
+        assert!(yaml_duplicate_keys("a: [").is_empty());
+    }
 
     #[test]
     fn duplicate_fields_are_found_with_their_paths() {

@@ -1721,4 +1721,42 @@ fn strict_field_validation_names_unknown_and_duplicate_fields() {
         ]),
         "3"
     );
+    // Server-side apply of YAML naming a key twice, as client-go sends it: refused under
+    // Strict with go-yaml's words and line, applied with a warning under Warn.
+    let client = c.client();
+    let apply = |validation: &str| {
+        let yaml = "\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: twice\ndata:\n  a: one\n  a: two\n";
+        let req = http::Request::patch(format!(
+            "/api/v1/namespaces/default/configmaps/twice?fieldManager=test&fieldValidation={validation}"
+        ))
+        .header("Content-Type", "application/apply-patch+yaml")
+        .body(yaml.as_bytes().to_vec())
+        .unwrap();
+        c.block_on(client.send(req.map(kube::client::Body::from)))
+            .unwrap()
+    };
+    let refused = apply("Strict");
+    assert_eq!(refused.status(), 400);
+    let body = c.block_on(http_body_util::BodyExt::collect(refused.into_body()));
+    let status: serde_json::Value = serde_json::from_slice(&body.unwrap().to_bytes()).unwrap();
+    assert_eq!(
+        status["message"],
+        "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n  line 8: key \"a\" already set in map"
+    );
+    assert!(
+        c.kubectl(&["get", "configmap", "twice"])
+            .stderr
+            .contains("NotFound")
+    );
+    let warned = apply("Warn");
+    assert_eq!(warned.status(), 201);
+    let warning = warned.headers()["warning"].to_str().unwrap().to_owned();
+    assert!(
+        warning.contains("line 8: key \\\"a\\\" already set in map"),
+        "{warning}"
+    );
+    assert_eq!(
+        c.ok(&["get", "configmap", "twice", "-o", "jsonpath={.data.a}"]),
+        "two"
+    );
 }

@@ -372,8 +372,9 @@ pub async fn patch(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
             None if ty == PatchType::Apply && ctx.req.subresource.is_none() => {
                 // Server-side apply of an absent object creates it.
                 check_kind(&ctx.res, &patch_body, &body)?;
-                let (obj, warnings) =
+                let (obj, mut warnings) =
                     typed(&ctx, patch_body.clone()).map_err(|e| apply_strict_error(&ctx, e))?;
+                warnings.extend(apply_duplicates(&ctx, &body)?);
                 return super::create::create_object(ctx, obj, warnings, true).await;
             }
             None => {
@@ -491,7 +492,8 @@ pub(super) async fn server_side_apply(
         }
     };
     let managed = new.pointer("/metadata/managedFields").cloned();
-    let (mut new, warnings) = typed(ctx, new).map_err(|e| apply_strict_error(ctx, e))?;
+    let (mut new, mut warnings) = typed(ctx, new).map_err(|e| apply_strict_error(ctx, e))?;
+    warnings.extend(apply_duplicates(ctx, body)?);
     let expected = expected_revision(ctx, applied_rv(&applied, &mut new), stored)?;
     prepare_update(ctx, &mut new, old, ctx.req.subresource.as_deref())?;
     if let Some(m) = managed {
@@ -521,6 +523,26 @@ pub(super) fn applied_rv<'a>(applied: &Value, merged: &'a mut Value) -> &'a Valu
         }
     }
     merged
+}
+
+/// As upstream's apply, once the patch has applied: the strict YAML decoder's findings over the
+/// patch body (keys named twice) refuse it under fieldValidation=Strict and are warnings under
+/// Warn, one per key.
+fn apply_duplicates(ctx: &Ctx, body: &[u8]) -> ApiResult<Vec<String>> {
+    if ctx.params.field_validation == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Ok(Vec::new());
+    };
+    let lines = object::yaml_duplicate_keys(text);
+    match ctx.params.field_validation {
+        FieldValidation::Strict if !lines.is_empty() => Err(ApiError::bad_request(format!(
+            "error strict decoding YAML: error converting YAML to JSON: yaml: unmarshal errors:\n  {}",
+            lines.join("\n  ")
+        ))),
+        _ => Ok(lines),
+    }
 }
 
 /// A server-side apply refused by strict field validation says what upstream's apply says:
