@@ -35,6 +35,9 @@ pub struct Served {
     /// The pods the provider runs for it, as this replica knows them (one pod change at a
     /// time per node).
     pub(crate) pods: tokio::sync::Mutex<PodState>,
+    /// Set once the provider's pods have been listed and adopted: until then a pod of the
+    /// node is left alone, or one the provider runs would be created a second time.
+    pub(crate) adopted: std::sync::atomic::AtomicBool,
     /// Set when the serving task has finished.
     done: tokio::sync::watch::Sender<bool>,
 }
@@ -66,6 +69,7 @@ pub(crate) fn start(
         stop: shared.shutdown.child_token(),
         refresh: Notify::new(),
         pods: tokio::sync::Mutex::new(PodState::default()),
+        adopted: std::sync::atomic::AtomicBool::new(false),
         done: tokio::sync::watch::Sender::new(false),
     });
     shared
@@ -113,13 +117,8 @@ async fn serve(
     let port = *shared.port.lock().expect("port");
     let info = served.info.lock().expect("info").clone();
     register(shared, &info, port).await?;
-    // What runs already is adopted, not created again.
+    // What runs already is adopted, not created again (the node's pods are queued then).
     crate::pods::resync(shared, served, true).await;
-    for pod in shared.pods.state() {
-        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
-            let _ = shared.trigger.send(ObjectRef::from(pod.as_ref()));
-        }
-    }
     tracing::info!(node = %name, identity = %cfg.identity, "serving the node");
 
     let labels = cfg.labels();

@@ -80,6 +80,10 @@ pub(crate) async fn reconcile(pod: Arc<Pod>, shared: Arc<Shared>) -> Result<Acti
     let Some(served) = shared.served(&node) else {
         return Ok(Action::await_change());
     };
+    if !served.adopted.load(std::sync::atomic::Ordering::Acquire) {
+        // A node just taken over: its pods are queued again once what runs is adopted.
+        return Ok(Action::await_change());
+    }
     sync_pod(&shared, &served, &pod).await
 }
 
@@ -345,6 +349,19 @@ pub(crate) async fn resync(shared: &Shared, served: &Served, takeover: bool) {
             && let Err(e) = write_status(shared, pod, &status).await
         {
             tracing::warn!(node = %name, error = %e, "writing a pod status failed");
+        }
+    }
+    // The first listing adopted what runs: the node's pods may now be acted on.
+    if !served
+        .adopted
+        .swap(true, std::sync::atomic::Ordering::AcqRel)
+    {
+        for pod in shared.pods.state() {
+            if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
+                let _ = shared
+                    .trigger
+                    .send(kube::runtime::reflector::ObjectRef::from(pod.as_ref()));
+            }
         }
     }
 }
