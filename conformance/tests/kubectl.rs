@@ -990,6 +990,57 @@ fn service_account_tokens_authenticate_until_they_expire() {
             && a[0].as_str().is_some_and(|id| id.starts_with("JTI="))),
         "{status}"
     );
+    // A token bound to a pod carries the pod and the node it runs on (upstream's
+    // ServiceAccountTokenPodNodeInfo), and the review says so.
+    c.with_manifest(
+        &["create"],
+        "apiVersion: v1\nkind: Node\nmetadata: {name: bound-node}\n",
+    );
+    c.with_manifest(
+        &["create"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bound}\nspec:\n  nodeName: bound-node\n  containers: [{name: c, image: busybox}]\n",
+    );
+    let bound = c
+        .ok(&[
+            "create",
+            "token",
+            "default",
+            "--bound-object-kind=Pod",
+            "--bound-object-name=bound",
+        ])
+        .trim()
+        .to_owned();
+    let extra = review(&bound)["user"]["extra"].clone();
+    let one = |k: &str| extra[format!("authentication.kubernetes.io/{k}")][0].clone();
+    let uid = |what: &[&str]| {
+        let mut args = vec!["get"];
+        args.extend_from_slice(what);
+        args.extend(["-o", "jsonpath={.metadata.uid}"]);
+        c.ok(&args)
+    };
+    assert_eq!(one("pod-name"), "bound", "{extra}");
+    assert_eq!(one("pod-uid"), uid(&["pod", "bound"]).as_str(), "{extra}");
+    assert_eq!(one("node-name"), "bound-node", "{extra}");
+    assert_eq!(
+        one("node-uid"),
+        uid(&["node", "bound-node"]).as_str(),
+        "{extra}"
+    );
+    let stale = c.kubectl(&[
+        "create",
+        "token",
+        "default",
+        "--bound-object-kind=Pod",
+        "--bound-object-name=bound",
+        "--bound-object-uid=0e5d2c8a-0000-4000-8000-000000000000",
+    ]);
+    assert!(
+        !stale.ok
+            && stale
+                .stderr
+                .contains("does not match the UID in record. The object might have been deleted and then recreated"),
+        "{stale:?}"
+    );
     std::thread::sleep(Duration::from_secs(4));
     let out = whoami(&token);
     assert!(

@@ -502,21 +502,9 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     let mut k8s = json!({"namespace": ns, "serviceaccount": {"name": ctx.name(), "uid": object::meta_str(&sa, "uid")}});
     if let Some(bound) = req
         .pointer("/spec/boundObjectRef")
-        .filter(|b| b.get("kind") == Some(&json!("Pod")))
+        .filter(|b| b.is_object())
     {
-        let name = bound
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let pod = ctx
-            .api
-            .store
-            .get(&format!("/registry/core/pods/{ns}/{name}"))
-            .await?
-            .ok_or_else(|| ApiError::not_found("", "pods", &name))?;
-        let pod = object::from_store(&pod)?;
-        k8s["pod"] = json!({"name": name, "uid": object::meta_str(&pod, "uid")});
+        bind_token(&ctx, &ns, bound, &mut k8s).await?;
     }
     let claims = json!({"iss": crate::tokens::ISSUER, "aud": audiences, "sub": format!("system:serviceaccount:{ns}:{}", ctx.name()),
         "iat": now, "nbf": now, "exp": now + seconds, "jti": uuid::Uuid::new_v4().to_string(), "kubernetes.io": k8s});
@@ -534,4 +522,100 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     req["spec"]["expirationSeconds"] = json!(seconds);
     req["status"] = json!({"token": issuer.sign(&claims), "expirationTimestamp": expires});
     Ok(json_response(StatusCode::CREATED, &req, &[]))
+}
+
+/// The object a token is bound to, as upstream's TokenRequest: a Pod (with the Node it runs
+/// on, by name even when that Node is gone), a Node or a Secret, whose uid must match the
+/// reference's when it names one. Their names and uids go into the `kubernetes.io` claims.
+async fn bind_token(ctx: &Ctx, ns: &str, bound: &Value, k8s: &mut Value) -> ApiResult<()> {
+    let field = |k: &str| bound.get(k).and_then(Value::as_str).unwrap_or("");
+    let (kind, name) = (field("kind"), field("name").to_owned());
+    let group = field("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+    let read = |key: String, plural: &'static str, name: String| async move {
+        let kv = ctx.api.store.get(&key).await?;
+        let kv = kv.ok_or_else(|| ApiError::not_found("", plural, &name))?;
+        object::from_store(&kv)
+    };
+    let (claim, object) = match (group, kind) {
+        ("", "Pod") => {
+            let pod = read(
+                format!("/registry/core/pods/{ns}/{name}"),
+                "pods",
+                name.clone(),
+            )
+            .await?;
+            let account = pod
+                .pointer("/spec/serviceAccountName")
+                .and_then(Value::as_str);
+            if account.unwrap_or("default") != ctx.name() {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount {:?} to pod running with different serviceaccount name.",
+                    ctx.name()
+                )));
+            }
+            if let Some(node) = pod
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
+                let uid = match ctx
+                    .api
+                    .store
+                    .get(&format!("/registry/core/nodes/{node}"))
+                    .await?
+                {
+                    Some(kv) => {
+                        object::meta_str(&object::from_store(&kv)?, "uid").map(str::to_owned)
+                    }
+                    None => None,
+                };
+                k8s["node"] = match uid {
+                    Some(uid) => json!({"name": node, "uid": uid}),
+                    None => json!({"name": node}),
+                };
+            }
+            ("pod", pod)
+        }
+        ("", "Node") => (
+            "node",
+            read(
+                format!("/registry/core/nodes/{name}"),
+                "nodes",
+                name.clone(),
+            )
+            .await?,
+        ),
+        ("", "Secret") => (
+            "secret",
+            read(
+                format!("/registry/core/secrets/{ns}/{name}"),
+                "secrets",
+                name.clone(),
+            )
+            .await?,
+        ),
+        _ => {
+            return Err(ApiError::bad_request(format!(
+                "cannot bind token to object of type {}",
+                match group {
+                    "" => format!("/{}, Kind={kind}", field("apiVersion")),
+                    _ => format!("{}, Kind={kind}", field("apiVersion")),
+                }
+            )));
+        }
+    };
+    let uid = object::meta_str(&object, "uid").unwrap_or("");
+    let wanted = field("uid");
+    if !wanted.is_empty() && wanted != uid {
+        return Err(ApiError::conflict(
+            group,
+            kind,
+            &name,
+            &format!(
+                "the UID in the bound object reference ({wanted}) does not match the UID in record. The object might have been deleted and then recreated"
+            ),
+        ));
+    }
+    k8s[claim] = json!({"name": name, "uid": uid});
+    Ok(())
 }
