@@ -151,6 +151,28 @@ impl Cri {
             .status)
     }
 
+    /// The process holding a sandbox's namespaces (containerd's verbose status says it).
+    pub async fn sandbox_pid(&self, id: &str) -> Result<Option<u32>> {
+        let req = PodSandboxStatusRequest {
+            pod_sandbox_id: id.into(),
+            verbose: true,
+        };
+        let info = self
+            .runtime
+            .clone()
+            .pod_sandbox_status(req)
+            .await
+            .map_err(cri("PodSandboxStatus"))?
+            .into_inner()
+            .info;
+        Ok(info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|i| i.get("pid").and_then(serde_json::Value::as_u64))
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0))
+    }
+
     /// The sandboxes carrying all of `labels`.
     pub async fn sandboxes(&self, labels: HashMap<String, String>) -> Result<Vec<PodSandbox>> {
         let req = ListPodSandboxRequest {

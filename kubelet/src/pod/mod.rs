@@ -624,9 +624,44 @@ impl Worker {
         let config = spec::sandbox_config(pod, &self.layout, attempt);
         std::fs::create_dir_all(&config.log_directory)
             .map_err(crate::error::io(&config.log_directory))?;
-        self.cri.run_sandbox(config).await?;
+        let id = self.cri.run_sandbox(config).await?;
         crate::metrics::get().pod_started();
+        if let Ok(Some(status)) = self.cri.sandbox_status(&id).await
+            && let Some(ip) = status.network.map(|n| n.ip).filter(|ip| !ip.is_empty())
+        {
+            self.announce(&id, &ip).await;
+        }
         Ok(())
+    }
+
+    /// Addresses are handed out again, and the node and the pods on its bridge may still
+    /// hold the MAC of the pod that had this one: a STALE neighbour entry, used for seconds
+    /// before it is probed, during which the new pod is unreachable from them. The node's
+    /// entry is dropped, and the pod announces itself with a gratuitous ARP from its own
+    /// network namespace, which every neighbour holding an entry for it takes.
+    async fn announce(&self, sandbox: &str, ip: &str) {
+        crate::containerd::quiet("ip", &["neigh", "flush", "to", ip]).await;
+        if !ip.contains('.') {
+            return;
+        }
+        match self.cri.sandbox_pid(sandbox).await {
+            Ok(Some(pid)) => {
+                let pid = pid.to_string();
+                crate::containerd::quiet(
+                    "nsenter",
+                    &[
+                        "-t", &pid, "-n", "busybox", "arping", "-q", "-U", "-c", "1", "-I", "eth0",
+                        "-s", ip, ip,
+                    ],
+                )
+                .await;
+            }
+            Ok(None) => tracing::debug!(
+                sandbox,
+                "no sandbox process to announce the pod's address from"
+            ),
+            Err(e) => tracing::debug!(sandbox, error = %e, "reading the sandbox's process"),
+        }
     }
 
     /// Runs the container's preStop hook (exec or httpGet), bounded by `grace` seconds.
