@@ -375,22 +375,27 @@ pub fn yaml_duplicate_keys(body: &str) -> Vec<String> {
     /// A key as go-yaml's `%#v` prints the value it resolves to.
     fn go_key(v: &str, style: TScalarStyle) -> String {
         if style == TScalarStyle::Plain {
-            let bools = [
-                "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes", "YES", "no", "No",
-                "NO", "on", "On", "ON", "off", "Off", "OFF", "y", "Y", "n", "N",
+            // go-yaml v2's resolution of plain scalars.
+            const TRUE: [&str; 11] = [
+                "y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON",
+            ];
+            const FALSE: [&str; 11] = [
+                "n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF",
             ];
             if v.is_empty() || v == "~" || v == "null" || v == "Null" || v == "NULL" {
                 return "<nil>".into();
             }
-            if v.parse::<i64>().is_ok() || (v.parse::<f64>().is_ok() && !v.starts_with('.')) {
-                return v.to_owned();
+            if TRUE.contains(&v) {
+                return "true".into();
             }
-            if let Some(i) = bools.iter().position(|b| *b == v) {
-                return if i < 9 || (12..15).contains(&i) || i == 18 || i == 19 {
-                    "true".into()
-                } else {
-                    "false".into()
-                };
+            if FALSE.contains(&v) {
+                return "false".into();
+            }
+            let numeric = v
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b));
+            if numeric && v.parse::<f64>().is_ok() && !v.starts_with('.') {
+                return v.to_owned();
             }
         }
         serde_json::to_string(v).unwrap_or_default()
@@ -492,6 +497,13 @@ mod tests {
                 "line 5: key \"b\" already set in map",
                 "line 4: key \"spec\" already set in map",
                 "line 8: key \"k\" already set in map"
+            ]
+        );
+        assert_eq!(
+            yaml_duplicate_keys("false: 1\nno: 2\ninf: 3\ninf: 4\n"),
+            [
+                "line 2: key false already set in map",
+                "line 4: key \"inf\" already set in map"
             ]
         );
         assert!(yaml_duplicate_keys("a: 1\nb: [1, 1]\nc: {d: 1}\n").is_empty());
