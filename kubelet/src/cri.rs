@@ -137,9 +137,32 @@ impl Cri {
 
     /// A sandbox's status (its IP among it).
     pub async fn sandbox_status(&self, id: &str) -> Result<Option<PodSandboxStatus>> {
+        Ok(self.status_of(id, false).await?.status)
+    }
+
+    /// A sandbox's address and the process holding its namespaces (which containerd's
+    /// verbose status says).
+    pub async fn sandbox_ip_and_pid(&self, id: &str) -> Result<(Option<String>, Option<u32>)> {
+        let resp = self.status_of(id, true).await?;
+        let ip = resp
+            .status
+            .and_then(|s| s.network)
+            .map(|n| n.ip)
+            .filter(|ip| !ip.is_empty());
+        let pid = resp
+            .info
+            .get("info")
+            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
+            .and_then(|i| i.get("pid").and_then(serde_json::Value::as_u64))
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0);
+        Ok((ip, pid))
+    }
+
+    async fn status_of(&self, id: &str, verbose: bool) -> Result<PodSandboxStatusResponse> {
         let req = PodSandboxStatusRequest {
             pod_sandbox_id: id.into(),
-            verbose: false,
+            verbose,
         };
         Ok(self
             .runtime
@@ -147,30 +170,7 @@ impl Cri {
             .pod_sandbox_status(req)
             .await
             .map_err(cri("PodSandboxStatus"))?
-            .into_inner()
-            .status)
-    }
-
-    /// The process holding a sandbox's namespaces (containerd's verbose status says it).
-    pub async fn sandbox_pid(&self, id: &str) -> Result<Option<u32>> {
-        let req = PodSandboxStatusRequest {
-            pod_sandbox_id: id.into(),
-            verbose: true,
-        };
-        let info = self
-            .runtime
-            .clone()
-            .pod_sandbox_status(req)
-            .await
-            .map_err(cri("PodSandboxStatus"))?
-            .into_inner()
-            .info;
-        Ok(info
-            .get("info")
-            .and_then(|i| serde_json::from_str::<serde_json::Value>(i).ok())
-            .and_then(|i| i.get("pid").and_then(serde_json::Value::as_u64))
-            .and_then(|p| u32::try_from(p).ok())
-            .filter(|p| *p > 0))
+            .into_inner())
     }
 
     /// The sandboxes carrying all of `labels`.

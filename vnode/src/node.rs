@@ -11,7 +11,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use kube::runtime::reflector::ObjectRef;
 use minik8s_controllers::leader::{self, Hold, Observed};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -175,11 +174,7 @@ async fn serve(
                 }
                 crate::provider::NodeUpdate::Resync => {
                     crate::pods::resync(shared, served, false).await;
-                    for pod in shared.pods.state() {
-                        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
-                            let _ = shared.trigger.send(ObjectRef::from(pod.as_ref()));
-                        }
-                    }
+                    crate::pods::queue_pods_of(shared, &name);
                 }
                 crate::provider::NodeUpdate::Labels(labels) => {
                     let info = {

@@ -356,12 +356,17 @@ pub(crate) async fn resync(shared: &Shared, served: &Served, takeover: bool) {
         .adopted
         .swap(true, std::sync::atomic::Ordering::AcqRel)
     {
-        for pod in shared.pods.state() {
-            if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()) {
-                let _ = shared
-                    .trigger
-                    .send(kube::runtime::reflector::ObjectRef::from(pod.as_ref()));
-            }
+        queue_pods_of(shared, &name);
+    }
+}
+
+/// Queues every pod of node `name` for a reconcile.
+pub(crate) fn queue_pods_of(shared: &Shared, name: &str) {
+    for pod in shared.pods.state() {
+        if pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name) {
+            let _ = shared
+                .trigger
+                .send(kube::runtime::reflector::ObjectRef::from(pod.as_ref()));
         }
     }
 }

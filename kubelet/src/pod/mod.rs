@@ -626,42 +626,14 @@ impl Worker {
             .map_err(crate::error::io(&config.log_directory))?;
         let id = self.cri.run_sandbox(config).await?;
         crate::metrics::get().pod_started();
-        if let Ok(Some(status)) = self.cri.sandbox_status(&id).await
-            && let Some(ip) = status.network.map(|n| n.ip).filter(|ip| !ip.is_empty())
-        {
-            self.announce(&id, &ip).await;
+        match self.cri.sandbox_ip_and_pid(&id).await {
+            Ok((Some(ip), pid)) => announce(&ip, pid).await,
+            Ok((None, _)) => {}
+            Err(e) => {
+                tracing::debug!(sandbox = %id, error = %e, "reading the new sandbox's status")
+            }
         }
         Ok(())
-    }
-
-    /// Addresses are handed out again, and the node and the pods on its bridge may still
-    /// hold the MAC of the pod that had this one: a STALE neighbour entry, used for seconds
-    /// before it is probed, during which the new pod is unreachable from them. The node's
-    /// entry is dropped, and the pod announces itself with a gratuitous ARP from its own
-    /// network namespace, which every neighbour holding an entry for it takes.
-    async fn announce(&self, sandbox: &str, ip: &str) {
-        crate::containerd::quiet("ip", &["neigh", "flush", "to", ip]).await;
-        if !ip.contains('.') {
-            return;
-        }
-        match self.cri.sandbox_pid(sandbox).await {
-            Ok(Some(pid)) => {
-                let pid = pid.to_string();
-                crate::containerd::quiet(
-                    "nsenter",
-                    &[
-                        "-t", &pid, "-n", "busybox", "arping", "-q", "-U", "-c", "1", "-I", "eth0",
-                        "-s", ip, ip,
-                    ],
-                )
-                .await;
-            }
-            Ok(None) => tracing::debug!(
-                sandbox,
-                "no sandbox process to announce the pod's address from"
-            ),
-            Err(e) => tracing::debug!(sandbox, error = %e, "reading the sandbox's process"),
-        }
     }
 
     /// Runs the container's preStop hook (exec or httpGet), bounded by `grace` seconds.
@@ -1201,6 +1173,27 @@ pub async fn finish_deletion(client: &kube::Client, pod: &Pod) -> kube::Result<(
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Addresses are handed out again, and the node and the pods on its bridge may still hold the
+/// MAC of the pod that had this one: a STALE neighbour entry, used for seconds before it is
+/// probed, during which the new pod is unreachable from them. The node's entry is dropped, and
+/// the pod (its sandbox process `pid`) announces itself with a gratuitous ARP from its own
+/// network namespace, which every neighbour holding an entry for it takes.
+async fn announce(ip: &str, pid: Option<u32>) {
+    crate::containerd::quiet("ip", &["neigh", "flush", "to", ip]).await;
+    let Some(pid) = pid.filter(|_| ip.contains('.')) else {
+        return;
+    };
+    let pid = pid.to_string();
+    crate::containerd::quiet(
+        "nsenter",
+        &[
+            "-t", &pid, "-n", "busybox", "arping", "-q", "-U", "-c", "1", "-I", "eth0", "-s", ip,
+            ip,
+        ],
+    )
+    .await;
 }
 
 #[cfg(test)]
