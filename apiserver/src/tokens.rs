@@ -265,10 +265,22 @@ pub async fn authenticate(
     {
         return Err(unauthorized());
     }
-    if let Some(pod) = k.get("pod") {
-        let name = pod.get("name").and_then(Value::as_str).unwrap_or("");
-        let uid = pod.get("uid").and_then(Value::as_str).unwrap_or("");
-        if !exists(format!("/registry/core/pods/{ns}/{name}"), uid.to_owned()).await {
+    // The object the token is bound to must still be there (a pod-bound token names its
+    // pod's node too, which is not checked, as upstream).
+    let bound = match (k.get("pod"), k.get("secret"), k.get("node")) {
+        (Some(pod), _, _) => Some((pod, "pods", true)),
+        (None, Some(secret), _) => Some((secret, "secrets", true)),
+        (None, None, Some(node)) => Some((node, "nodes", false)),
+        _ => None,
+    };
+    if let Some((object, plural, namespaced)) = bound {
+        let name = object.get("name").and_then(Value::as_str).unwrap_or("");
+        let uid = object.get("uid").and_then(Value::as_str).unwrap_or("");
+        let key = match namespaced {
+            true => format!("/registry/core/{plural}/{ns}/{name}"),
+            false => format!("/registry/core/{plural}/{name}"),
+        };
+        if !exists(key, uid.to_owned()).await {
             return Err(unauthorized());
         }
     }

@@ -1026,6 +1026,21 @@ fn service_account_tokens_authenticate_until_they_expire() {
         uid(&["node", "bound-node"]).as_str(),
         "{extra}"
     );
+    // A token bound to a Secret works until the Secret is gone.
+    c.ok(&["create", "secret", "generic", "binder"]);
+    let to_secret = c
+        .ok(&[
+            "create",
+            "token",
+            "default",
+            "--bound-object-kind=Secret",
+            "--bound-object-name=binder",
+        ])
+        .trim()
+        .to_owned();
+    assert!(whoami(&to_secret).status.success());
+    c.ok(&["delete", "secret", "binder"]);
+    assert!(!whoami(&to_secret).status.success());
     let stale = c.kubectl(&[
         "create",
         "token",
