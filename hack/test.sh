@@ -32,6 +32,11 @@ sweep_killed_runs() {
   find /sys/fs/cgroup -depth -type d -path '*/minik8s-test*' -exec rmdir {} + 2>/dev/null || true
 }
 sweep_killed_runs
+# The build needs ~10 GB (target/debug) beside the Go caches of the upstream clients; a disk
+# that runs out shows only as a linker's bus error, so the space is reported before and after.
+disk() { log "disk: $(df -h --output=avail "$ROOT/target" 2>/dev/null | tail -1 | tr -d ' ') free, target $(du -sh "$ROOT/target" 2>/dev/null | cut -f1)"; }
+mkdir -p "$ROOT/target"
+disk
 # And again at the end, killed or not: a test that leaves something behind (a container whose
 # start never came) must not meet the next run, nor outlive this one.
 trap sweep_killed_runs EXIT
@@ -48,5 +53,6 @@ set -e
 
 # One closing line over every test binary (cargo's own last line is a doc-test summary).
 read -r passed failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p+0, f+0 }' /tmp/minik8s-cargo-test.log)
+disk
 echo "summary: $passed passed, $failed failed"
 exit "$status"
