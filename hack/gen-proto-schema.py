@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates apiserver/src/proto/schema.json: for every Kubernetes protobuf message, its fields
+"""Generates apiserver/src/serving/proto/schema.json: for every Kubernetes protobuf message, its fields
 (tag, JSON name, wire type, label, message type). Field numbers and types come from the prost
 attributes of the k8s-pb crate; JSON names from k8s-openapi's deserializers (the same Go types).
 Run after `cargo fetch`:  python3 hack/gen-proto-schema.py
@@ -96,7 +96,7 @@ for full, (module, struct, fields) in raw.items():
         out.append([tag, js, kind, label, ref])
     messages[full] = out
 
-out = os.path.join(os.path.dirname(__file__), "..", "apiserver", "src", "proto", "schema.json")
+out = os.path.join(os.path.dirname(__file__), "..", "apiserver", "src", "serving", "proto", "schema.json")
 with open(out, "w") as f:
     json.dump(messages, f, separators=(",", ":"), sort_keys=True)
 print(f"{len(messages)} messages -> {os.path.normpath(out)}")

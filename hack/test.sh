@@ -43,6 +43,8 @@ trap sweep_killed_runs EXIT
 
 log "cargo fmt --check"
 cargo fmt --all -- --check
+log "structure: no import circle or bare spawn, and docs/architecture.md's figures current"
+bash "$ROOT/hack/structure-figures.sh" --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 log "cargo test"

@@ -1,51 +1,24 @@
 //! minik8s apiserver: Kubernetes REST and watch semantics over HTTPS on the storage layer.
 //!
 //! One generic pipeline serves every resource (`handlers`): the request is parsed into a
-//! [`request::RequestInfo`], its resource looked up in the [`registry::Registry`], the user
+//! [`serving::request::RequestInfo`], its resource looked up in the [`registry::Registry`], the user
 //! authenticated and authorized (`auth`), and the verb's handler runs against the
 //! [`minik8s_storage::Store`]. Discovery, OpenAPI and Table output are generated from the
 //! same registry rows.
 
 pub mod admission;
-pub mod aggregator;
-pub mod alloc;
-pub mod apply;
-pub mod audit;
+pub mod aggregation;
+pub mod apis;
 pub mod auth;
-pub mod bootstrap;
-pub mod compactor;
+pub mod cluster;
 pub mod context;
-pub mod conversion;
-mod convert;
-pub mod crd;
-pub mod defaults;
 mod discovery;
-pub mod endpoint_reconciler;
 pub mod error;
-pub mod follow;
 mod handlers;
-pub mod health;
-pub mod kinds;
-pub mod kubelet;
-pub mod local;
-pub mod metrics;
-pub mod monitoring;
 pub mod object;
-pub mod openapi;
-pub mod patch;
-pub mod proto;
-pub mod proxy;
-pub mod rbac;
 pub mod registry;
-pub mod request;
-pub mod rules;
-pub mod server;
-pub mod structural;
-pub mod table;
-pub mod tokens;
-pub mod validation;
-pub mod watchcache;
-pub mod webhook_client;
+pub mod serving;
+pub mod store;
 
 use axum::Router;
 use minik8s_storage::{Endpoint, Storage};
@@ -80,7 +53,7 @@ pub struct Config {
     /// NodePort range.
     pub node_ports: RangeInclusive<u16>,
     /// The audit log file, if any, and how much it records.
-    pub audit: Option<(PathBuf, audit::Level)>,
+    pub audit: Option<(PathBuf, serving::audit::Level)>,
     /// The key that signs ServiceAccount tokens, and the shortest expiry (seconds) allowed.
     pub service_account_key: Option<(PathBuf, i64)>,
     /// Most requests served at once (watches excluded); more get 429.
@@ -113,7 +86,7 @@ pub enum Error {
     Storage(#[from] minik8s_storage::Error),
     /// TLS could not be set up.
     #[error(transparent)]
-    Tls(#[from] server::TlsError),
+    Tls(#[from] serving::server::TlsError),
     /// The listen address could not be bound.
     #[error("listening on {addr}")]
     Bind {
@@ -128,16 +101,16 @@ pub enum Error {
     Tokens(#[from] auth::TokenFileError),
     /// The service ranges are invalid.
     #[error(transparent)]
-    Range(#[from] alloc::RangeError),
+    Range(#[from] registry::alloc::RangeError),
     /// The ServiceAccount signing key could not be loaded.
     #[error(transparent)]
-    ServiceAccountKey(#[from] tokens::KeyError),
+    ServiceAccountKey(#[from] auth::tokens::KeyError),
     /// The audit log could not be opened.
     #[error(transparent)]
-    Audit(#[from] audit::AuditError),
+    Audit(#[from] serving::audit::AuditError),
     /// The front-proxy client certificate could not be loaded.
     #[error(transparent)]
-    FrontProxy(#[from] aggregator::FrontProxyError),
+    FrontProxy(#[from] aggregation::FrontProxyError),
     /// Writing the built-in objects failed.
     #[error("creating built-in objects: {0}")]
     Bootstrap(error::ApiError),
@@ -152,23 +125,23 @@ pub struct Api {
     /// Request authentication.
     pub authn: auth::Authenticator,
     /// ClusterIP and NodePort allocation.
-    pub alloc: alloc::Allocator,
+    pub alloc: registry::alloc::Allocator,
     /// RBAC authorization.
-    pub rbac: rbac::Rbac,
+    pub rbac: auth::rbac::Rbac,
     /// Admission webhooks.
     pub webhooks: admission::webhook::Webhooks,
     /// ValidatingAdmissionPolicies with their bindings.
     pub policies: admission::policy::Policies,
     /// APIServices served by Services (the aggregation layer).
-    pub aggregator: aggregator::Aggregator,
+    pub aggregator: aggregation::Aggregator,
     /// The front-proxy CA (PEM) extension apiservers trust, if any.
     pub front_proxy_ca: Option<String>,
     /// The cluster CA (PEM), published to every namespace as `kube-root-ca.crt`.
     pub root_ca: Option<String>,
     /// The audit log.
-    pub audit: audit::Auditor,
+    pub audit: serving::audit::Auditor,
     /// ServiceAccount token signing and verification.
-    pub tokens: Option<tokens::Issuer>,
+    pub tokens: Option<auth::tokens::Issuer>,
     /// Permits for requests in flight.
     pub inflight: Arc<tokio::sync::Semaphore>,
     /// Longest time a non-watch request may take.
@@ -178,9 +151,9 @@ pub struct Api {
     /// How often quotas are recounted whatever changed.
     pub quota_resync: std::time::Duration,
     /// The client for kubelets.
-    pub kubelet: Option<kubelet::KubeletClient>,
+    pub kubelet: Option<aggregation::kubelet::KubeletClient>,
     /// `metrics.k8s.io`'s samples.
-    pub metrics: metrics::Metrics,
+    pub metrics: apis::metrics::Metrics,
     /// `host:port` clients use.
     pub advertise: String,
     /// Cancelled when the server stops (ends watches).
@@ -188,9 +161,9 @@ pub struct Api {
     /// Long-lived request tasks (watches, connections).
     pub tasks: TaskTracker,
     /// Watch events decoded once for all watchers.
-    pub watch_cache: watchcache::WatchCache,
+    pub watch_cache: store::watchcache::WatchCache,
     /// OpenAPI documents with the registry generation they were built at.
-    pub openapi: std::sync::Mutex<Option<(u64, Arc<openapi::Docs>)>>,
+    pub openapi: std::sync::Mutex<Option<(u64, Arc<discovery::openapi::Docs>)>>,
 }
 
 /// The HTTP application: every request goes through the one dispatcher.
@@ -209,9 +182,9 @@ pub struct Server {
 
 impl Server {
     /// A transport into this server for a component of the same process, as `user`
-    /// ([`local::LocalService`]).
-    pub fn local(&self, user: auth::User) -> local::LocalService {
-        local::LocalService::new(app(self.api.clone()), user)
+    /// ([`serving::local::LocalService`]).
+    pub fn local(&self, user: auth::User) -> serving::local::LocalService {
+        serving::local::LocalService::new(app(self.api.clone()), user)
     }
 
     /// Waits until the server has stopped (after its shutdown token is cancelled), then
@@ -229,7 +202,7 @@ impl Server {
 /// Opens the store, writes the built-in objects, binds and starts serving; returns once ready.
 pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server, Error> {
     let store = Storage::open_with(&config.storage, config.etcd_tls.as_ref()).await?;
-    let tls = server::tls_config(&config.tls_cert, &config.tls_key, &config.client_ca)?;
+    let tls = serving::server::tls_config(&config.tls_cert, &config.tls_key, &config.client_ca)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|source| Error::Bind {
@@ -252,12 +225,12 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         store,
         registry: registry::Registry::with_builtins(),
         authn: auth::Authenticator::new(config.token_file.as_deref())?,
-        alloc: alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
+        alloc: registry::alloc::Allocator::new(&config.service_cidr, config.node_ports.clone())?,
         advertise,
-        rbac: rbac::Rbac::default(),
+        rbac: auth::rbac::Rbac::default(),
         webhooks: admission::webhook::Webhooks::default(),
         policies: admission::policy::Policies::default(),
-        aggregator: aggregator::Aggregator::new(config.front_proxy.as_ref())?,
+        aggregator: aggregation::Aggregator::new(config.front_proxy.as_ref())?,
         front_proxy_ca: config
             .front_proxy
             .as_ref()
@@ -268,40 +241,42 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         default_toleration_seconds: config.default_toleration_seconds,
         quota_resync: config.quota_resync,
         kubelet: match &config.kubelet_client {
-            Some((cert, key)) => Some(kubelet::KubeletClient::load(cert, key)?),
+            Some((cert, key)) => Some(aggregation::kubelet::KubeletClient::load(cert, key)?),
             None => None,
         },
-        metrics: metrics::Metrics::new(config.metric_resolution),
+        metrics: apis::metrics::Metrics::new(config.metric_resolution),
         tokens: match &config.service_account_key {
-            Some((path, min)) => Some(tokens::Issuer::load(path, *min)?),
+            Some((path, min)) => Some(auth::tokens::Issuer::load(path, *min)?),
             None => None,
         },
         audit: match &config.audit {
-            Some((path, level)) => audit::Auditor::open(path, *level)?,
-            None => audit::Auditor::disabled(),
+            Some((path, level)) => serving::audit::Auditor::open(path, *level)?,
+            None => serving::audit::Auditor::disabled(),
         },
         shutdown: shutdown.clone(),
         tasks: TaskTracker::new(),
-        watch_cache: watchcache::WatchCache::default(),
+        watch_cache: store::watchcache::WatchCache::default(),
         openapi: std::sync::Mutex::new(None),
     });
-    bootstrap::run(&api).await.map_err(Error::Bootstrap)?;
-    rbac::load(&api).await.map_err(Error::Bootstrap)?;
-    minik8s_task::spawn_on(&api.tasks, "rbac-sync", rbac::sync(api.clone()));
+    cluster::bootstrap::run(&api)
+        .await
+        .map_err(Error::Bootstrap)?;
+    auth::rbac::load(&api).await.map_err(Error::Bootstrap)?;
+    minik8s_task::spawn_on(&api.tasks, "rbac-sync", auth::rbac::sync(api.clone()));
     minik8s_task::spawn_on(
         &api.tasks,
         "endpoint-reconciler",
-        endpoint_reconciler::run(api.clone()),
+        cluster::endpoints::run(api.clone()),
     );
     minik8s_task::spawn_on(
         &api.tasks,
         "webhook-sync",
-        follow::follow(api.clone(), admission::webhook::PREFIX, |api, kvs| {
+        store::follow::follow(api.clone(), admission::webhook::PREFIX, |api, kvs| {
             api.webhooks.load(kvs);
             api.policies.load(kvs);
         }),
     );
-    minik8s_task::spawn_on(&api.tasks, "crd-sync", crd::sync(api.clone()));
+    minik8s_task::spawn_on(&api.tasks, "crd-sync", registry::crd::sync(api.clone()));
     minik8s_task::spawn_on(
         &api.tasks,
         "quota-resync",
@@ -310,28 +285,32 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
     minik8s_task::spawn_on(
         &api.tasks,
         "apiservice-sync",
-        follow::follow(api.clone(), aggregator::PREFIX, |api, kvs| {
+        store::follow::follow(api.clone(), aggregation::PREFIX, |api, kvs| {
             api.aggregator.load(kvs)
         }),
     );
-    minik8s_task::spawn_on(&api.tasks, "aggregator", aggregator::run(api.clone()));
+    minik8s_task::spawn_on(&api.tasks, "aggregator", aggregation::run(api.clone()));
     minik8s_task::spawn_on(
         &api.tasks,
         "compactor",
-        compactor::run(
+        store::compactor::run(
             api.store.clone(),
             config.compaction_interval,
             api.shutdown.clone(),
         ),
     );
     if api.kubelet.is_some() {
-        minik8s_task::spawn_on(&api.tasks, "resource-metrics", metrics::run(api.clone()));
+        minik8s_task::spawn_on(
+            &api.tasks,
+            "resource-metrics",
+            apis::metrics::run(api.clone()),
+        );
     }
     let router = app(api.clone());
     let tasks = api.tasks.clone();
     let done = minik8s_task::spawn(
         "apiserver",
-        server::serve(listener, tls, router, shutdown, tasks),
+        serving::server::serve(listener, tls, router, shutdown, tasks),
     );
     tracing::info!(%addr, "apiserver ready");
     Ok(Server { addr, api, done })

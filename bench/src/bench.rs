@@ -57,14 +57,31 @@ pub fn peak_rss_mib(pid: u32) -> f64 {
 
 /// A memory figure of `/proc/<pid>/status` (given in kB there) in MiB, one decimal.
 fn status_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = status
+    kb_field_mib(&format!("/proc/{pid}/status"), field)
+}
+
+/// A `Name: N kB` line of a `/proc` file in MiB, one decimal (0 if missing).
+fn kb_field_mib(file: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let kb = text
         .lines()
         .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
     (kb / 1024.0 * 10.0).round() / 10.0
+}
+
+/// A process's memory as the honest measures have it, in MiB: `VmRSS` (which counts clean
+/// pages of the binary the kernel may drop and share), `RssAnon` (its private, anonymous
+/// memory: heap, stacks, pages it wrote) and `Pss` (its resident pages, each shared one
+/// divided among the processes that map it).
+pub fn memory(pid: u32) -> Value {
+    json!({
+        "vm_rss_mib": status_mib(pid, "VmRSS:"),
+        "rss_anon_mib": status_mib(pid, "RssAnon:"),
+        "pss_mib": kb_field_mib(&format!("/proc/{pid}/smaps_rollup"), "Pss:"),
+    })
 }
 
 /// A `minik8s up` child process, killed on drop.
@@ -222,6 +239,7 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
     let pid = server.pid();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss_mib(pid);
+    let idle_memory = memory(pid);
     let client = minik8s_kubeconfig::client(&server.kubeconfig).await?;
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     for name in ["seq", "conc", "watch"] {
@@ -358,6 +376,9 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
             .await?;
         delete.push(t.elapsed());
     }
+    // What the load leaves behind once it is over (jemalloc returns freed pages after 1 s).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_memory = memory(pid);
     Ok(json!({
         "server_ready_ms": (server.ready_after.as_secs_f64() * 1e4).round() / 10.0,
         "idle_rss_mib": idle_rss,
@@ -371,5 +392,6 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
         "watch_delivery_from_request_start": percentiles(&mut watch),
         "delete": percentiles(&mut delete),
         "rss_after_mib": rss_mib(pid),
+        "memory": {"idle": idle_memory, "after": after_memory},
     }))
 }

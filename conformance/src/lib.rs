@@ -213,7 +213,7 @@ impl Cluster {
             node_ports: 30000..=32767,
             audit: Some((
                 dir.path().join("audit.log"),
-                minik8s_apiserver::audit::Level::Metadata,
+                minik8s_apiserver::serving::audit::Level::Metadata,
             )),
             // Short token lifetimes are allowed here so expiry can be tested.
             service_account_key: Some((pki.service_account_key().expect("sa key"), 1)),
@@ -226,9 +226,9 @@ impl Cluster {
                 pki_dir.join("apiserver-kubelet-client.crt"),
                 pki_dir.join("apiserver-kubelet-client.key"),
             )),
-            metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
+            metric_resolution: minik8s_apiserver::apis::metrics::DEFAULT_RESOLUTION,
             front_proxy: Some(pki.front_proxy().expect("front proxy")),
-            compaction_interval: minik8s_apiserver::compactor::DEFAULT_INTERVAL,
+            compaction_interval: minik8s_apiserver::store::compactor::DEFAULT_INTERVAL,
         };
         let admin = pki
             .ensure_identity(&Identity::admin())
@@ -318,7 +318,7 @@ impl Cluster {
     /// `answer` maps the AdmissionReview's `request` to its `response` (the uid is added).
     pub fn webhook(&self, answer: fn(&serde_json::Value) -> serde_json::Value) -> String {
         use axum::routing::post;
-        let tls = minik8s_apiserver::server::tls_config(
+        let tls = minik8s_apiserver::serving::server::tls_config(
             &self.config.tls_cert,
             &self.config.tls_key,
             &self.config.client_ca,
@@ -344,7 +344,7 @@ impl Cluster {
                 },
             ),
         );
-        self.rt.spawn(minik8s_apiserver::server::serve(
+        self.rt.spawn(minik8s_apiserver::serving::server::serve(
             listener,
             tls,
             app,

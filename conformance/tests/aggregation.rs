@@ -141,7 +141,8 @@ fn an_apiservice_sends_its_group_to_an_extension_apiserver_behind_a_service() {
         base64::engine::general_purpose::STANDARD.encode(ext.ca_pem())
     };
     let tls =
-        minik8s_apiserver::server::tls_config(&serving.cert, &serving.key, &front_ca).unwrap();
+        minik8s_apiserver::serving::server::tls_config(&serving.cert, &serving.key, &front_ca)
+            .unwrap();
     let app = axum::Router::new()
         .route(
             "/apis/wardle.example.com/v1alpha1",
@@ -165,7 +166,7 @@ fn an_apiservice_sends_its_group_to_an_extension_apiserver_behind_a_service() {
         .block_on(async { tokio::net::TcpListener::bind("127.0.0.1:0").await })
         .unwrap();
     let port = listener.local_addr().unwrap().port();
-    c.spawn(minik8s_apiserver::server::serve(
+    c.spawn(minik8s_apiserver::serving::server::serve(
         listener,
         tls,
         app,

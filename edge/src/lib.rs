@@ -14,7 +14,6 @@
 //! - [`agent`]: the edgelet itself; [`admin`]: what `edgectl` asks of it.
 //! - [`cloud`]: the registry and the virtual nodes' provider.
 
-pub mod admin;
 pub mod agent;
 pub mod cloud;
 pub mod local;

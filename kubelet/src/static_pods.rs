@@ -5,7 +5,7 @@
 //! it again. Changing a manifest replaces its pod; removing it stops the pod.
 
 use crate::error::{Error, Result};
-pub use crate::pod::mirror::{MIRROR, is_mirror, runtime_uid};
+pub use crate::pod::mirror::{MIRROR, SOURCE, is_mirror, runtime_uid};
 use crate::pod::{self, Worker};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -20,8 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 /// The annotation holding a static pod's hash.
 pub const HASH: &str = "kubernetes.io/config.hash";
-/// The annotation naming where a pod came from (`file` or `api`).
-pub const SOURCE: &str = "kubernetes.io/config.source";
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

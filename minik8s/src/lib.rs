@@ -2,12 +2,14 @@
 //! embedded store, controllers, kubelet on a private containerd) after writing its PKI and
 //! kubeconfigs; `down` stops it and removes everything its node made.
 
+mod components;
 pub mod control_plane;
 pub mod join;
-pub mod startup_code;
 pub mod static_plane;
 pub mod tokens;
 
+pub use components::start_node;
+use components::{COMPONENTS, Connect, Start};
 use minik8s_kubeconfig::{Identity, Pki, PkiOptions};
 use minik8s_storage::Endpoint;
 use std::net::{IpAddr, SocketAddr};
@@ -34,7 +36,7 @@ pub struct UpConfig {
     /// This node's InternalIP (`None`: the source address of the default route).
     pub node_ip: Option<String>,
     /// Audit log level (`None`, `Metadata`, `Request`); the log is `data_dir/audit.log`.
-    pub audit_level: minik8s_apiserver::audit::Level,
+    pub audit_level: minik8s_apiserver::serving::audit::Level,
     /// Whether this process also runs the node (kubelet on containerd); off for a control
     /// plane alone (the benchmarks).
     pub run_node: bool,
@@ -152,41 +154,6 @@ pub fn open_pki(cfg: &UpConfig) -> Result<Pki, UpError> {
     Ok(pki)
 }
 
-/// How this process's components reach the apiserver: straight into its router when it runs
-/// in this process (no socket, TLS or HTTP framing; see `minik8s_apiserver::local`), else over
-/// HTTPS with their kubeconfigs (a static control plane runs it as a pod).
-struct Connect<'a> {
-    server: Option<&'a minik8s_apiserver::Server>,
-    pki: &'a Pki,
-}
-
-impl Connect<'_> {
-    /// A client as `identity`, whose certificate and kubeconfig are written either way (for
-    /// the user, and for the components that run outside this process).
-    async fn client(&self, identity: &Identity) -> Result<kube::Client, UpError> {
-        let kubeconfig = self.pki.ensure_identity(identity)?;
-        Ok(match self.server {
-            Some(server) => {
-                let user = minik8s_apiserver::auth::User::new(
-                    identity.user.clone(),
-                    identity.groups.clone(),
-                );
-                kube::Client::new(server.local(user), "default")
-            }
-            None => minik8s_kubeconfig::client(&kubeconfig).await?,
-        })
-    }
-
-    /// A client as this machine's component `file` (`kubelet`, `proxy`, ...).
-    async fn component(&self, node: &str, file: &str) -> Result<kube::Client, UpError> {
-        let identity = Identity::components(node)
-            .into_iter()
-            .find(|i| i.file == file)
-            .expect("a component identity");
-        self.client(&identity).await
-    }
-}
-
 /// TLS to etcd when the PKI folder has the apiserver's etcd client certificate (written by
 /// `minik8s pki etcd`, which `hack/etcd-cluster.sh` runs), else `None` (plain HTTP).
 fn etcd_tls(dir: &std::path::Path) -> Result<Option<minik8s_storage::EtcdTls>, UpError> {
@@ -239,7 +206,7 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
             dir.join("apiserver-kubelet-client.crt"),
             dir.join("apiserver-kubelet-client.key"),
         )),
-        metric_resolution: minik8s_apiserver::metrics::DEFAULT_RESOLUTION,
+        metric_resolution: minik8s_apiserver::apis::metrics::DEFAULT_RESOLUTION,
         front_proxy: Some(pki.front_proxy()?),
         compaction_interval: cfg.compaction_interval,
     })
@@ -298,32 +265,11 @@ pub async fn up(
         None
     };
     let (pki, admin) = init_pki(&cfg)?;
-    let dir = cfg.data_dir.join("pki");
     let tasks = tokio_util::task::TaskTracker::new();
-    let server = match &cfg.static_control_plane {
-        None => {
-            let mut config = apiserver_config(&cfg, &pki)?;
-            if advertise.is_some() {
-                config.advertise = advertise;
-            }
-            Some(minik8s_apiserver::start(config, shutdown.clone()).await?)
-        }
-        Some(plane) => {
-            // The kubelet runs the apiserver and the controller manager from their
-            // manifests; the node comes first.
-            static_plane::write_manifests(&cfg, plane)?;
-            let connect = Connect {
-                server: None,
-                pki: &pki,
-            };
-            start_local_node(&cfg, &connect, &tasks, shutdown.clone()).await?;
-            if !wait_for_apiserver(&admin, &shutdown).await? {
-                tasks.close();
-                tasks.wait().await;
-                return Ok(());
-            }
-            None
-        }
+    let Some(server) = serve_api(&cfg, &pki, &admin, advertise, &tasks, &shutdown).await? else {
+        tasks.close();
+        tasks.wait().await;
+        return Ok(());
     };
     let link = cfg.data_dir.join("admin.kubeconfig");
     std::fs::copy(&admin, &link).map_err(|source| UpError::Io {
@@ -335,143 +281,17 @@ pub async fn up(
         pki: &pki,
     };
     let admin_client = connect.client(&Identity::admin()).await?;
-    // The built-in CRDs (the serverless kinds), applied as the admin.
-    minik8s_serverless::install(admin_client.clone())
-        .await
-        .map_err(UpError::Crds)?;
-    // The GPUJob kind and its controller's roles.
-    minik8s_gpu::install(admin_client.clone())
-        .await
-        .map_err(UpError::Crds)?;
-    // The cluster DNS's Service (each node's proxy serves it), and the router's kind,
-    // IngressClass and role.
-    minik8s_proxy::dns::install(admin_client.clone())
-        .await
-        .map_err(UpError::Dns)?;
-    minik8s_proxy::router::install(admin_client.clone())
-        .await
-        .map_err(UpError::Router)?;
-    if cfg.static_control_plane.is_none() {
-        // The controllers, as the controller-manager identity, stopping with the cluster.
-        let client = connect
-            .component(&cfg.node_name, "controller-manager")
-            .await?;
-        let names: Vec<String> = minik8s_controllers::manager::ALL
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let settings = minik8s_controllers::manager::Settings {
-            root_ca: Some(pki.ca_pem().to_owned()),
-            signing: Some(minik8s_controllers::certificates::SigningConfig {
-                cert: pki.ca_path(),
-                key: dir.join("ca.key"),
-                duration: cfg.signing_duration,
-            }),
-            node_lifecycle: minik8s_controllers::nodelifecycle::Config {
-                grace: cfg.node_monitor_grace,
-                ..Default::default()
-            },
-            // This machine's node takes its own block: a machine joining before it
-            // registers must not be given the same one.
-            node_ipam: minik8s_controllers::nodeipam::Config {
-                reserved: cfg
-                    .run_node
-                    .then(|| cfg.kubelet().runtime.pod_cidr)
-                    .into_iter()
-                    .collect(),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        // On etcd, other machines' control planes may share the cluster: the controllers
-        // run only while this process holds the `kube-controller-manager` Lease, as
-        // upstream's. The embedded store has one process by construction.
-        let election = matches!(cfg.storage, Some(Endpoint::Etcd(_))).then(|| {
-            minik8s_controllers::leader::Config::new(
-                "kube-controller-manager",
-                minik8s_controllers::leader::identity(),
-            )
-        });
-        {
-            let shutdown = shutdown.clone();
-            minik8s_task::spawn_on(&tasks, "controller-manager", async move {
-                if let Err(e) = minik8s_controllers::manager::run_elected(
-                    client, election, names, settings, shutdown,
-                )
-                .await
-                {
-                    tracing::error!(error = %e, "controllers stopped");
-                }
-            });
-        }
-    }
-    if cfg.static_control_plane.is_none() {
-        // GPUJobs: the controller, as its own user; SSH key files under the data folder.
-        let client = connect
-            .client(&Identity::new("gpujobs", minik8s_gpu::USER, &[]))
-            .await?;
-        let dir = cfg.data_dir.join("gpu");
-        let shutdown = shutdown.clone();
-        minik8s_task::spawn_on(
-            &tasks,
-            "gpujob-controller",
-            minik8s_gpu::controller::run(client, dir, shutdown),
-        );
-    }
-    if let Some(listen) = cfg.gateway {
-        // Functions: the gateway and the Function controller, as their own user.
-        let client = connect
-            .client(&Identity::new("functions", minik8s_serverless::USER, &[]))
-            .await?;
-        let public_host = match &cfg.kubelet().node_ip {
-            Some(ip) => ip.clone(),
-            None => minik8s_kubelet::node::default_ip().await,
-        };
-        // Function modules: the bases as virtual nodes (one replica here; more run as
-        // `minik8s function-modules`), as their own user.
-        let identity = Identity::new("function-modules", minik8s_serverless::modules::USER, &[]);
-        let modules_client = connect.client(&identity).await?;
-        let mut mcfg =
-            minik8s_serverless::modules::Config::new(&minik8s_controllers::leader::identity());
-        mcfg.address = public_host.clone();
-        mcfg.client_ca = Some(pki.ca_path());
-        {
-            let shutdown = shutdown.clone();
-            minik8s_task::spawn_on(&tasks, "function-modules", async move {
-                if let Err(e) =
-                    minik8s_serverless::modules::run(modules_client, mcfg, shutdown).await
-                {
-                    tracing::error!(error = %e, "the function-module controller stopped");
-                }
-            });
-        }
-        let shutdown = shutdown.clone();
-        minik8s_task::spawn_on(&tasks, "functions", async move {
-            let fcfg = minik8s_serverless::Config {
-                listen,
-                public_host,
-                bases: 2,
-            };
-            if let Err(e) = minik8s_serverless::serve(client, fcfg, shutdown).await {
-                tracing::error!(error = %e, "the function gateway stopped");
-            }
-        });
-    }
-    if let Some(listen) = cfg.edge_registry
-        && cfg.static_control_plane.is_none()
-    {
-        start_edge_registry(
-            &cfg,
-            &connect,
-            admin_client,
-            listen,
-            &tasks,
-            shutdown.clone(),
-        )
-        .await?;
-    }
-    if cfg.run_node && cfg.static_control_plane.is_none() {
-        start_local_node(&cfg, &connect, &tasks, shutdown.clone()).await?;
+    install_kinds(&admin_client).await?;
+    let start = Start {
+        cfg: &cfg,
+        connect: &connect,
+        admin: &admin_client,
+        tasks: &tasks,
+        shutdown: &shutdown,
+    };
+    for c in COMPONENTS.iter().filter(|c| (c.wanted)(&cfg)) {
+        tracing::debug!(component = c.name, "starting");
+        (c.start)(&start).await?;
     }
     let pid = cfg.pid_file();
     std::fs::write(&pid, std::process::id().to_string()).map_err(|source| UpError::Io {
@@ -479,38 +299,6 @@ pub async fn up(
         source,
     })?;
     ready(&link);
-    {
-        // Start-up is over once the components have listed what they watch: its code is
-        // given back (`startup_code`), and again every `startup_code::AGAIN`, which sheds
-        // what rarely run paths faulted in meanwhile.
-        let shutdown = shutdown.clone();
-        minik8s_task::spawn_on(&tasks, "start-up-code", async move {
-            let mut wait = startup_code::SETTLE;
-            let mut first = true;
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(wait) => {}
-                }
-                // Said before, so that saying it is not code that runs after.
-                let released = startup_code::plan().and_then(|plan| {
-                    let (mib, rss_kib) = (plan.bytes() >> 20, plan.rss_kib);
-                    if first {
-                        tracing::info!(mib, rss_kib, "giving start-up's code back");
-                    } else {
-                        tracing::debug!(mib, rss_kib, "giving cold code back");
-                    }
-                    plan.release()
-                });
-                if let Err(e) = released {
-                    tracing::warn!(error = %e, "could not give start-up's code back");
-                    return;
-                }
-                first = false;
-                wait = startup_code::AGAIN;
-            }
-        });
-    }
     tasks.close();
     tasks.wait().await;
     if let Some(server) = server {
@@ -520,140 +308,48 @@ pub async fn up(
     Ok(())
 }
 
-/// Starts the edge registry (its role installed as the admin, then running as its own
-/// user): edges join through it and run as virtual nodes of this process.
-async fn start_edge_registry(
+/// Starts the apiserver in this process, or, with a static control plane, writes its
+/// manifests, starts this machine's node (whose kubelet runs them) and waits until the
+/// apiserver answers. `None` when `shutdown` came first; `Some(None)` for a static apiserver.
+async fn serve_api(
     cfg: &UpConfig,
-    connect: &Connect<'_>,
-    admin: kube::Client,
-    listen: SocketAddr,
+    pki: &Pki,
+    admin: &std::path::Path,
+    advertise: Option<String>,
     tasks: &tokio_util::task::TaskTracker,
-    shutdown: CancellationToken,
-) -> Result<(), UpError> {
-    minik8s_edge::cloud::install(admin)
+    shutdown: &CancellationToken,
+) -> Result<Option<Option<minik8s_apiserver::Server>>, UpError> {
+    let Some(plane) = &cfg.static_control_plane else {
+        let mut config = apiserver_config(cfg, pki)?;
+        if advertise.is_some() {
+            config.advertise = advertise;
+        }
+        return Ok(Some(Some(
+            minik8s_apiserver::start(config, shutdown.clone()).await?,
+        )));
+    };
+    static_plane::write_manifests(cfg, plane)?;
+    let connect = Connect { server: None, pki };
+    components::local_node(cfg, &connect, tasks, shutdown.clone()).await?;
+    Ok(wait_for_apiserver(admin, shutdown).await?.then_some(None))
+}
+
+/// The kinds every cluster has beyond upstream's, applied as the admin: the serverless kinds,
+/// the GPUJob kind and its controller's roles, the cluster DNS's Service (each node's proxy
+/// serves it), and the router's kind, IngressClass and role.
+async fn install_kinds(admin: &kube::Client) -> Result<(), UpError> {
+    minik8s_serverless::install(admin.clone())
         .await
-        .map_err(UpError::Edge)?;
-    let pki = connect.pki;
-    let identity = Identity::new("edge-registry", minik8s_edge::cloud::USER, &[]);
-    let client = connect.client(&identity).await?;
-    let dir = cfg.data_dir.join("pki");
-    let read = |file: &str| {
-        let path = dir.join(file);
-        std::fs::read_to_string(&path).map_err(|source| UpError::Io { path, source })
-    };
-    let host = if cfg.bind.is_unspecified() {
-        "127.0.0.1".to_owned()
-    } else {
-        cfg.bind.to_string()
-    };
-    let mut vnode =
-        minik8s_edge::cloud::RegistryConfig::vnode_config(&minik8s_controllers::leader::identity());
-    vnode.address = match &cfg.node_ip {
-        Some(ip) => ip.clone(),
-        None => minik8s_kubelet::node::default_ip().await,
-    };
-    vnode.client_ca = Some(pki.ca_path());
-    let rcfg = minik8s_edge::cloud::RegistryConfig {
-        listen,
-        apiserver: format!("https://{host}:{}", cfg.port),
-        ca_pem: pki.ca_pem().to_owned(),
-        serving: (read("apiserver.crt")?, read("apiserver.key")?),
-        client: (read("edge-registry.crt")?, read("edge-registry.key")?),
-        heartbeat: std::time::Duration::from_secs(10),
-        vnode,
-    };
-    minik8s_task::spawn_on(tasks, "edge-registry", async move {
-        if let Err(e) = minik8s_edge::cloud::run(client, rcfg, shutdown).await {
-            tracing::error!(error = %e, "the edge registry stopped");
-        }
-    });
-    Ok(())
-}
-
-/// Starts this machine's node (kubelet with the local registry when it has one, proxy).
-async fn start_local_node(
-    cfg: &UpConfig,
-    connect: &Connect<'_>,
-    tasks: &tokio_util::task::TaskTracker,
-    shutdown: CancellationToken,
-) -> Result<(), UpError> {
-    let kubelet_client = connect.component(&cfg.node_name, "kubelet").await?;
-    let proxy_client = connect.component(&cfg.node_name, "proxy").await?;
-    let mut node = cfg.kubelet();
-    node.client_ca = Some(connect.pki.ca_path());
-    if let Some(plane) = &cfg.static_control_plane {
-        node.images.push(plane.archive.clone());
-    }
-    if let Some(addr) = cfg.registry {
-        match minik8s_kubelet::registry::publish(&cfg.registry_dir(), addr, &node.images).await {
-            Ok((registry, rest)) => {
-                tracing::info!(addr = %registry.addr(), "local registry serving the node's images");
-                node.runtime.registry_mirror = Some(registry.addr().to_string());
-                node.images = rest;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "no local registry; importing the images instead")
-            }
-        }
-    }
-    // The proxy's series are on this process's apiserver `/metrics`.
-    start_node(
-        tasks,
-        kubelet_client,
-        proxy_client,
-        node,
-        cfg.router,
-        None,
-        shutdown,
-    )
-    .await;
-    Ok(())
-}
-
-/// Starts a node's kubelet and proxy (with the cluster DNS on its pod gateway, given
-/// `router` its HTTP router, given `proxy_metrics` its `/metrics` there) on `tasks`; a kubelet that stops on an error stops everything.
-pub async fn start_node(
-    tasks: &tokio_util::task::TaskTracker,
-    kubelet_client: kube::Client,
-    proxy_client: kube::Client,
-    node: minik8s_kubelet::Config,
-    router: Option<SocketAddr>,
-    proxy_metrics: Option<SocketAddr>,
-    shutdown: CancellationToken,
-) {
-    let node_ip = match &node.node_ip {
-        Some(ip) => ip.clone(),
-        None => minik8s_kubelet::node::default_ip().await,
-    };
-    let mut proxy = minik8s_proxy::Config::new(&node.node_name);
-    proxy.metrics_bind = proxy_metrics;
-    if let Some(listen) = router {
-        proxy.router = node_ip
-            .parse()
-            .ok()
-            .map(|ip| minik8s_proxy::router::Config {
-                listen,
-                listen_tls: Some(SocketAddr::new(listen.ip(), 443)),
-                node_ip: ip,
-                hosts_file: Some("/etc/hosts".into()),
-            });
-    }
-    proxy.dns = minik8s_proxy::dns::Config::gateway_of(&node.runtime.pod_cidr)
-        .map(minik8s_proxy::dns::Config::on);
-    {
-        let shutdown = shutdown.clone();
-        minik8s_task::spawn_on(tasks, "kubelet", async move {
-            if let Err(e) = minik8s_kubelet::run(kubelet_client, node, shutdown.clone()).await {
-                tracing::error!(error = %e, "the kubelet stopped");
-                shutdown.cancel();
-            }
-        });
-    }
-    minik8s_task::spawn_on(tasks, "proxy", async move {
-        if let Err(e) = minik8s_proxy::run(proxy_client, proxy, shutdown).await {
-            tracing::error!(error = %e, "the proxy stopped");
-        }
-    });
+        .map_err(UpError::Crds)?;
+    minik8s_gpu::install(admin.clone())
+        .await
+        .map_err(UpError::Crds)?;
+    minik8s_proxy::dns::install(admin.clone())
+        .await
+        .map_err(UpError::Dns)?;
+    minik8s_proxy::router::install(admin.clone())
+        .await
+        .map_err(UpError::Router)
 }
 
 /// Stops a running `up` on this data folder (SIGTERM, waiting up to 30 s), then removes every

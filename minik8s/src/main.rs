@@ -317,7 +317,7 @@ fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::
         ips: Vec::new(),
         node_name: node.node_name.clone(),
         node_ip: node.node_ip.clone(),
-        audit_level: minik8s_apiserver::audit::Level::Metadata,
+        audit_level: minik8s_apiserver::serving::audit::Level::Metadata,
         run_node: false,
         images: Vec::new(),
         registry: None,
@@ -327,7 +327,7 @@ fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::
         static_control_plane: None,
         node_monitor_grace: std::time::Duration::from_secs(40),
         signing_duration: std::time::Duration::from_secs(8760 * 3600),
-        compaction_interval: minik8s_apiserver::compactor::DEFAULT_INTERVAL,
+        compaction_interval: minik8s_apiserver::store::compactor::DEFAULT_INTERVAL,
     })
 }
 
@@ -461,7 +461,7 @@ struct UpArgs {
     node_name: String,
     /// Audit log level (None, Metadata, Request); the log is DATA_DIR/audit.log.
     #[arg(long, env = "MINIK8S_AUDIT_LEVEL", default_value = "Metadata")]
-    audit_level: minik8s_apiserver::audit::Level,
+    audit_level: minik8s_apiserver::serving::audit::Level,
     /// This machine's node's InternalIP (default: the source address of the default route;
     /// for `init`, the advertise address).
     #[arg(long, env = "MINIK8S_NODE_IP")]

@@ -290,8 +290,8 @@ pub async fn run(args: Args) -> Result<(), Error> {
         }
         Command::Revisions { name } => {
             let revisions: Api<crate::types::FunctionRevision> = Api::namespaced(client, &ns);
-            let lp = ListParams::default()
-                .labels(&format!("{}={name}", crate::controller::FUNCTION_LABEL));
+            let lp =
+                ListParams::default().labels(&format!("{}={name}", crate::runtime::FUNCTION_LABEL));
             let mut list = revisions.list(&lp).await?.items;
             list.sort_by_key(|r| std::cmp::Reverse(r.spec.generation));
             list.sort_by_key(|r| {
@@ -328,8 +328,8 @@ pub async fn run(args: Args) -> Result<(), Error> {
         }
         Command::Logs { name } => {
             let pods: Api<Pod> = Api::namespaced(client, &ns);
-            let lp = ListParams::default()
-                .labels(&format!("{}={name}", crate::controller::FUNCTION_LABEL));
+            let lp =
+                ListParams::default().labels(&format!("{}={name}", crate::runtime::FUNCTION_LABEL));
             for p in pods.list(&lp).await? {
                 let logs = pods.logs(&p.name_any(), &LogParams::default()).await?;
                 for line in logs.lines() {

@@ -4,13 +4,14 @@
 //! gateway splits calls by; old revisions beyond `revisionHistoryLimit` go. A Service
 //! `fn-<function>` selects all its pods. Replicas belong to the autoscaler.
 
+use crate::reconcile::{Error, api, condition};
 use crate::revision::{self, Unresolved};
+use crate::runtime::{FUNCTION_LABEL, RUNTIME_PORT};
 use crate::types::{
     Function, FunctionRevision, FunctionStatus, Placement, REVISION_LABEL, Runtime,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -24,47 +25,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// The invocation server the Python runtime image runs (with the base, its hash tags the
-/// image).
-pub const PYTHON_SERVER: &str = include_str!("../runtime/server.py");
-/// The base mode of the same server (function modules loaded on request).
-pub const PYTHON_BASE: &str = include_str!("../runtime/base.py");
-
-/// The runtime image of `python3` functions and of bases, as `hack/images.sh` builds and
-/// tags it: `minik8s/function-python:py-<first 12 hex digits of the SHA-256 of the server
-/// followed by the base>`.
-pub fn python_image() -> String {
-    let both = [PYTHON_SERVER.as_bytes(), PYTHON_BASE.as_bytes()].concat();
-    let digest = ring::digest::digest(&ring::digest::SHA256, &both);
-    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
-    format!("minik8s/function-python:py-{}", &hex[..12])
-}
-/// The label that names a pod's function.
-pub const FUNCTION_LABEL: &str = "serverless.minik8s.io/function";
-/// The template annotation that changes with the code (rolls the pods).
-pub const CODE_HASH: &str = "serverless.minik8s.io/code-hash";
-/// The port the runtime serves on.
-pub const RUNTIME_PORT: i32 = 8080;
 const MANAGER: &str = "function-controller";
-
-/// Why a reconcile failed.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// An API call failed.
-    #[error("{what}: {source}")]
-    Api {
-        /// What was being done.
-        what: &'static str,
-        /// The API error.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-/// Wraps an API error with what was being done.
-pub(crate) fn api(what: &'static str) -> impl FnOnce(kube::Error) -> Error {
-    move |source| Error::Api { what, source }
-}
 
 /// What the controller needs.
 #[derive(Clone, Debug)]
@@ -85,41 +46,6 @@ struct Ctx {
 /// The name of a function's children (ConfigMap, Deployment, Service).
 pub fn child_name(function: &str) -> String {
     format!("fn-{function}")
-}
-
-/// A condition, keeping its last transition time while its status stays the same.
-pub(crate) fn condition(
-    old: &[Condition],
-    type_: &str,
-    status: bool,
-    reason: &str,
-    message: String,
-    generation: Option<i64>,
-) -> Condition {
-    let status = if status { "True" } else { "False" };
-    let kept = old.iter().find(|c| c.type_ == type_ && c.status == status);
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        observed_generation: generation,
-        last_transition_time: kept
-            .map(|c| c.last_transition_time.clone())
-            .unwrap_or_else(|| Time(jiff::Timestamp::now())),
-    }
-}
-
-/// A short stable hash (FNV-1a) of some strings (code and handler for the template annotation; names).
-pub(crate) fn hash(parts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for p in parts {
-        for b in p.bytes().chain(std::iter::once(0)) {
-            h ^= b as u64;
-            h = h.wrapping_mul(0x100000001b3);
-        }
-    }
-    format!("{h:016x}")
 }
 
 /// The code a function names: its inline source, or the key of the ConfigMap it refers to.
@@ -508,10 +434,9 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn handlers_name_their_module_file_and_code_changes_change_the_hash() {
+        use crate::reconcile::hash;
         use crate::revision::module_file;
         assert_eq!(module_file("main.handler"), "main.py");
         assert_eq!(module_file("add.handler"), "add.py");

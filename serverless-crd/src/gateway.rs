@@ -7,8 +7,8 @@
 //! autoscaler writes each function's Deployment `scale`; `/metrics` is Prometheus text.
 
 use crate::autoscaler::{self, Samples};
-use crate::controller::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT};
 use crate::revision::{self, deployment_name};
+use crate::runtime::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT};
 use crate::types::{Function, FunctionRevision, REVISION_LABEL};
 use axum::Router;
 use axum::extract::{Path, Request, State};

@@ -7,7 +7,9 @@ pub mod cli;
 pub mod controller;
 pub mod gateway;
 pub mod modules;
+pub mod reconcile;
 pub mod revision;
+pub mod runtime;
 pub mod types;
 pub mod workflow;
 

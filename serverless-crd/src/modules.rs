@@ -16,7 +16,7 @@
 //! ConfigMap and key, the `FUNCTION_HANDLER` and `FUNCTION_TIMEOUT_SECONDS` environment of
 //! its container, and the revision in the `serverless.minik8s.io/code-hash` annotation.
 
-use crate::controller::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT, python_image};
+use crate::runtime::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT, python_image};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;

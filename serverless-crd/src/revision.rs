@@ -18,9 +18,8 @@
 //! - Revisions taking no traffic beyond the newest `revisionHistoryLimit` are deleted (with
 //!   their Deployments and code, by their owner references).
 
-use crate::controller::{
-    CODE_HASH, Error, FUNCTION_LABEL, RUNTIME_PORT, api, condition, hash, python_image,
-};
+use crate::reconcile::{Error, api, condition, hash};
+use crate::runtime::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT, python_image};
 use crate::types::{
     ConfigMapKey, Function, FunctionRevision, FunctionRevisionSpec, FunctionRevisionStatus,
     Placement, REVISION_LABEL, Runtime, TrafficTarget,
@@ -513,7 +512,14 @@ pub(crate) async fn reconcile(r: Arc<FunctionRevision>, ctx: Arc<Ctx>) -> Result
     };
     if r.status.as_ref() != Some(&next) {
         let became_ready = status && !is_ready(&r);
-        let patch = json!({"metadata": {"resourceVersion": r.resource_version()}, "status": next});
+        let mut status = serde_json::to_value(&next).expect("a revision's status");
+        if next.traffic.is_none() {
+            // A merge patch keeps what it does not name: a revision that lost its traffic
+            // would go on showing its old share.
+            status["traffic"] = serde_json::Value::Null;
+        }
+        let patch =
+            json!({"metadata": {"resourceVersion": r.resource_version()}, "status": status});
         match revisions
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await

@@ -164,6 +164,39 @@ struct Known {
     provider: Arc<dyn Provider>,
 }
 
+/// A node this replica serves.
+pub struct Served {
+    /// The node as its provider describes it.
+    pub info: std::sync::Mutex<VNodeInfo>,
+    /// Its provider.
+    pub provider: Arc<dyn Provider>,
+    /// Cancelled when this replica stops serving it.
+    pub stop: CancellationToken,
+    /// The node changed (re-register it).
+    pub(crate) refresh: Notify,
+    /// The pods the provider runs for it, as this replica knows them (one pod change at a
+    /// time per node).
+    pub(crate) pods: tokio::sync::Mutex<pods::PodState>,
+    /// Set once the provider's pods have been listed and adopted: until then a pod of the
+    /// node is left alone, or one the provider runs would be created a second time.
+    pub(crate) adopted: std::sync::atomic::AtomicBool,
+    /// Set when the serving task has finished.
+    done: tokio::sync::watch::Sender<bool>,
+}
+
+impl Served {
+    /// Waits until the node's serving task has finished.
+    pub async fn stopped(&self) {
+        let mut rx = self.done.subscribe();
+        let _ = rx.wait_for(|d| *d).await;
+    }
+
+    /// The node's name.
+    pub fn name(&self) -> String {
+        self.info.lock().expect("info").name.clone()
+    }
+}
+
 /// What the process's tasks share.
 pub(crate) struct Shared {
     pub(crate) client: Client,
@@ -172,7 +205,7 @@ pub(crate) struct Shared {
     pub(crate) port: Mutex<u16>,
     known: Mutex<HashMap<String, Known>>,
     /// The nodes this replica serves now.
-    pub(crate) served: Mutex<HashMap<String, Arc<node::Served>>>,
+    pub(crate) served: Mutex<HashMap<String, Arc<Served>>>,
     /// Every node Lease of this provider as last seen.
     observed: Mutex<HashMap<String, (Lease, Observed)>>,
     /// The one shared pod watch's store.
@@ -187,7 +220,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// The node `name` if this replica serves it.
-    pub(crate) fn served(&self, name: &str) -> Option<Arc<node::Served>> {
+    pub(crate) fn served(&self, name: &str) -> Option<Arc<Served>> {
         self.served.lock().expect("served").get(name).cloned()
     }
 

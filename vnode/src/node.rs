@@ -6,7 +6,9 @@
 //! stops serving, so that no other replica can have taken the node over while it serves.
 
 use crate::pods::PodState;
-use crate::{Config, MANAGER, PROVIDER_LABEL, Provider, Shared, TAINT_KEY, VNodeInfo, metrics};
+use crate::{
+    Config, MANAGER, PROVIDER_LABEL, Provider, Served, Shared, TAINT_KEY, VNodeInfo, metrics,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::Api;
@@ -16,43 +18,9 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
 
 /// The kubelet version virtual nodes report.
 pub const VERSION: &str = "v1.33.0-minik8s-vnode";
-
-/// A node this replica serves.
-pub struct Served {
-    /// The node as its provider describes it.
-    pub info: std::sync::Mutex<VNodeInfo>,
-    /// Its provider.
-    pub provider: Arc<dyn Provider>,
-    /// Cancelled when this replica stops serving it.
-    pub stop: CancellationToken,
-    /// The node changed (re-register it).
-    pub(crate) refresh: Notify,
-    /// The pods the provider runs for it, as this replica knows them (one pod change at a
-    /// time per node).
-    pub(crate) pods: tokio::sync::Mutex<PodState>,
-    /// Set once the provider's pods have been listed and adopted: until then a pod of the
-    /// node is left alone, or one the provider runs would be created a second time.
-    pub(crate) adopted: std::sync::atomic::AtomicBool,
-    /// Set when the serving task has finished.
-    done: tokio::sync::watch::Sender<bool>,
-}
-
-impl Served {
-    /// Waits until the node's serving task has finished.
-    pub async fn stopped(&self) {
-        let mut rx = self.done.subscribe();
-        let _ = rx.wait_for(|d| *d).await;
-    }
-
-    /// The node's name.
-    pub fn name(&self) -> String {
-        self.info.lock().expect("info").name.clone()
-    }
-}
 
 /// Starts serving `info` (this replica has just won its Lease, `lease` as written).
 pub(crate) fn start(

@@ -10,7 +10,7 @@
 //!   API's: what runs is adopted (never created again), a provider pod the API no longer has
 //!   is deleted, and a pod that vanished from the provider is reported `Failed`.
 
-use crate::node::Served;
+use crate::Served;
 use crate::{Error, Shared, metrics};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Patch, PatchParams};

@@ -1,13 +1,13 @@
 //! CEL in admission: the variables upstream's admission CEL binds (`object`, `oldObject`,
 //! `request`, `params`, `namespaceObject` and a policy's `variables`), the evaluation of
 //! webhooks' and policies' `matchConditions`, and of policies' expressions. Expressions are
-//! evaluated with the `cel` crate and the library functions of [`crate::rules`]; there is no
+//! evaluated with the `cel` crate and the library functions of [`crate::registry::rules`]; there is no
 //! type checker, so a type error shows when an expression runs, and `authorizer` is not
 //! bound (an expression reading it fails and its failure policy applies).
 
 use super::Operation;
 use crate::context::Ctx;
-use crate::rules::RuleError;
+use crate::registry::rules::RuleError;
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -50,7 +50,7 @@ impl Input {
         namespace: Option<Value>,
         params: Option<Value>,
     ) -> Self {
-        let mut request = super::webhook::review(ctx, op, obj, old)
+        let mut request = super::review::review(ctx, op, obj, old)
             .get("request")
             .cloned()
             .unwrap_or_default();
@@ -80,7 +80,7 @@ impl Input {
     pub(crate) fn eval(&self, expression: &str) -> Result<cel::Value, RuleError> {
         let program =
             cel::Program::compile(expression).map_err(|e| RuleError::Compile(e.to_string()))?;
-        let mut context = crate::rules::library()?;
+        let mut context = crate::registry::rules::library()?;
         for (name, v) in [
             ("object", &self.object),
             ("oldObject", &self.old_object),
@@ -88,7 +88,7 @@ impl Input {
             ("namespaceObject", &self.namespace_object),
             ("params", &self.params),
         ] {
-            context.add_variable_from_value(name, crate::rules::to_cel(v));
+            context.add_variable_from_value(name, crate::registry::rules::to_cel(v));
         }
         context.add_variable_from_value("variables", self.variables.clone());
         program

@@ -11,10 +11,12 @@ pub mod policy;
 pub mod priority;
 pub mod protection;
 pub mod quota;
+mod review;
 pub mod runtimeclass;
 pub mod serviceaccount;
 pub mod storageclass;
 pub mod webhook;
+pub mod webhook_client;
 
 use crate::context::Ctx;
 use crate::error::ApiResult;
@@ -83,7 +85,7 @@ pub async fn mutate(
         // against their schema), as upstream's decode after a webhook does.
         ctx.res.strategy.default(obj);
         if let Some(schema) = &ctx.res.crd_schema {
-            let out = crate::structural::apply(schema, obj);
+            let out = crate::registry::structural::apply(schema, obj);
             if !out.causes.is_empty() {
                 let name = crate::object::meta_str(obj, "name")
                     .unwrap_or_default()

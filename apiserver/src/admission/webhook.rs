@@ -7,14 +7,15 @@
 
 use super::Operation;
 use super::matching::Matcher;
+use super::review::review;
 use crate::Api;
+use crate::admission::webhook_client::{Target, client_config, post_review};
 use crate::context::Ctx;
 use crate::error::{ApiError, ApiResult};
 use crate::object::meta_str;
-use crate::webhook_client::{Target, client_config, post_review};
 use base64::Engine;
 use minik8s_storage::KeyValue;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -128,56 +129,6 @@ async fn applies(
             hook.name
         ))),
     }
-}
-
-/// The AdmissionReview sent to a webhook (its `request` is also CEL's `request`).
-pub(super) fn review(ctx: &Ctx, op: Operation, obj: Option<&Value>, old: Option<&Value>) -> Value {
-    let res = &ctx.res;
-    // A CONNECT's kind is its options' (`PodAttachOptions`), as upstream's connect scope.
-    let kind_name = match op {
-        Operation::Connect => obj
-            .and_then(|o| o.get("kind"))
-            .and_then(Value::as_str)
-            .unwrap_or(&res.kind),
-        _ => &res.kind,
-    };
-    let kind = json!({"group": res.group, "version": res.version, "kind": kind_name});
-    let resource = json!({"group": res.group, "version": res.version, "resource": res.plural});
-    let options_kind = match op {
-        Operation::Create => Some("CreateOptions"),
-        Operation::Update => Some("UpdateOptions"),
-        Operation::Delete => Some("DeleteOptions"),
-        Operation::Connect => None,
-    };
-    let name = match op {
-        Operation::Connect => ctx.name(),
-        _ => obj
-            .or(old)
-            .and_then(|o| meta_str(o, "name"))
-            .unwrap_or(ctx.name()),
-    };
-    let mut request = json!({
-        "uid": uuid::Uuid::new_v4().to_string(),
-        "kind": kind,
-        "resource": resource,
-        "requestKind": kind,
-        "requestResource": resource,
-        "name": name,
-        "operation": op.as_str(),
-        "userInfo": {"username": ctx.user.name, "groups": ctx.user.groups},
-        "object": obj.cloned().unwrap_or(Value::Null),
-        "oldObject": old.cloned().unwrap_or(Value::Null),
-        "dryRun": ctx.params.dry_run,
-        "options": options_kind.map_or(Value::Null, |k| json!({"kind": k, "apiVersion": "meta.k8s.io/v1"})),
-    });
-    if let Some(ns) = ctx.namespace() {
-        request["namespace"] = json!(ns);
-    }
-    if let Some(sub) = &ctx.req.subresource {
-        request["subResource"] = json!(sub);
-        request["requestSubResource"] = json!(sub);
-    }
-    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 }
 
 /// POSTs a review to a webhook over TLS verified against its `caBundle`, within its timeout
@@ -304,7 +255,7 @@ pub async fn mutate(
             .decode(patch)
             .map_err(|e| bad(e.to_string()))?;
         let ops: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        crate::patch::json_patch(obj, &ops).map_err(|e| bad(e.message))?;
+        crate::object::patch::json_patch(obj, &ops).map_err(|e| bad(e.message))?;
         patched = true;
     }
     Ok(patched)
@@ -336,6 +287,7 @@ pub async fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn hooks_are_read_from_configurations_in_name_order() {

@@ -11,7 +11,7 @@ use crate::Api;
 use crate::auth::User;
 use crate::error::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
-use crate::request::ResourceRequest;
+use crate::serving::request::ResourceRequest;
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

@@ -11,7 +11,7 @@ pub(crate) use crate::context::{Ctx, Params, json_response, raw_json, read_body}
 use crate::Api;
 use crate::auth::User;
 use crate::error::{ApiError, ApiResult};
-use crate::request::{self, RequestInfo, Verb};
+use crate::serving::request::{self, RequestInfo, Verb};
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -26,7 +26,7 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
         .path_and_query()
         .map(|p| p.to_string())
         .unwrap_or_default();
-    let mut record = crate::audit::Record::default();
+    let mut record = crate::serving::audit::Record::default();
     // Long-running requests (watches, follows) are not counted or timed out; others are
     // limited in number (429 beyond) and in time (504).
     let long_running = request::wants_watch(req.uri().query())
@@ -35,7 +35,7 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
             .iter()
             .any(|s| req.uri().path().ends_with(s))
         || req.uri().query().is_some_and(|q| q.contains("follow=true"));
-    let metrics = crate::monitoring::get();
+    let metrics = crate::serving::prometheus::get();
     let info = request::parse(req.method(), req.uri().path(), req.uri().query());
     let described = metrics.describe(
         &api,
@@ -99,7 +99,7 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
 /// body ends (or is dropped), then records it.
 struct GuardedBody {
     inner: axum::body::Body,
-    guard: Option<(crate::monitoring::Guard, u16)>,
+    guard: Option<(crate::serving::prometheus::Guard, u16)>,
 }
 
 impl http_body::Body for GuardedBody {
@@ -136,34 +136,34 @@ async fn handle(
     api: Arc<Api>,
     req: Request,
     info: RequestInfo,
-    record: &mut crate::audit::Record,
+    record: &mut crate::serving::audit::Record,
 ) -> ApiResult<Response> {
     let (mut parts, body) = req.into_parts();
     record.verb = parts.method.as_str().to_ascii_lowercase();
     let user = match api.authn.authenticate(&parts)? {
         crate::auth::Credential::User(u) => u,
-        crate::auth::Credential::Token(t) => crate::tokens::user_of(&api, &t).await?,
+        crate::auth::Credential::Token(t) => crate::auth::tokens::user_of(&api, &t).await?,
         crate::auth::Credential::Anonymous => crate::auth::anonymous(),
     };
     let anonymous = user.name == "system:anonymous";
     let user = impersonate(&api, user, &parts.headers)?;
     record.user = Some((user.name.clone(), user.groups.clone()));
     // A group/version an APIService sends to a Service: authorized here, served there.
-    if crate::aggregator::routes(&api, parts.uri.path()) {
+    if crate::aggregation::routes(&api, parts.uri.path()) {
         let attrs = match &info {
-            RequestInfo::Resource(req) => crate::rbac::Attributes::of(req),
+            RequestInfo::Resource(req) => crate::auth::rbac::Attributes::of(req),
             RequestInfo::NonResource { verb, path } => {
-                crate::rbac::Attributes::non_resource(verb, path)
+                crate::auth::rbac::Attributes::non_resource(verb, path)
             }
         };
         authorize_maybe_anonymous(&api, &user, anonymous, &attrs)?;
-        return crate::aggregator::proxy(&api, &user, parts, body).await;
+        return crate::aggregation::proxy(&api, &user, parts, body).await;
     }
     match info {
         // The issuer's discovery documents, as RBAC allows (anonymous users too, when a
         // binding lets them, as upstream).
-        RequestInfo::NonResource { path, .. } if crate::tokens::is_discovery_path(&path) => {
-            let attrs = crate::rbac::Attributes::non_resource("get", &path);
+        RequestInfo::NonResource { path, .. } if crate::auth::tokens::is_discovery_path(&path) => {
+            let attrs = crate::auth::rbac::Attributes::non_resource("get", &path);
             authorize_maybe_anonymous(&api, &user, anonymous, &attrs)?;
             let (body, content_type) = if path.starts_with("/openid/") {
                 let issuer = api
@@ -172,7 +172,10 @@ async fn handle(
                     .ok_or_else(|| ApiError::not_found("", "", "jwks"))?;
                 (issuer.jwks(), "application/jwk-set+json")
             } else {
-                (crate::tokens::openid_configuration(), "application/json")
+                (
+                    crate::auth::tokens::openid_configuration(),
+                    "application/json",
+                )
             };
             Ok((
                 [(axum::http::header::CONTENT_TYPE, content_type)],
@@ -185,22 +188,27 @@ async fn handle(
             let segments: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
             match segments.as_slice() {
                 ["metrics"] => {
-                    let attrs = crate::rbac::Attributes::non_resource("get", "/metrics");
+                    let attrs = crate::auth::rbac::Attributes::non_resource("get", "/metrics");
                     api.rbac.authorize(&user, &attrs)?;
-                    let m = crate::monitoring::get();
+                    let m = crate::serving::prometheus::get();
                     m.count_objects(&api).await?;
                     Ok((
                         [(
                             axum::http::header::CONTENT_TYPE,
                             minik8s_metrics::CONTENT_TYPE,
                         )],
-                        minik8s_metrics::encode(crate::monitoring::SERVED, &[]),
+                        minik8s_metrics::encode(crate::serving::prometheus::SERVED, &[]),
                     )
                         .into_response())
                 }
                 [endpoint @ ("healthz" | "livez" | "readyz"), rest @ ..] if rest.len() <= 1 => {
-                    crate::health::serve(&api, endpoint, rest.first().copied(), parts.uri.query())
-                        .await
+                    crate::serving::health::serve(
+                        &api,
+                        endpoint,
+                        rest.first().copied(),
+                        parts.uri.query(),
+                    )
+                    .await
                 }
                 _ => crate::discovery::serve(&api, &path, &parts.headers),
             }
@@ -234,7 +242,7 @@ async fn handle(
             {
                 return Err(ApiError::no_route(parts.uri.path()));
             }
-            let attrs = crate::rbac::Attributes::of(&req);
+            let attrs = crate::auth::rbac::Attributes::of(&req);
             if anonymous && !api.rbac.allows(&user, &attrs) {
                 return Err(ApiError::unauthorized());
             }
@@ -277,7 +285,7 @@ fn impersonate(api: &Api, user: User, headers: &HeaderMap) -> ApiResult<User> {
         return Ok(user);
     };
     let check = |resource: &str, name: &str| {
-        let attrs = crate::rbac::Attributes {
+        let attrs = crate::auth::rbac::Attributes {
             verb: "impersonate".into(),
             group: String::new(),
             resource: resource.into(),
@@ -303,8 +311,8 @@ fn impersonate(api: &Api, user: User, headers: &HeaderMap) -> ApiResult<User> {
 async fn route(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     if ctx.res.serving == crate::registry::Serving::Metrics {
         return match ctx.req.verb {
-            Verb::Get => crate::metrics::get(ctx).await,
-            Verb::List => crate::metrics::list(ctx).await,
+            Verb::Get => crate::apis::metrics::get(ctx).await,
+            Verb::List => crate::apis::metrics::list(ctx).await,
             verb => Err(ApiError::method_not_supported(
                 &ctx.res.group,
                 &ctx.res.plural,
@@ -357,7 +365,7 @@ fn authorize_maybe_anonymous(
     api: &crate::Api,
     user: &crate::auth::User,
     anonymous: bool,
-    attrs: &crate::rbac::Attributes,
+    attrs: &crate::auth::rbac::Attributes,
 ) -> ApiResult<()> {
     if anonymous && !api.rbac.allows(user, attrs) {
         return Err(ApiError::unauthorized());

@@ -4,7 +4,7 @@ use super::{Ctx, json_response, raw_json};
 use crate::error::{ApiError, ApiResult};
 use crate::object;
 use crate::registry::ResourceInfo;
-use crate::watchcache::{Decoded, WatchCache};
+use crate::store::watchcache::{Decoded, WatchCache};
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -35,7 +35,7 @@ pub async fn get(ctx: Ctx) -> ApiResult<Response> {
     }
     if ctx.wants_table() {
         let mut out = Vec::new();
-        crate::table::write(
+        crate::serving::table::write(
             &mut out,
             &ctx.res,
             &[obj],
@@ -242,7 +242,7 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
     }
     if ctx.wants_table() {
         let mut out = Vec::new();
-        crate::table::write(
+        crate::serving::table::write(
             &mut out,
             &ctx.res,
             &page.items,
@@ -371,7 +371,7 @@ impl Encoder {
             line.extend_from_slice(b"{\"type\":");
             serde_json::to_writer(&mut line, kind).expect("json");
             line.extend_from_slice(b",\"object\":");
-            crate::table::write(
+            crate::serving::table::write(
                 &mut line,
                 &self.res,
                 &[obj],

@@ -4,8 +4,8 @@
 
 use super::{Ctx, json_response};
 use crate::auth::User;
+use crate::auth::rbac::Attributes;
 use crate::error::{ApiError, ApiResult};
-use crate::rbac::Attributes;
 use crate::registry::Review;
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -69,18 +69,18 @@ pub async fn handle(ctx: Ctx, answers: Review, body: Bytes) -> ApiResult<Respons
             }
             let user = match ctx.api.authn.static_token(&token) {
                 Some(u) => Ok(u.clone()),
-                None => crate::tokens::user_of(&ctx.api, &token).await,
+                None => crate::auth::tokens::user_of(&ctx.api, &token).await,
             };
             let audiences = spec
                 .get("audiences")
                 .filter(|a| a.as_array().is_some_and(|a| !a.is_empty()))
                 .cloned()
-                .unwrap_or_else(|| json!([crate::tokens::ISSUER]));
+                .unwrap_or_else(|| json!([crate::auth::tokens::ISSUER]));
             match user {
                 Ok(u) => {
                     let mut user = json!({"username": u.name, "groups": u.groups});
                     // A ServiceAccount token's id and binding, as upstream's authenticator.
-                    if let Some(extra) = crate::tokens::extra_of(&ctx.api, &token)
+                    if let Some(extra) = crate::auth::tokens::extra_of(&ctx.api, &token)
                         .filter(|e| e.as_object().is_some_and(|m| !m.is_empty()))
                     {
                         user["extra"] = extra;

@@ -1,11 +1,11 @@
 //! Subresources: `status` (GET/PUT/PATCH of the parent, changing only status), `scale`
 //! (an autoscaling/v1 Scale view of the replicas), pod `binding` and `eviction`, and
-//! namespace `finalize`, and pod `log`, which the pod's kubelet answers (see [`crate::kubelet`]).
+//! namespace `finalize`, and pod `log`, which the pod's kubelet answers (see [`crate::aggregation::kubelet`]).
 
 use super::{Ctx, json_response, write};
 use crate::error::{ApiError, ApiResult};
 use crate::object::{self, meta_str};
-use crate::request::Verb;
+use crate::serving::request::Verb;
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
@@ -44,13 +44,13 @@ pub async fn handle(ctx: Ctx, sub: &str, body: Bytes) -> ApiResult<Response> {
         }
         ("token", Verb::Create) => token(ctx, body).await,
         ("log", Verb::Get) if ctx.res.extra_subresources.iter().any(|s| s == "log") => {
-            crate::kubelet::log(ctx).await
+            crate::aggregation::kubelet::log(ctx).await
         }
-        ("proxy", _) => crate::proxy::serve(ctx, body).await,
+        ("proxy", _) => crate::aggregation::proxy::serve(ctx, body).await,
         ("exec" | "attach" | "portforward", Verb::Get | Verb::Create)
             if ctx.res.extra_subresources.iter().any(|s| s == sub) =>
         {
-            crate::kubelet::stream(ctx, sub).await
+            crate::aggregation::kubelet::stream(ctx, sub).await
         }
         _ => Err(ApiError::method_not_supported(
             &ctx.res.group,
@@ -76,7 +76,7 @@ async fn may_approve(ctx: &Ctx) -> ApiResult<()> {
     let allowed = [signer.as_str(), wildcard.as_str()].iter().any(|name| {
         ctx.api.rbac.allows(
             &ctx.user,
-            &crate::rbac::Attributes {
+            &crate::auth::rbac::Attributes {
                 verb: "approve".into(),
                 group: "certificates.k8s.io".into(),
                 resource: "signers".into(),
@@ -135,14 +135,18 @@ async fn scale(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
         let ct = ctx.content_type().to_owned();
         let input = object::decode_body(&ct, &body)?;
         let wanted = if ctx.req.verb == Verb::Patch {
-            let ty = crate::patch::PatchType::from_content_type(&ct)
+            let ty = crate::object::patch::PatchType::from_content_type(&ct)
                 .ok_or_else(|| ApiError::unsupported_media_type(&ct))?;
             let mut s = current.clone();
             match ty {
-                crate::patch::PatchType::Json => crate::patch::json_patch(&mut s, &input)?,
-                crate::patch::PatchType::Merge => crate::patch::merge_patch(&mut s, &input),
-                _ => crate::patch::strategic_merge(
-                    crate::patch::Lists::Builtin("Scale"),
+                crate::object::patch::PatchType::Json => {
+                    crate::object::patch::json_patch(&mut s, &input)?
+                }
+                crate::object::patch::PatchType::Merge => {
+                    crate::object::patch::merge_patch(&mut s, &input)
+                }
+                _ => crate::object::patch::strategic_merge(
+                    crate::registry::lists::Lists::Builtin(&crate::registry::kinds::Plain),
                     &mut s,
                     &input,
                 )?,
@@ -416,8 +420,8 @@ async fn evict(ctx: Ctx) -> ApiResult<Response> {
         let condition = json!({"type": "DisruptionTarget", "status": "True",
             "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
             "lastTransitionTime": object::now()});
-        let status = crate::defaults::child(&mut pod, "status");
-        let conditions = crate::defaults::child(status, "conditions");
+        let status = crate::registry::defaults::child(&mut pod, "status");
+        let conditions = crate::registry::defaults::child(status, "conditions");
         if !conditions.is_array() {
             *conditions = json!([]);
         }
@@ -496,7 +500,7 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     }
     let audiences = match req.pointer("/spec/audiences").and_then(Value::as_array) {
         Some(a) if !a.is_empty() => Value::Array(a.clone()),
-        _ => json!([crate::tokens::ISSUER]),
+        _ => json!([crate::auth::tokens::ISSUER]),
     };
     let now = jiff::Timestamp::now().as_second();
     let mut k8s = json!({"namespace": ns, "serviceaccount": {"name": ctx.name(), "uid": object::meta_str(&sa, "uid")}});
@@ -506,7 +510,7 @@ async fn token(ctx: Ctx, body: Bytes) -> ApiResult<Response> {
     {
         bind_token(&ctx, &ns, bound, &mut k8s).await?;
     }
-    let claims = json!({"iss": crate::tokens::ISSUER, "aud": audiences, "sub": format!("system:serviceaccount:{ns}:{}", ctx.name()),
+    let claims = json!({"iss": crate::auth::tokens::ISSUER, "aud": audiences, "sub": format!("system:serviceaccount:{ns}:{}", ctx.name()),
         "iat": now, "nbf": now, "exp": now + seconds, "jti": uuid::Uuid::new_v4().to_string(), "kubernetes.io": k8s});
     let expires = jiff::Timestamp::from_second(now + seconds)
         .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())

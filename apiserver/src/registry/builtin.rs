@@ -3,7 +3,7 @@
 //! carry (short names, categories, subresources, field selectors) as data.
 
 use super::{NameRule, ResourceInfo, Review, ScaleInfo, Serving};
-use crate::kinds::{self, Strategy};
+use crate::registry::kinds::{self, Strategy};
 use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling1,
     autoscaling::v2 as autoscaling2, batch::v1 as batch, certificates::v1 as certificates,

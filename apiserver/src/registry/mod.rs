@@ -1,9 +1,23 @@
-//! The resource registry: one [`ResourceInfo`] row per served resource. Built-in kinds are
-//! rows made from k8s-openapi's type constants (`builtin.rs`); custom resources will add rows
-//! at run time. Handlers look rows up here and never name a kind: each row points at its
-//! kind's strategy (`kinds/`).
+//! The resource registry: one [`ResourceInfo`] row per served resource, and what the rows
+//! point at. Built-in kinds are rows made from k8s-openapi's type constants (`builtin.rs`);
+//! custom resources add rows at run time (`crd.rs`). Handlers look rows up here and never name
+//! a kind: each row points at its kind's strategy (`kinds/`). Beside them: how lists merge
+//! (`lists.rs`), defaulting and validation helpers (`defaults.rs`, `validation/`), Service
+//! address allocation (`alloc.rs`), conversion between stored versions (`versions.rs`), and
+//! what custom resources need: structural schemas (`structural.rs`), CEL rules (`rules.rs`)
+//! and conversion webhooks (`conversion.rs`).
 
+pub mod alloc;
 mod builtin;
+pub mod conversion;
+pub mod crd;
+pub mod defaults;
+pub mod kinds;
+pub mod lists;
+pub mod rules;
+pub mod structural;
+pub mod validation;
+pub(crate) mod versions;
 
 use crate::error::{ApiError, ApiResult};
 use serde_json::Value;
@@ -97,9 +111,9 @@ pub struct ResourceInfo {
     /// How the resource is served: stored, or answered without storage.
     pub serving: Serving,
     /// A custom resource's conversion webhook (`None`: conversion only sets `apiVersion`).
-    pub conversion: Option<Arc<crate::conversion::Webhook>>,
+    pub conversion: Option<Arc<crate::registry::conversion::Webhook>>,
     /// The kind's rules: defaults, validation, update rules, hooks and table (`kinds/`).
-    pub strategy: &'static dyn crate::kinds::Strategy,
+    pub strategy: &'static dyn crate::registry::kinds::Strategy,
 }
 
 /// How a resource's requests are answered.
@@ -156,10 +170,10 @@ impl ResourceInfo {
     }
 
     /// Where its list types (merge keys, sets) come from.
-    pub fn lists(&self) -> crate::patch::Lists<'_> {
+    pub fn lists(&self) -> lists::Lists<'_> {
         match &self.crd_schema {
-            Some(schema) => crate::patch::Lists::Schema(schema),
-            None => crate::patch::Lists::Builtin(&self.kind),
+            Some(schema) => lists::Lists::Schema(schema),
+            None => lists::Lists::Builtin(self.strategy),
         }
     }
 
@@ -219,7 +233,7 @@ impl ResourceInfo {
         if self.read_defaults
             && let Some(schema) = &self.crd_schema
         {
-            crate::structural::default(schema, &mut obj);
+            crate::registry::structural::default(schema, &mut obj);
         }
         Ok(obj)
     }
@@ -245,7 +259,7 @@ impl ResourceInfo {
                     ))
                 })
             }
-            _ => Ok(crate::convert::convert(obj, to)),
+            _ => Ok(crate::registry::versions::convert(obj, to)),
         }
     }
 

@@ -6,6 +6,8 @@ use kube::ResourceExt;
 
 /// The annotation marking a mirror pod; its value is the static pod's hash (and uid).
 pub const MIRROR: &str = "kubernetes.io/config.mirror";
+/// The annotation naming where a pod came from (`file` or `api`).
+pub const SOURCE: &str = "kubernetes.io/config.source";
 /// Whether `pod` is a mirror pod (its containers belong to a static pod).
 pub fn is_mirror(pod: &Pod) -> bool {
     pod.annotations().contains_key(MIRROR)

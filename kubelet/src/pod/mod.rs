@@ -796,7 +796,7 @@ impl Worker {
         // which has a uid of its own.
         let from_file = pod
             .annotations()
-            .get(crate::static_pods::SOURCE)
+            .get(mirror::SOURCE)
             .is_some_and(|s| s == "file");
         let patch = if from_file {
             serde_json::json!({"status": status})

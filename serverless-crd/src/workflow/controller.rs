@@ -109,8 +109,8 @@ struct Ctx {
     shutdown: CancellationToken,
 }
 
-pub use crate::controller::Error;
-use crate::controller::{api, condition, hash};
+pub use crate::reconcile::Error;
+use crate::reconcile::{api, condition, hash};
 
 async fn reconcile_workflow(wf: Arc<Workflow>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let ns = wf.namespace().unwrap_or_default();

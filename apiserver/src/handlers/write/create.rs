@@ -113,10 +113,10 @@ pub(super) async fn create_object(
     applied: bool,
 ) -> ApiResult<Response> {
     let applied_fields =
-        applied.then(|| crate::apply::fields_of(ctx.res.lists().for_apply(), &obj));
+        applied.then(|| crate::object::apply::fields_of(ctx.res.lists().for_apply(), &obj));
     prepare_create(&ctx, &mut obj)?;
     if let Some(fields) = applied_fields {
-        let entry = crate::apply::Entry {
+        let entry = crate::object::apply::Entry {
             manager: manager(&ctx),
             operation: "Apply".into(),
             api_version: ctx.res.api_version(),
@@ -124,7 +124,7 @@ pub(super) async fn create_object(
             fields,
             time: object::now(),
         };
-        crate::apply::set_entries(&mut obj, &[entry]);
+        crate::object::apply::set_entries(&mut obj, &[entry]);
     }
     check_namespace(&ctx, &obj).await?;
     admission::mutate(&ctx, Operation::Create, &mut obj, None).await?;

@@ -14,7 +14,7 @@ use crate::context::{Ctx, FieldValidation};
 use crate::error::{ApiError, ApiResult};
 use crate::object::{self, meta_str};
 use crate::registry::ResourceInfo;
-use crate::validation;
+use crate::registry::validation;
 use axum::http::header;
 use bytes::Bytes;
 use minik8s_storage::KeyValue;
@@ -61,7 +61,7 @@ fn typed_with(ctx: &Ctx, obj: Value, duplicates: &[String]) -> ApiResult<(Value,
     let res = &ctx.res;
     if let Some(schema) = &res.crd_schema {
         let mut obj = obj;
-        let out = crate::structural::apply(schema, &mut obj);
+        let out = crate::registry::structural::apply(schema, &mut obj);
         if !out.causes.is_empty() {
             let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
             return Err(ApiError::invalid(&res.group, &res.kind, &name, out.causes));
@@ -195,7 +195,7 @@ pub(crate) fn record_manager(
     obj: &mut Value,
     subresource: Option<&str>,
 ) {
-    crate::apply::record_update(
+    crate::object::apply::record_update(
         ctx.res.lists().for_apply(),
         old,
         obj,
@@ -211,7 +211,7 @@ pub(super) fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult
     let mut causes = validation::validate_meta(res, obj);
     res.strategy.validate(obj, &mut causes);
     if let Some(old) = old {
-        crate::kinds::no_new_finalizers(obj, old, &mut causes);
+        crate::registry::kinds::no_new_finalizers(obj, old, &mut causes);
         match ctx.req.subresource.as_deref() {
             Some(sub) => res
                 .strategy

@@ -5,8 +5,8 @@ use super::*;
 use crate::admission::{self, Operation};
 use crate::context::{Ctx, json_response};
 use crate::error::{ApiError, ApiResult, Cause};
+use crate::object::patch::{self, PatchType};
 use crate::object::{self, meta, meta_str};
-use crate::patch::{self, PatchType};
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
@@ -222,7 +222,7 @@ pub(super) async fn save(
     // deleted ends it, unless it is still in its grace period (a terminating pod whose
     // kubelet writes status keeps existing until the kubelet deletes it).
     let finished = meta(&new).get("deletionTimestamp").is_some()
-        && crate::kinds::finalized(&ctx.res, &new)
+        && crate::registry::kinds::finalized(&ctx.res, &new)
         && meta(old)
             .get("deletionGracePeriodSeconds")
             .and_then(Value::as_i64)
@@ -445,7 +445,7 @@ pub(super) async fn server_side_apply(
     let applied = applied.clone();
     let manager = manager(ctx);
     let lists = ctx.res.lists().for_apply();
-    let merged = crate::apply::apply(
+    let merged = crate::object::apply::apply(
         lists,
         old,
         &applied,
@@ -471,7 +471,7 @@ pub(super) async fn server_side_apply(
                 .map(|c| Cause {
                     reason: "FieldManagerConflict".into(),
                     message: format!("conflict with \"{}\"", c.manager),
-                    field: crate::apply::display(&c.path),
+                    field: crate::object::apply::display(&c.path),
                 })
                 .collect();
             let lines: Vec<String> = causes
