@@ -670,6 +670,80 @@ spec:
     ]);
     assert!(class.contains("is-default-class"), "{class}");
 
+    // Ingresses that are not the router's are left alone, as upstream's controllers leave
+    // them: one of another class, and one without a class while the router's class is not the
+    // default. They are not routed and their status is not written (a client updating it must
+    // not meet the router's writes).
+    let lb = |name: &str| {
+        c.ok(&[
+            "get",
+            "ingress",
+            name,
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[*].ip}",
+        ])
+    };
+    let other = |name: &str, class: &str, host: &str| {
+        format!(
+            "apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: {name}}}
+spec:
+  {class}
+  rules:
+  - host: {host}
+    http:
+      paths: [{{path: /, pathType: Prefix, backend: {{service: {{name: svc, port: {{number: 80}}}}}}}}]
+"
+        )
+    };
+    let mark = "ingressclass.kubernetes.io/is-default-class";
+    c.ok(&["annotate", "ingressclass", "minik8s", &format!("{mark}-")]);
+    for (name, class, host) in [
+        ("other-class", "ingressClassName: other", "c.minik8s.test"),
+        ("no-class", "# no class", "d.minik8s.test"),
+    ] {
+        let r = c.with_manifest(&["apply"], &other(name, class, host));
+        assert!(r.ok, "{}", r.stderr);
+    }
+    // The router's own Ingress above had its address within seconds.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(
+        lb("other-class"),
+        "",
+        "an Ingress of another class got a status"
+    );
+    assert_eq!(
+        lb("no-class"),
+        "",
+        "a class-less Ingress got a status while minik8s is not the default class"
+    );
+    let block = hosts_block();
+    assert!(
+        !block.contains("c.minik8s.test") && !block.contains("d.minik8s.test"),
+        "{block}"
+    );
+    // With the mark back, the class-less Ingress is the router's; the other class's still is not.
+    c.ok(&[
+        "annotate",
+        "--overwrite",
+        "ingressclass",
+        "minik8s",
+        &format!("{mark}=true"),
+    ]);
+    c.eventually(
+        &[
+            "get",
+            "ingress",
+            "no-class",
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress[*].ip}",
+        ],
+        |ip| ip == node_ip,
+    );
+    assert_eq!(lb("other-class"), "");
+    c.ok(&["delete", "ingress", "other-class", "no-class"]);
+
     // Deleting the DNS object removes its hosts entry and its routes.
     c.ok(&["delete", "dns", "seed"]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);

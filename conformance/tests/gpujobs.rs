@@ -7,6 +7,7 @@ use minik8s_conformance::Cluster;
 use minik8s_conformance::node::repo_root;
 use std::collections::BTreeSet;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Stops the private Slurm when the test ends.
@@ -116,6 +117,31 @@ fn gpujobs_run_on_slurm_over_ssh_queue_fail_cleanly_and_survive_a_restart() {
     controller(stop.clone());
     c.eventually(&["get", "crd", "gpujobs.gpu.minik8s.io"], |_| true);
 
+    // Every version of a job a watch delivers: a client that waits for the phase change must
+    // read the result with it (upstream's Job writes its terminal condition with its final
+    // status in one update).
+    let versions: Arc<Mutex<Vec<(String, String, bool)>>> = Arc::default();
+    {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let versions = versions.clone();
+        let jobs: kube::Api<minik8s_gpu::GPUJob> = kube::Api::default_namespaced(c.client());
+        c.spawn(async move {
+            let mut stream = watcher(jobs, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(j)) = stream.next().await {
+                let status = j.status.clone().unwrap_or_default();
+                let name = kube::ResourceExt::name_any(&j);
+                let phase = status.phase.unwrap_or_default();
+                versions
+                    .lock()
+                    .unwrap()
+                    .push((name, phase, status.result.is_some()));
+            }
+        });
+    }
+
     // The seed's job: built and run through Slurm with one GPU; the result in status and in
     // the ConfigMap.
     let r = c.with_manifest(&["apply"], MATRIX_ADD);
@@ -129,6 +155,29 @@ fn gpujobs_run_on_slurm_over_ssh_queue_fail_cleanly_and_survive_a_restart() {
     assert_eq!(
         field(&c, "matrix-add", "{.status.result}").trim(),
         "6 8 10 12"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let watched = loop {
+        let watched = versions.lock().unwrap().clone();
+        let seen = watched
+            .iter()
+            .any(|(n, p, _)| n == "matrix-add" && p == "Succeeded");
+        if seen || Instant::now() > deadline {
+            break watched;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let succeeded: Vec<_> = watched
+        .iter()
+        .filter(|(n, p, _)| n == "matrix-add" && p == "Succeeded")
+        .collect();
+    assert!(
+        !succeeded.is_empty(),
+        "the watch saw matrix-add succeed: {watched:?}"
+    );
+    assert!(
+        succeeded.iter().all(|(_, _, result)| *result),
+        "a version said Succeeded without its result: {watched:?}"
     );
     assert_eq!(
         field(&c, "matrix-add", "{.status.slurmState} {.status.exitCode}"),

@@ -301,6 +301,12 @@ fn revisions_split_tag_roll_back_pin_refuse_bad_traffic_and_collect() {
     );
     assert!(took < Duration::from_secs(5), "{took:?}");
     assert_eq!(v1_pods(), before, "the rollback restarted no pod");
+    // The revision that lost its traffic says so: its old share and tag do not linger.
+    until(&c, "fnrev", "add-00002", ".status.traffic", str::is_empty);
+    let share = field(&c, "fnrev", "add-00001", ".status.traffic");
+    assert!(share.starts_with("100%"), "add-00001 takes {share}");
+    let listed = c.ok(&["fn", "revisions", "add"]);
+    assert!(!listed.contains("@canary"), "{listed}");
 
     // Bad input: each a clear error, and traffic stays as it was.
     let patch = |traffic: &str| {
