@@ -512,14 +512,7 @@ pub(crate) async fn reconcile(r: Arc<FunctionRevision>, ctx: Arc<Ctx>) -> Result
     };
     if r.status.as_ref() != Some(&next) {
         let became_ready = status && !is_ready(&r);
-        let mut status = serde_json::to_value(&next).expect("a revision's status");
-        if next.traffic.is_none() {
-            // A merge patch keeps what it does not name: a revision that lost its traffic
-            // would go on showing its old share.
-            status["traffic"] = serde_json::Value::Null;
-        }
-        let patch =
-            json!({"metadata": {"resourceVersion": r.resource_version()}, "status": status});
+        let patch = json!({"metadata": {"resourceVersion": r.resource_version()}, "status": next});
         match revisions
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await

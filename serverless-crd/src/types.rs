@@ -305,7 +305,9 @@ pub struct FunctionRevisionStatus {
     #[serde(default)]
     pub ready_replicas: i32,
     /// The share of the Function's calls it takes (`90%`; tags after it), empty if none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Always written, as `null` when none: the controller's merge patch of the status must
+    /// clear the share of a revision that lost its traffic.
+    #[serde(default)]
     pub traffic: Option<String>,
     /// `Ready`: it served once (a revision at zero stays Ready), or why it cannot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
