@@ -5,6 +5,8 @@
 use crate::Api;
 use crate::error::{ApiError, ApiResult};
 use crate::object::meta_str;
+use k8s_openapi::Resource;
+use k8s_openapi::api::core::v1::Pod;
 use minik8s_storage::{RangeRequest, Store};
 use minik8s_types::Quantity;
 use serde_json::{Map, Value, json};
@@ -205,8 +207,8 @@ pub fn check_pod(ranges: &[Value], pod: &Value) -> ApiResult<()> {
             check(item, "Container", |r| container_usage(c, r), &mut errors);
         }
     }
-    for item in items(ranges, "Pod") {
-        check(item, "Pod", |r| pod_usage(pod, r), &mut errors);
+    for item in items(ranges, Pod::KIND) {
+        check(item, Pod::KIND, |r| pod_usage(pod, r), &mut errors);
     }
     if errors.is_empty() {
         return Ok(());

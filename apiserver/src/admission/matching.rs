@@ -154,7 +154,7 @@ impl Matcher {
         if self.namespace_selector.is_empty() {
             return Ok(true);
         }
-        let is_namespace = ctx.res.group.is_empty() && ctx.res.kind == "Namespace";
+        let is_namespace = ctx.res.strategy.is_namespace();
         let labels = if is_namespace {
             labels_of(obj.or(old))
         } else if ctx.namespace().is_some() {

@@ -20,6 +20,7 @@ pub mod webhook_client;
 
 use crate::context::Ctx;
 use crate::error::ApiResult;
+use crate::registry::kinds::Admit;
 use serde_json::Value;
 
 /// The operation being admitted, as AdmissionReview names it.
@@ -48,8 +49,10 @@ impl Operation {
     }
 }
 
-fn is_pod(ctx: &Ctx) -> bool {
-    ctx.res.group.is_empty() && ctx.res.kind == "Pod" && ctx.req.subresource.is_none()
+/// Whether the request writes the object itself (not a subresource) and its kind's strategy
+/// lists the built-in admission step `step`.
+fn admits(ctx: &Ctx, step: Admit) -> bool {
+    ctx.req.subresource.is_none() && ctx.res.strategy.admission().contains(&step)
 }
 
 /// The mutating phase: built-in steps, then mutating webhooks.
@@ -59,7 +62,7 @@ pub async fn mutate(
     obj: &mut Value,
     old: Option<&Value>,
 ) -> ApiResult<()> {
-    if op == Operation::Create && is_pod(ctx) {
+    if op == Operation::Create && admits(ctx, Admit::NewPod) {
         let ns = ctx.namespace().unwrap_or_default().to_owned();
         let ranges = limits::ranges(&ctx.api, &ns).await?;
         limits::default_pod(&ranges, obj);
@@ -68,17 +71,18 @@ pub async fn mutate(
         default_tolerations(obj, ctx.api.default_toleration_seconds);
         runtimeclass::admit_pod(&ctx.api, obj).await?;
     }
-    if op != Operation::Delete
-        && ctx.res.group == "scheduling.k8s.io"
-        && ctx.res.kind == "PriorityClass"
-    {
+    if op != Operation::Delete && admits(ctx, Admit::PriorityClass) {
         priority::admit_class(&ctx.api, obj).await?;
     }
-    if op == Operation::Create && ctx.res.group.is_empty() && ctx.req.subresource.is_none() {
-        if ctx.res.kind == "PersistentVolumeClaim" {
-            storageclass::admit(&ctx.api, obj).await?;
+    if op == Operation::Create && admits(ctx, Admit::DefaultStorageClass) {
+        storageclass::admit(&ctx.api, obj).await?;
+    }
+    if op == Operation::Create && ctx.req.subresource.is_none() {
+        for step in ctx.res.strategy.admission() {
+            if let Admit::Protection(finalizer) = step {
+                protection::admit(finalizer, obj);
+            }
         }
-        protection::admit(&ctx.res.kind, obj);
     }
     if webhook::mutate(ctx, op, obj, old).await? {
         // Patched objects are defaulted again (and custom resources pruned and checked
@@ -156,7 +160,7 @@ pub async fn validate(
     old: Option<&Value>,
 ) -> ApiResult<()> {
     if op == Operation::Create
-        && is_pod(ctx)
+        && admits(ctx, Admit::NewPod)
         && let Some(pod) = obj
     {
         let ns = ctx.namespace().unwrap_or_default();

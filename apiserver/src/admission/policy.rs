@@ -201,7 +201,7 @@ pub async fn validate(
                 }
             };
             // A namespace's own namespace is not looked up (upstream unsets it).
-            let is_namespace = ctx.res.group.is_empty() && ctx.res.kind == "Namespace";
+            let is_namespace = ctx.res.strategy.is_namespace();
             let namespace = match is_namespace {
                 true => None,
                 false => namespace_object(ctx).await?,

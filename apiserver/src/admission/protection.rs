@@ -3,16 +3,11 @@
 //! `kubernetes.io/pv-protection`, so deleting one that is still in use leaves it Terminating
 //! until the `pvc-protection` / `pv-protection` controllers find it unused.
 
-use minik8s_types::storage::{PV_PROTECTION, PVC_PROTECTION};
 use serde_json::{Value, json};
 
-/// Adds the protection finalizer of a core `kind` (claims and volumes; others are left alone).
-pub fn admit(kind: &str, obj: &mut Value) {
-    let finalizer = match kind {
-        "PersistentVolumeClaim" => PVC_PROTECTION,
-        "PersistentVolume" => PV_PROTECTION,
-        _ => return,
-    };
+/// Adds a protection `finalizer` (claims' and volumes' strategies name theirs) unless the
+/// object has it.
+pub fn admit(finalizer: &str, obj: &mut Value) {
     let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
         return;
     };
@@ -30,21 +25,33 @@ pub fn admit(kind: &str, obj: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use minik8s_types::storage::{PV_PROTECTION, PVC_PROTECTION};
+
+    use crate::registry::kinds::{Admit, Strategy, pod, storage};
+
+    /// What the admission chain does: each protection step the kind's strategy lists.
+    fn admit_as(strategy: &dyn Strategy, obj: &mut Value) {
+        for step in strategy.admission() {
+            if let Admit::Protection(finalizer) = step {
+                admit(finalizer, obj);
+            }
+        }
+    }
 
     #[test]
     fn claims_and_volumes_get_their_finalizer_once() {
         let mut claim = json!({"metadata": {"name": "c"}});
-        admit("PersistentVolumeClaim", &mut claim);
-        admit("PersistentVolumeClaim", &mut claim);
+        admit_as(&storage::PersistentVolumeClaim, &mut claim);
+        admit_as(&storage::PersistentVolumeClaim, &mut claim);
         assert_eq!(claim["metadata"]["finalizers"], json!([PVC_PROTECTION]));
         let mut volume = json!({"metadata": {"name": "v", "finalizers": ["other"]}});
-        admit("PersistentVolume", &mut volume);
+        admit_as(&storage::PersistentVolume, &mut volume);
         assert_eq!(
             volume["metadata"]["finalizers"],
             json!(["other", PV_PROTECTION])
         );
         let mut pod = json!({"metadata": {"name": "p"}});
-        admit("Pod", &mut pod);
+        admit_as(&pod::Pod, &mut pod);
         assert!(pod["metadata"].get("finalizers").is_none());
     }
 }

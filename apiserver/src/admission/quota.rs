@@ -13,6 +13,9 @@ use minik8s_types::Quantity;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
+/// The quota scope that selects pods by their priority class (a scope's name, not a kind).
+const PRIORITY_CLASS_SCOPE: &str = "PriorityClass";
+
 /// Quota resource names that count a core kind by another name.
 const CORE_COUNTS: [(&str, &str); 6] = [
     ("pods", "pods"),
@@ -237,7 +240,7 @@ fn in_scope(quota: &Value, res: &ResourceInfo, obj: &Value) -> bool {
             "NotTerminating" => !terminating,
             "BestEffort" => best_effort(obj),
             "NotBestEffort" => !best_effort(obj),
-            "PriorityClass" => {
+            PRIORITY_CLASS_SCOPE => {
                 let class = obj
                     .pointer("/spec/priorityClassName")
                     .and_then(Value::as_str);

@@ -6,6 +6,8 @@ use crate::Api;
 use crate::auth::User;
 use crate::error::{ApiError, ApiResult, qualified};
 use crate::serving::request::ResourceRequest;
+use k8s_openapi::Resource;
+use k8s_openapi::api::{core::v1::ServiceAccount, rbac::v1 as rbac};
 use minik8s_storage::{RangeRequest, Store};
 use minik8s_types::LabelSelector;
 use serde_json::{Value, json};
@@ -133,7 +135,7 @@ fn subject_matches(user: &User, (kind, name, ns): &(String, String, String)) -> 
     match kind.as_str() {
         "User" => *name == user.name,
         "Group" => user.groups.contains(name),
-        "ServiceAccount" => user.name == format!("system:serviceaccount:{ns}:{name}"),
+        ServiceAccount::KIND => user.name == format!("system:serviceaccount:{ns}:{name}"),
         _ => false,
     }
 }
@@ -165,10 +167,10 @@ impl Rbac {
                     .unwrap_or_default()
             };
             match o.get("kind").and_then(Value::as_str) {
-                Some("Role") => {
+                Some(rbac::Role::KIND) => {
                     snap.roles.insert((ns, name), rules());
                 }
-                Some("ClusterRole") => {
+                Some(rbac::ClusterRole::KIND) => {
                     if let Some(sels) = o
                         .pointer("/aggregationRule/clusterRoleSelectors")
                         .and_then(Value::as_array)
@@ -188,7 +190,7 @@ impl Rbac {
                     );
                     snap.cluster_roles.insert(name, rules());
                 }
-                Some(kind @ ("RoleBinding" | "ClusterRoleBinding")) => {
+                Some(kind @ (rbac::RoleBinding::KIND | rbac::ClusterRoleBinding::KIND)) => {
                     let subjects = o
                         .get("subjects")
                         .and_then(Value::as_array)
@@ -204,7 +206,7 @@ impl Rbac {
                         })
                         .unwrap_or_default();
                     snap.bindings.push(Binding {
-                        namespace: (kind == "RoleBinding").then_some(ns),
+                        namespace: (kind == rbac::RoleBinding::KIND).then_some(ns),
                         role_kind: o
                             .pointer("/roleRef/kind")
                             .and_then(Value::as_str)
@@ -250,8 +252,8 @@ impl Rbac {
                 return false;
             }
             let rules = match (b.role_kind.as_str(), &b.namespace) {
-                ("ClusterRole", _) => snap.cluster_roles.get(&b.role_name),
-                ("Role", Some(ns)) => snap.roles.get(&(ns.clone(), b.role_name.clone())),
+                (rbac::ClusterRole::KIND, _) => snap.cluster_roles.get(&b.role_name),
+                (rbac::Role::KIND, Some(ns)) => snap.roles.get(&(ns.clone(), b.role_name.clone())),
                 _ => None,
             };
             rules.is_some_and(|rules| rules.iter().any(|r| r.allows(a)))

@@ -5,6 +5,8 @@
 use crate::Api;
 use crate::error::ApiResult;
 use crate::object::{ensure, ensure_fields};
+use k8s_openapi::Resource;
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use serde_json::{Value, json};
 
 /// The default StorageClass's name.
@@ -29,7 +31,7 @@ pub async fn run(api: &Api) -> ApiResult<()> {
             .unwrap_or("")
             .to_owned();
         let plural = match obj.get("kind").and_then(Value::as_str) {
-            Some("ClusterRole") => "clusterroles",
+            Some(ClusterRole::KIND) => "clusterroles",
             _ => "clusterrolebindings",
         };
         ensure(

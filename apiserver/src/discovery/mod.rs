@@ -8,6 +8,8 @@ use crate::error::{ApiError, ApiResult};
 use crate::registry::ResourceInfo;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
+use k8s_openapi::Resource;
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -171,7 +173,7 @@ fn subresource_kind(res: &ResourceInfo, sub: &str) -> (String, String, String, V
             res.kind.clone(),
             vec!["update"],
         ),
-        "log" => ("".into(), "v1".into(), "Pod".into(), vec!["get"]),
+        "log" => ("".into(), "v1".into(), Pod::KIND.into(), vec!["get"]),
         "exec" | "attach" | "portforward" => (
             "".into(),
             "v1".into(),
@@ -187,7 +189,7 @@ fn subresource_kind(res: &ResourceInfo, sub: &str) -> (String, String, String, V
         "ephemeralcontainers" => (
             "".into(),
             "v1".into(),
-            "Pod".into(),
+            Pod::KIND.into(),
             vec!["get", "patch", "update"],
         ),
         _ => (

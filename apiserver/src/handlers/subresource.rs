@@ -9,6 +9,8 @@ use crate::serving::request::Verb;
 use axum::http::StatusCode;
 use axum::response::Response;
 use bytes::Bytes;
+use k8s_openapi::Resource;
+use k8s_openapi::api::core::v1 as core;
 use minik8s_storage::Store;
 use serde_json::{Value, json};
 
@@ -541,7 +543,7 @@ async fn bind_token(ctx: &Ctx, ns: &str, bound: &Value, k8s: &mut Value) -> ApiR
         object::from_store(&kv)
     };
     let (claim, object) = match (group, kind) {
-        ("", "Pod") => {
+        ("", core::Pod::KIND) => {
             let pod = read(
                 format!("/registry/core/pods/{ns}/{name}"),
                 "pods",
@@ -580,7 +582,7 @@ async fn bind_token(ctx: &Ctx, ns: &str, bound: &Value, k8s: &mut Value) -> ApiR
             }
             ("pod", pod)
         }
-        ("", "Node") => (
+        ("", core::Node::KIND) => (
             "node",
             read(
                 format!("/registry/core/nodes/{name}"),
@@ -589,7 +591,7 @@ async fn bind_token(ctx: &Ctx, ns: &str, bound: &Value, k8s: &mut Value) -> ApiR
             )
             .await?,
         ),
-        ("", "Secret") => (
+        ("", core::Secret::KIND) => (
             "secret",
             read(
                 format!("/registry/core/secrets/{ns}/{name}"),

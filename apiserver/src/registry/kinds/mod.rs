@@ -43,6 +43,22 @@ pub(crate) fn ends_with(path: &[String], parent: &str, field: &str) -> bool {
     matches!(path, [.., p, f] if p == parent && f == field)
 }
 
+/// A built-in admission step that acts on a kind's objects; a strategy lists those that
+/// apply to it ([`Strategy::admission`]) where upstream's plugins each check the kind they
+/// handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// A new Pod: LimitRanger's defaults, ServiceAccount, Priority,
+    /// DefaultTolerationSeconds and RuntimeClass.
+    NewPod,
+    /// Priority's rules for a PriorityClass (one global default, reserved system names).
+    PriorityClass,
+    /// DefaultStorageClass: a new claim without a class gets the default one.
+    DefaultStorageClass,
+    /// StorageObjectInUseProtection: a new object gets this finalizer.
+    Protection(&'static str),
+}
+
 /// What one kind does differently from the generic store. Every method has the generic
 /// behaviour as its default, so a strategy names only its kind's rules.
 pub trait Strategy: Sync + Send {
@@ -56,6 +72,17 @@ pub trait Strategy: Sync + Send {
     /// (`x-kubernetes-list-map-keys`): a Service's ports by port and protocol.
     fn apply_keys(&self, _path: &[String]) -> Option<&'static [&'static str]> {
         None
+    }
+
+    /// The built-in admission steps for this kind's objects, in order.
+    fn admission(&self) -> &'static [Admit] {
+        &[]
+    }
+
+    /// Whether objects of this kind are namespaces: a webhook's or policy's namespace
+    /// selector then matches the object's own labels.
+    fn is_namespace(&self) -> bool {
+        false
     }
 
     /// Fills unset fields with upstream's defaults (`SetDefaults_<Kind>`). Runs on create,

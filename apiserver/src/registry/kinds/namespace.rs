@@ -15,6 +15,10 @@ use serde_json::{Value, json};
 pub struct Namespace;
 
 impl Strategy for Namespace {
+    fn is_namespace(&self) -> bool {
+        true
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = child(obj, "spec");
         set_default(spec, "finalizers", json!(["kubernetes"]));

@@ -1,6 +1,6 @@
 //! Pods and PodTemplates (upstream's `pkg/registry/core/pod/strategy.go` and its printers).
 
-use super::{Row, Strategy, i, len, list, or_none, s, set_or_remove};
+use super::{Admit, Row, Strategy, i, len, list, or_none, s, set_or_remove};
 use crate::error::Cause;
 use crate::object::meta;
 use crate::registry::ResourceInfo;
@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 pub struct Pod;
 
 impl Strategy for Pod {
+    fn admission(&self) -> &'static [Admit] {
+        &[Admit::NewPod]
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = child(obj, "spec");
         pod_spec(spec);

@@ -1,7 +1,7 @@
 //! PriorityClasses and RuntimeClasses (upstream's `pkg/registry/scheduling/priorityclass`
 //! and `pkg/registry/node/runtimeclass`).
 
-use super::{Row, Strategy, i, or, s};
+use super::{Admit, Row, Strategy, i, or, s};
 use crate::error::Cause;
 use crate::registry::ResourceInfo;
 use crate::registry::defaults::set_default;
@@ -12,6 +12,10 @@ use serde_json::{Value, json};
 pub struct PriorityClass;
 
 impl Strategy for PriorityClass {
+    fn admission(&self) -> &'static [Admit] {
+        &[Admit::PriorityClass]
+    }
+
     fn default(&self, obj: &mut Value) {
         set_default(obj, "preemptionPolicy", json!("PreemptLowerPriority"));
     }

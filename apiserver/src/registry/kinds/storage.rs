@@ -2,18 +2,23 @@
 //! `pkg/registry/core/{persistentvolume,persistentvolumeclaim}` and
 //! `pkg/registry/storage/storageclass`).
 
-use super::{Row, Strategy, immutable, list, or, or_none, s};
+use super::{Admit, Row, Strategy, immutable, list, or, or_none, s};
 use crate::error::Cause;
 use crate::object::meta;
 use crate::registry::ResourceInfo;
 use crate::registry::defaults::{child, set_default};
 use crate::registry::validation::specs;
+use minik8s_types::storage::{PV_PROTECTION, PVC_PROTECTION};
 use serde_json::{Value, json};
 
 /// `core/v1` PersistentVolume.
 pub struct PersistentVolume;
 
 impl Strategy for PersistentVolume {
+    fn admission(&self) -> &'static [Admit] {
+        &[Admit::Protection(PV_PROTECTION)]
+    }
+
     fn default(&self, obj: &mut Value) {
         let spec = child(obj, "spec");
         set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
@@ -61,6 +66,13 @@ impl Strategy for PersistentVolume {
 pub struct PersistentVolumeClaim;
 
 impl Strategy for PersistentVolumeClaim {
+    fn admission(&self) -> &'static [Admit] {
+        &[
+            Admit::DefaultStorageClass,
+            Admit::Protection(PVC_PROTECTION),
+        ]
+    }
+
     fn default(&self, obj: &mut Value) {
         set_default(child(obj, "spec"), "volumeMode", json!("Filesystem"));
         set_default(child(obj, "status"), "phase", json!("Pending"));
