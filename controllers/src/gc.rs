@@ -330,6 +330,7 @@ impl Gc {
             .ar
             .clone();
         let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), &ar);
+        // The uids this resource has in the graph, and those a (re)list has shown so far.
         let mut seen: HashSet<String> = HashSet::new();
         let mut relisting: HashSet<String> = HashSet::new();
         // Metadata only, as upstream's garbage collector: owners, finalizers and deletion
@@ -346,11 +347,14 @@ impl Gc {
                 continue;
             };
             let mut g = self.graph.lock().expect("gc graph");
+            let listed = matches!(ev, watcher::Event::InitApply(_));
             match ev {
                 watcher::Event::Init => relisting.clear(),
                 watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
                     let uid = o.uid().unwrap_or_default();
-                    relisting.insert(uid.clone());
+                    if listed {
+                        relisting.insert(uid.clone());
+                    }
                     seen.insert(uid.clone());
                     g.objects.insert(
                         uid,
@@ -368,12 +372,20 @@ impl Gc {
                     let uid = o.uid().unwrap_or_default();
                     seen.remove(&uid);
                     g.objects.remove(&uid);
+                    // Tables keep their size when emptied: after a burst of objects comes
+                    // and goes, the memory is given back.
+                    if seen.len() < seen.capacity() / 4 {
+                        seen.shrink_to_fit();
+                    }
+                    if g.objects.len() < g.objects.capacity() / 4 {
+                        g.objects.shrink_to_fit();
+                    }
                 }
                 watcher::Event::InitDone => {
                     for gone in seen.difference(&relisting) {
                         g.objects.remove(gone);
                     }
-                    seen = relisting.clone();
+                    seen = std::mem::take(&mut relisting);
                 }
             }
             drop(g);
