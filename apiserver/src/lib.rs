@@ -36,6 +36,8 @@ pub struct Config {
     pub storage: Endpoint,
     /// TLS to etcd (`None`: plain, or the embedded store).
     pub etcd_tls: Option<minik8s_storage::EtcdTls>,
+    /// The embedded store's page cache in bytes.
+    pub store_cache_bytes: usize,
     /// Address to listen on (port 0 picks a free one).
     pub listen: SocketAddr,
     /// Address clients reach the server at (for the `kubernetes` Service's Endpoints).
@@ -201,7 +203,12 @@ impl Server {
 
 /// Opens the store, writes the built-in objects, binds and starts serving; returns once ready.
 pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server, Error> {
-    let store = Storage::open_with(&config.storage, config.etcd_tls.as_ref()).await?;
+    let store = Storage::open_with(
+        &config.storage,
+        config.etcd_tls.as_ref(),
+        config.store_cache_bytes,
+    )
+    .await?;
     let tls = serving::server::tls_config(&config.tls_cert, &config.tls_key, &config.client_ca)?;
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await

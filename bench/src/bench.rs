@@ -233,7 +233,7 @@ pub(crate) async fn concurrent_creates(
 const KUBECTL_TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
 
 /// Runs every measurement and returns the report.
-pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Value> {
+pub async fn run(binary: &Path, n: usize, clients: usize, linger: u64) -> anyhow::Result<Value> {
     let dir = tempfile::tempdir()?;
     let server = Server::start(binary, dir.path()).await?;
     let pid = server.pid();
@@ -379,6 +379,15 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
     // What the load leaves behind once it is over (jemalloc returns freed pages after 1 s).
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_memory = memory(pid);
+    let mut lingering = Vec::new();
+    let mut waited = 5;
+    while waited + 30 <= linger + 5 {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        waited += 30;
+        let mut m = memory(pid);
+        m["seconds_after_load"] = json!(waited);
+        lingering.push(m);
+    }
     Ok(json!({
         "server_ready_ms": (server.ready_after.as_secs_f64() * 1e4).round() / 10.0,
         "idle_rss_mib": idle_rss,
@@ -392,6 +401,6 @@ pub async fn run(binary: &Path, n: usize, clients: usize) -> anyhow::Result<Valu
         "watch_delivery_from_request_start": percentiles(&mut watch),
         "delete": percentiles(&mut delete),
         "rss_after_mib": rss_mib(pid),
-        "memory": {"idle": idle_memory, "after": after_memory},
+        "memory": {"idle": idle_memory, "after": after_memory, "later": lingering},
     }))
 }

@@ -203,6 +203,7 @@ impl Cluster {
         let config = minik8s_apiserver::Config {
             storage,
             etcd_tls: None,
+            store_cache_bytes: minik8s_storage::DEFAULT_CACHE_BYTES,
             listen: "127.0.0.1:0".parse().expect("addr"),
             advertise,
             tls_cert: pki_dir.join("apiserver.crt"),

@@ -61,6 +61,8 @@ pub struct UpConfig {
     pub signing_duration: std::time::Duration,
     /// How often the apiserver compacts the store's history (`--etcd-compaction-interval`).
     pub compaction_interval: std::time::Duration,
+    /// The embedded store's page cache in MiB (`--store-cache-mib`).
+    pub store_cache_mib: usize,
 }
 
 impl UpConfig {
@@ -188,6 +190,7 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
     Ok(minik8s_apiserver::Config {
         storage,
         etcd_tls,
+        store_cache_bytes: cfg.store_cache_mib << 20,
         listen: SocketAddr::new(cfg.bind, cfg.port),
         advertise: None,
         tls_cert: dir.join("apiserver.crt"),

@@ -328,6 +328,7 @@ fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::
         node_monitor_grace: std::time::Duration::from_secs(40),
         signing_duration: std::time::Duration::from_secs(8760 * 3600),
         compaction_interval: minik8s_apiserver::store::compactor::DEFAULT_INTERVAL,
+        store_cache_mib: minik8s_storage::DEFAULT_CACHE_BYTES >> 20,
     })
 }
 
@@ -505,6 +506,9 @@ struct UpArgs {
     /// How often the apiserver compacts the store's history (a Go duration; 0: never).
     #[arg(long, default_value = "5m0s")]
     etcd_compaction_interval: String,
+    /// The embedded store's page cache in MiB (the kernel caches the store's file too).
+    #[arg(long, default_value_t = minik8s_storage::DEFAULT_CACHE_BYTES >> 20)]
+    store_cache_mib: usize,
 }
 
 impl TryFrom<UpArgs> for UpConfig {
@@ -533,6 +537,7 @@ impl TryFrom<UpArgs> for UpConfig {
             signing_duration: duration_arg(&a.cluster_signing_duration, "8760h0m0s")?,
             node_monitor_grace: duration_arg(&a.node_monitor_grace_period, "40s")?,
             compaction_interval: duration_arg(&a.etcd_compaction_interval, "5m0s")?,
+            store_cache_mib: a.store_cache_mib,
             images: if a.images.is_empty() {
                 archives(&a.data_dir.join("images"))
             } else {

@@ -62,6 +62,7 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             "--etcd-compaction-interval={}s",
             cfg.compaction_interval.as_secs()
         ),
+        format!("--store-cache-mib={}", cfg.store_cache_mib),
     ];
     match &cfg.storage {
         Some(minik8s_storage::Endpoint::Etcd(urls)) => {

@@ -69,13 +69,24 @@ pub enum Storage {
 impl Storage {
     /// Opens the store an endpoint names.
     pub async fn open(endpoint: &Endpoint) -> Result<Self> {
-        Self::open_with(endpoint, None).await
+        Self::open_with(endpoint, None, crate::embedded::DEFAULT_CACHE_BYTES).await
     }
 
-    /// Opens the store an endpoint names, reaching etcd over TLS when `tls` is given.
-    pub async fn open_with(endpoint: &Endpoint, tls: Option<&EtcdTls>) -> Result<Self> {
+    /// Opens the store an endpoint names, reaching etcd over TLS when `tls` is given; the
+    /// embedded store gets a page cache of `cache_bytes`.
+    pub async fn open_with(
+        endpoint: &Endpoint,
+        tls: Option<&EtcdTls>,
+        cache_bytes: usize,
+    ) -> Result<Self> {
         Ok(match endpoint {
-            Endpoint::Embedded(dir) => Storage::Embedded(Embedded::open(dir)?),
+            Endpoint::Embedded(dir) => Storage::Embedded(Embedded::open_with(
+                dir,
+                crate::EmbeddedOptions {
+                    cache_bytes,
+                    ..Default::default()
+                },
+            )?),
             Endpoint::Etcd(hosts) => Storage::Etcd(Etcd::connect_with(hosts, tls).await?),
         })
     }

@@ -14,12 +14,17 @@ struct Args {
     /// Concurrent clients.
     #[arg(long, default_value_t = 16)]
     clients: usize,
+    /// After the load, keeps sampling the server's memory every 30 s for this many seconds
+    /// (what the load leaves behind over time: caches, the store's history until compaction).
+    #[arg(long, default_value_t = 0)]
+    linger: u64,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let report = minik8s_bench::bench::run(&args.minik8s, args.objects, args.clients).await?;
+    let report =
+        minik8s_bench::bench::run(&args.minik8s, args.objects, args.clients, args.linger).await?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }

@@ -37,6 +37,14 @@ const INLINE_RANGE: usize = 64;
 /// How many history entries a watch replays per read transaction.
 const REPLAY_CHUNK: u64 = 512;
 
+/// redb's page cache by default: 4 MiB. The cache fills with every page written (the history
+/// log's pages too, which are written once and rarely read) and never shrinks, while the
+/// kernel's page cache holds the same file's pages anyway: at 32 MiB an api-bench run of
+/// 2,000 objects left 22 MiB of it behind as anonymous memory, at 4 MiB the same run showed
+/// no slower reads or writes, and scale-bench's 5,000 pods ran as fast with 32 MiB less at
+/// their peak (docs/benchmarks.md). `minik8s up --store-cache-mib` sets it.
+pub const DEFAULT_CACHE_BYTES: usize = 4 << 20;
+
 /// Settings of the embedded store.
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
@@ -46,8 +54,7 @@ pub struct EmbeddedOptions {
     pub watch_buffer: usize,
     /// Queued writes beyond which callers wait.
     pub write_queue: usize,
-    /// redb's page cache size in bytes (32 MiB holds a 5,000-pod cluster's hot pages; more
-    /// only raised the apiserver's RSS in the scale benchmark).
+    /// redb's page cache size in bytes ([`DEFAULT_CACHE_BYTES`]).
     pub cache_bytes: usize,
     /// Make commits durable through the write-ahead log (sequential appends, redb checkpointed
     /// in the background) rather than with a durable redb commit per batch, whose random page
@@ -65,7 +72,7 @@ impl Default for EmbeddedOptions {
             history: 10_000,
             watch_buffer: 1024,
             write_queue: 8192,
-            cache_bytes: 32 << 20,
+            cache_bytes: DEFAULT_CACHE_BYTES,
             wal: true,
             checkpoint_every: Duration::from_millis(250),
         }
