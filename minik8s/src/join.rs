@@ -243,36 +243,7 @@ pub async fn run(
         if let Some(ready) = ready.take() {
             ready();
         }
-        // Until the node stops: wait for the renewal point, renew with the node's own
-        // identity (selfnodeclient), then restart the kubelet and proxy on it. A failed
-        // renewal is retried (at least a few seconds apart) on the running node.
-        let stopped = loop {
-            let wait = validity(&cfg.kubeconfig())
-                .map_or(3600, |(end, life)| {
-                    renew_in(end, life, jiff::Timestamp::now().as_second(), rand_unit())
-                })
-                .max(5);
-            tracing::info!(seconds = wait, "the node's certificate is renewed in");
-            tokio::select! {
-                _ = shutdown.cancelled() => {
-                    tasks.wait().await;
-                    break true;
-                }
-                _ = tasks.wait() => break true,
-                _ = tokio::time::sleep(Duration::from_secs(wait as u64)) => {}
-            }
-            match renew(&cfg, &balanced).await {
-                Ok(()) => {
-                    tracing::info!(
-                        "renewed the node's client certificate; restarting the kubelet and proxy on it"
-                    );
-                    break false;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "renewing the node's certificate failed; retrying")
-                }
-            }
-        };
+        let stopped = serve_until_renewed(&cfg, &balanced, &tasks, &shutdown).await;
         if stopped {
             break Ok(());
         }
@@ -281,6 +252,45 @@ pub async fn run(
     };
     let _ = std::fs::remove_file(&pid);
     result
+}
+
+/// Runs until the node stops (`true`) or its certificate was renewed (`false`): waits for the
+/// renewal point, renews with the node's own identity (selfnodeclient), and the caller then
+/// restarts the kubelet and proxy on it. A failed renewal is retried (at least a few seconds
+/// apart) on the running node.
+async fn serve_until_renewed(
+    cfg: &JoinConfig,
+    balanced: &str,
+    tasks: &tokio_util::task::TaskTracker,
+    shutdown: &CancellationToken,
+) -> bool {
+    loop {
+        let wait = validity(&cfg.kubeconfig())
+            .map_or(3600, |(end, life)| {
+                renew_in(end, life, jiff::Timestamp::now().as_second(), rand_unit())
+            })
+            .max(5);
+        tracing::info!(seconds = wait, "the node's certificate is renewed in");
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                tasks.wait().await;
+                return true;
+            }
+            _ = tasks.wait() => return true,
+            _ = tokio::time::sleep(Duration::from_secs(wait as u64)) => {}
+        }
+        match renew(cfg, balanced).await {
+            Ok(()) => {
+                tracing::info!(
+                    "renewed the node's client certificate; restarting the kubelet and proxy on it"
+                );
+                return false;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "renewing the node's certificate failed; retrying")
+            }
+        }
+    }
 }
 
 /// `host:port` of an `https://host:port` URL (port 443 when it names none).

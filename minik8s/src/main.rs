@@ -332,6 +332,46 @@ fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::
     })
 }
 
+/// Runs the apiserver and controller manager as static pods of this node, from the
+/// control-plane image archive (`init --static-control-plane`).
+async fn static_control_plane(cfg: &mut UpConfig, archive: Option<PathBuf>) -> anyhow::Result<()> {
+    let archive = archive.unwrap_or_else(|| cfg.data_dir.join("images/control-plane.tar"));
+    let image = minik8s_kubelet::registry::archive_tags(&archive)
+        .await?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "{} is not a control-plane image archive: build it with hack/control-plane-image.sh",
+                archive.display()
+            )
+        })?;
+    // The archive is the node's to import, not the registry's (it is large and only this
+    // node runs it).
+    cfg.images.retain(|i| i != &archive);
+    cfg.static_control_plane = Some(minik8s::static_plane::StaticPlane { archive, image });
+    Ok(())
+}
+
+/// What `init` prints once the cluster is up: where kubectl points and how machines join.
+fn print_joins(admin: &std::path::Path, join: &str, certificate_key: Option<&str>) {
+    println!("minik8s is up. Point kubectl at it with:");
+    println!("export KUBECONFIG={}", admin.display());
+    println!("Join other machines to it by running on each (as root):");
+    println!("{join}");
+    if let Some(key) = certificate_key {
+        println!(
+            "Join more control-plane machines (on the same etcd) by running on each (as root):"
+        );
+        println!("{join} --control-plane --certificate-key {key}");
+        println!(
+            "The certificate key gives access to the cluster's private keys: keep it secret. \
+             They are deleted from the cluster in two hours; `minik8s upload-certs` \
+             uploads them again with a new key."
+        );
+    }
+}
+
 /// `init`: `up`, then the cluster-info ConfigMap and a first token, and the join command.
 async fn init(args: InitArgs) -> anyhow::Result<()> {
     let ttl = ttl_seconds(&args.token_ttl)?;
@@ -350,23 +390,7 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
     };
     let mut cfg = UpConfig::try_from(args.up)?;
     if args.static_control_plane {
-        let archive = args
-            .control_plane_image
-            .unwrap_or_else(|| cfg.data_dir.join("images/control-plane.tar"));
-        let image = minik8s_kubelet::registry::archive_tags(&archive)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{} is not a control-plane image archive: build it with hack/control-plane-image.sh",
-                    archive.display()
-                )
-            })?;
-        // The archive is the node's to import, not the registry's (it is large and only
-        // this node runs it).
-        cfg.images.retain(|i| i != &archive);
-        cfg.static_control_plane = Some(minik8s::static_plane::StaticPlane { archive, image });
+        static_control_plane(&mut cfg, args.control_plane_image).await?;
     }
     let advertise: IpAddr = match args.advertise_address {
         Some(ip) => ip,
@@ -408,23 +432,7 @@ async fn init(args: InitArgs) -> anyhow::Result<()> {
             anyhow::Ok(minik8s::tokens::join_command(client, &token).await?)
         };
         match steps.await {
-            Ok(join) => {
-                println!("minik8s is up. Point kubectl at it with:");
-                println!("export KUBECONFIG={}", admin.display());
-                println!("Join other machines to it by running on each (as root):");
-                println!("{join}");
-                if let Some(key) = &certificate_key {
-                    println!(
-                        "Join more control-plane machines (on the same etcd) by running on each (as root):"
-                    );
-                    println!("{join} --control-plane --certificate-key {key}");
-                    println!(
-                        "The certificate key gives access to the cluster's private keys: keep it secret. \
-                         They are deleted from the cluster in two hours; `minik8s upload-certs` \
-                         uploads them again with a new key."
-                    );
-                }
-            }
+            Ok(join) => print_joins(&admin, &join, certificate_key.as_deref()),
             Err(e) => {
                 shutdown.cancel();
                 let _ = up.await;
@@ -568,12 +576,10 @@ fn archives(dir: &std::path::Path) -> Vec<PathBuf> {
     out
 }
 
-fn main() -> anyhow::Result<()> {
-    minik8s_kubeconfig::process::init_tracing();
-    match Cli::parse().command {
-        Command::Pki {
-            command: PkiCommand::Init(args),
-        } => {
+/// `pki`: writes the cluster's certificates and kubeconfigs.
+fn pki(command: PkiCommand) -> anyhow::Result<()> {
+    match command {
+        PkiCommand::Init(args) => {
             let cfg = UpConfig::try_from(args)?;
             let (_, admin) = minik8s::init_pki(&cfg)?;
             let link = cfg.data_dir.join("admin.kubeconfig");
@@ -581,9 +587,7 @@ fn main() -> anyhow::Result<()> {
             println!("export KUBECONFIG={}", link.display());
             Ok(())
         }
-        Command::Pki {
-            command: PkiCommand::Etcd { member_ips, args },
-        } => {
+        PkiCommand::Etcd { member_ips, args } => {
             let cfg = UpConfig::try_from(args)?;
             let certs = minik8s::open_pki(&cfg)?.ensure_etcd_certs(&member_ips)?;
             for (name, path) in [
@@ -599,9 +603,7 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Pki {
-            command: PkiCommand::Node { name, args },
-        } => {
+        PkiCommand::Node { name, args } => {
             let cfg = UpConfig::try_from(args)?;
             let (pki, _) = minik8s::init_pki(&cfg)?;
             let kubelet = pki.ensure_identity(&minik8s_kubeconfig::Identity::new(
@@ -626,6 +628,77 @@ fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+    }
+}
+
+/// `join`: this machine joins a cluster as a node, or as a control-plane machine with a
+/// certificate key.
+fn join(a: JoinArgs) -> anyhow::Result<()> {
+    let server = if a.server.starts_with("https://") {
+        a.server.clone()
+    } else {
+        format!("https://{}", a.server)
+    };
+    let node_name = match a.node_name {
+        Some(n) => n,
+        None => std::fs::read_to_string("/proc/sys/kernel/hostname")?
+            .trim()
+            .to_ascii_lowercase(),
+    };
+    let cfg = minik8s::join::JoinConfig {
+        server,
+        token: parse_token(&a.token)?,
+        ca_hashes: a.ca_hashes,
+        node_name,
+        images: if a.images.is_empty() {
+            archives(&a.data_dir.join("images"))
+        } else {
+            a.images
+        },
+        data_dir: a.data_dir,
+        node_ip: a.node_ip,
+        registry_mirror: a.registry_mirror,
+        router: (!a.no_router).then_some(a.router),
+        csr_timeout: std::time::Duration::from_secs(a.csr_timeout),
+        discovery_timeout: std::time::Duration::from_secs(a.discovery_timeout),
+        balancer: a.balancer,
+    };
+    if let Some(key) = a.certificate_key {
+        let port = a.apiserver_bind_port.unwrap_or_else(|| {
+            minik8s::join::host_port(&cfg.server)
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok())
+                .unwrap_or(443)
+        });
+        let up = control_plane_config(&cfg, port)?;
+        let plane = minik8s::control_plane::ControlPlaneJoin {
+            certificate_key: key,
+            up,
+        };
+        let node = cfg.node_name.clone();
+        return tokio::runtime::Runtime::new()?.block_on(async move {
+            let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+            minik8s::control_plane::join(cfg, plane, shutdown, || {
+                println!("control-plane machine {node} joined the cluster");
+            })
+            .await
+        });
+    }
+    let node = cfg.node_name.clone();
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
+        minik8s::join::run(cfg, shutdown, || {
+            println!("node {node} joined the cluster");
+        })
+        .await
+    })?;
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    minik8s_kubeconfig::process::init_tracing();
+    match Cli::parse().command {
+        Command::Pki { command } => pki(command),
         Command::Apiserver(args) => {
             let cfg = UpConfig::try_from(args)?;
             tokio::runtime::Runtime::new()?.block_on(async move {
@@ -654,67 +727,7 @@ fn main() -> anyhow::Result<()> {
         Command::Token { command, data_dir } => {
             tokio::runtime::Runtime::new()?.block_on(token_command(command, &data_dir))
         }
-        Command::Join(a) => {
-            let server = if a.server.starts_with("https://") {
-                a.server.clone()
-            } else {
-                format!("https://{}", a.server)
-            };
-            let node_name = match a.node_name {
-                Some(n) => n,
-                None => std::fs::read_to_string("/proc/sys/kernel/hostname")?
-                    .trim()
-                    .to_ascii_lowercase(),
-            };
-            let cfg = minik8s::join::JoinConfig {
-                server,
-                token: parse_token(&a.token)?,
-                ca_hashes: a.ca_hashes,
-                node_name,
-                images: if a.images.is_empty() {
-                    archives(&a.data_dir.join("images"))
-                } else {
-                    a.images
-                },
-                data_dir: a.data_dir,
-                node_ip: a.node_ip,
-                registry_mirror: a.registry_mirror,
-                router: (!a.no_router).then_some(a.router),
-                csr_timeout: std::time::Duration::from_secs(a.csr_timeout),
-                discovery_timeout: std::time::Duration::from_secs(a.discovery_timeout),
-                balancer: a.balancer,
-            };
-            if let Some(key) = a.certificate_key {
-                let port = a.apiserver_bind_port.unwrap_or_else(|| {
-                    minik8s::join::host_port(&cfg.server)
-                        .rsplit_once(':')
-                        .and_then(|(_, p)| p.parse().ok())
-                        .unwrap_or(443)
-                });
-                let up = control_plane_config(&cfg, port)?;
-                let plane = minik8s::control_plane::ControlPlaneJoin {
-                    certificate_key: key,
-                    up,
-                };
-                let node = cfg.node_name.clone();
-                return tokio::runtime::Runtime::new()?.block_on(async move {
-                    let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
-                    minik8s::control_plane::join(cfg, plane, shutdown, || {
-                        println!("control-plane machine {node} joined the cluster");
-                    })
-                    .await
-                });
-            }
-            let node = cfg.node_name.clone();
-            tokio::runtime::Runtime::new()?.block_on(async move {
-                let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();
-                minik8s::join::run(cfg, shutdown, || {
-                    println!("node {node} joined the cluster");
-                })
-                .await
-            })?;
-            Ok(())
-        }
+        Command::Join(a) => join(a),
         Command::Down(args) => {
             let cfg = UpConfig::try_from(args)?;
             tokio::runtime::Runtime::new()?.block_on(minik8s::down(&cfg))?;
