@@ -380,12 +380,10 @@ pub async fn run(binary: &Path, n: usize, clients: usize, linger: u64) -> anyhow
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_memory = memory(pid);
     let mut lingering = Vec::new();
-    let mut waited = 5;
-    while waited + 30 <= linger + 5 {
+    for sample in 1..=linger / 30 {
         tokio::time::sleep(Duration::from_secs(30)).await;
-        waited += 30;
         let mut m = memory(pid);
-        m["seconds_after_load"] = json!(waited);
+        m["seconds_after_load"] = json!(5 + 30 * sample);
         lingering.push(m);
     }
     Ok(json!({

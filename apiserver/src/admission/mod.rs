@@ -55,33 +55,41 @@ fn admits(ctx: &Ctx, step: Admit) -> bool {
     ctx.req.subresource.is_none() && ctx.res.strategy.admission().contains(&step)
 }
 
-/// The mutating phase: built-in steps, then mutating webhooks.
+/// One built-in admission step of the kind's strategy, where it applies to `op`.
+async fn builtin(ctx: &Ctx, op: Operation, step: Admit, obj: &mut Value) -> ApiResult<()> {
+    match (step, op) {
+        (Admit::NewPod, Operation::Create) => {
+            let ns = ctx.namespace().unwrap_or_default().to_owned();
+            let ranges = limits::ranges(&ctx.api, &ns).await?;
+            limits::default_pod(&ranges, obj);
+            serviceaccount::admit(&ctx.api, &ns, obj).await?;
+            priority::admit_pod(&ctx.api, obj).await?;
+            default_tolerations(obj, ctx.api.default_toleration_seconds);
+            runtimeclass::admit_pod(&ctx.api, obj).await?;
+        }
+        (Admit::PriorityClass, Operation::Create | Operation::Update) => {
+            priority::admit_class(&ctx.api, obj).await?;
+        }
+        (Admit::DefaultStorageClass, Operation::Create) => {
+            storageclass::admit(&ctx.api, obj).await?;
+        }
+        (Admit::Protection(finalizer), Operation::Create) => protection::admit(finalizer, obj),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The mutating phase: the built-in steps the kind's strategy lists (in its order; a
+/// subresource's writes take none), then mutating webhooks.
 pub async fn mutate(
     ctx: &Ctx,
     op: Operation,
     obj: &mut Value,
     old: Option<&Value>,
 ) -> ApiResult<()> {
-    if op == Operation::Create && admits(ctx, Admit::NewPod) {
-        let ns = ctx.namespace().unwrap_or_default().to_owned();
-        let ranges = limits::ranges(&ctx.api, &ns).await?;
-        limits::default_pod(&ranges, obj);
-        serviceaccount::admit(&ctx.api, &ns, obj).await?;
-        priority::admit_pod(&ctx.api, obj).await?;
-        default_tolerations(obj, ctx.api.default_toleration_seconds);
-        runtimeclass::admit_pod(&ctx.api, obj).await?;
-    }
-    if op != Operation::Delete && admits(ctx, Admit::PriorityClass) {
-        priority::admit_class(&ctx.api, obj).await?;
-    }
-    if op == Operation::Create && admits(ctx, Admit::DefaultStorageClass) {
-        storageclass::admit(&ctx.api, obj).await?;
-    }
-    if op == Operation::Create && ctx.req.subresource.is_none() {
-        for step in ctx.res.strategy.admission() {
-            if let Admit::Protection(finalizer) = step {
-                protection::admit(finalizer, obj);
-            }
+    if ctx.req.subresource.is_none() {
+        for &step in ctx.res.strategy.admission() {
+            builtin(ctx, op, step, obj).await?;
         }
     }
     if webhook::mutate(ctx, op, obj, old).await? {
