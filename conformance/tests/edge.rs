@@ -8,7 +8,7 @@
 //! binary under running pods.
 
 use minik8s_conformance::machines::{InitCluster, Machine};
-use minik8s_conformance::node::free_port;
+use minik8s_conformance::node::{free_port, http_get, python, repo_root};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -192,7 +192,7 @@ fn bad_input_gets_error_replies(c: &InitCluster) {
         }
         let e = cl
             .get_pods(GetPodsRequest {
-                hello: Some(Hello { version: 2, node: "edge-a".into() }),
+                hello: Some(Hello { version: 1, node: "edge-a".into() }),
             })
             .await
             .unwrap_err();
@@ -224,6 +224,30 @@ fn bad_input_gets_error_replies(c: &InitCluster) {
         assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
         // Still answering.
         cl.get_pods(GetPodsRequest { hello: hello.clone() }).await.unwrap();
+        // A stream for another node is refused; one for a pod the edge does not have gets
+        // the kubelet's own 404.
+        let e = cl
+            .stream(futures::stream::iter([minik8s_edge::tunnel::opening(
+                minik8s_edge::hello("edge-b"),
+            )]))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), tonic::Code::PermissionDenied, "{}", e.message());
+        let request = b"GET /containerLogs/default/nowhere/main HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n";
+        let frames = [
+            minik8s_edge::tunnel::opening(hello.clone()),
+            minik8s_edge::proto::StreamFrame { hello: None, data: request.to_vec() },
+        ];
+        let mut answer = cl.stream(futures::stream::iter(frames)).await.unwrap().into_inner();
+        let mut text = Vec::new();
+        while let Some(f) = futures::StreamExt::next(&mut answer).await {
+            text.extend(f.unwrap().data);
+        }
+        let text = String::from_utf8_lossy(&text);
+        assert!(
+            text.starts_with("HTTP/1.1 404") && text.contains("pod default/nowhere is not on this node"),
+            "{text}"
+        );
         // Only the registry may call.
         let e = client("admin.crt", "admin.key", "edge-a")
             .get_pods(GetPodsRequest { hello: hello.clone() })
@@ -237,6 +261,285 @@ fn bad_input_gets_error_replies(c: &InitCluster) {
             .unwrap_err();
         assert_ne!(e.code(), tonic::Code::Ok);
     });
+}
+
+/// A pod on edge-a for the streams: httpd on 8080, a container that logs what lands in
+/// /tmp/say, one that answers its stdin.
+const TOOLS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: tools}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: edge-a}
+  tolerations: [{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}]
+  containers:
+  - name: web
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "mkdir -p /www && echo edge-web > /www/index.html && exec httpd -f -p 8080 -h /www"]
+  - name: clock
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo clock started; while true; do if [ -f /tmp/say ]; then cat /tmp/say; rm /tmp/say; fi; sleep 0.1; done"]
+  - name: talk
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    stdin: true
+    command: ["sh", "-c", "while read l; do echo heard:$l; done"]
+"#;
+
+/// Runs `kubectl args` with `stdin` written at once and kept open, until its output has
+/// `want` (or 30 s pass); then kills it. Its stdout.
+fn interactive(c: &InitCluster, program: &str, args: &[&str], stdin: &str, want: &str) -> String {
+    use std::io::{Read, Write};
+    let mut child = std::process::Command::new(program)
+        .args(args)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains(want) && Instant::now() < deadline {
+        if let Ok(b) = rx.recv_timeout(Duration::from_millis(200)) {
+            got.extend(b);
+        }
+    }
+    drop(input);
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let got = String::from_utf8_lossy(&got).into_owned();
+    assert!(
+        got.contains(want),
+        "{program} {args:?}: {want:?} not seen in {got:?}; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    got
+}
+
+/// `kubectl port-forward pod/tools :8080` until dropped; the local port.
+struct Forward(std::process::Child, u16);
+
+impl Forward {
+    fn start(c: &InitCluster) -> Forward {
+        use std::io::{BufRead, BufReader};
+        let mut child = std::process::Command::new("kubectl")
+            .args(["port-forward", "pod/tools", ":8080"])
+            .env("KUBECONFIG", &c.kubeconfig)
+            .env("HOME", c.dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(c.dir().join("port-forward.log")).unwrap())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        // kubectl prints a line per connection: keep reading, or it fails writing.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let port = line
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("port-forward printed {line:?}"));
+        Forward(child, port)
+    }
+}
+
+impl Drop for Forward {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// What an operator does first on an edge pod, over the edge link: `exec -it`, `cp` both
+/// ways, `port-forward` with two connections at once, `logs -f` seeing a new line within
+/// 1 s, `attach`; the same through the Python client's streams.
+fn streams_over_the_link(c: &InitCluster) {
+    use std::io::{Read, Write};
+    c.kubectl_stdin(&["apply", "-f", "-"], TOOLS);
+    c.eventually(
+        Duration::from_secs(90),
+        &["get", "pod", "tools", "-o", "jsonpath={.status.phase}"],
+        |p| p == "Running",
+    );
+    // exec -it: a terminal (from `script`), what is typed reaches the shell and its answer
+    // comes back.
+    let typed = interactive(
+        c,
+        "script",
+        &[
+            "-qec",
+            "kubectl exec -it tools -c web -- sh -c 'read x; echo got:$x'",
+            "/dev/null",
+        ],
+        "over-the-link\n",
+        "got:over-the-link",
+    );
+    println!("exec -it: {typed:?}");
+    // exec -i without a terminal: stdin echoed by cat.
+    let echoed = c.kubectl_stdin(
+        &["exec", "-i", "tools", "-c", "web", "--", "cat"],
+        "echo me\n",
+    );
+    assert!(echoed.ok && echoed.stdout == "echo me\n", "{echoed:?}");
+    // The container's exit code crosses the link.
+    let failed = c.kubectl(&["exec", "tools", "-c", "web", "--", "sh", "-c", "exit 7"]);
+    assert!(
+        !failed.ok && failed.stderr.contains("exit code 7"),
+        "{}",
+        failed.stderr
+    );
+    // cp both ways, 2 MB byte for byte.
+    let big: Vec<u8> = (0..2_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    let file = c.dir().join("edge-big.bin");
+    std::fs::write(&file, &big).unwrap();
+    c.ok(&[
+        "cp",
+        "-c",
+        "web",
+        file.to_str().unwrap(),
+        "tools:/tmp/big.bin",
+    ]);
+    let back = c.dir().join("edge-big-back.bin");
+    c.ok(&[
+        "cp",
+        "-c",
+        "web",
+        "tools:/tmp/big.bin",
+        back.to_str().unwrap(),
+    ]);
+    assert!(
+        std::fs::read(&back).unwrap() == big,
+        "2 MB copied back unchanged"
+    );
+    // port-forward: one connection held open while a second is served, then the first.
+    let fwd = Forward::start(c);
+    let addr = format!("127.0.0.1:{}", fwd.1);
+    let first = (0..10).find_map(|_| {
+        let r = http_get(&addr);
+        if r.is_none() {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        r
+    });
+    let log = || std::fs::read_to_string(c.dir().join("port-forward.log")).unwrap_or_default();
+    assert_eq!(first.as_deref(), Some("edge-web"), "{}", log());
+    let mut held = std::net::TcpStream::connect(("127.0.0.1", fwd.1)).unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    held.write_all(b"GET / HTTP/1.0\r\n").unwrap();
+    assert_eq!(
+        http_get(&format!("127.0.0.1:{}", fwd.1)).as_deref(),
+        Some("edge-web")
+    );
+    held.write_all(b"\r\n").unwrap();
+    let mut answer = String::new();
+    held.read_to_string(&mut answer).unwrap();
+    assert!(answer.ends_with("edge-web\n"), "{answer:?}");
+    drop(fwd);
+    // logs -f: a line written now is seen within 1 s.
+    let mut follow = std::process::Command::new("kubectl")
+        .args(["logs", "-f", "tools", "-c", "clock"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0
+                || tx
+                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                    .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut seen = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    assert!(seen.contains("clock started"), "{seen:?}");
+    c.ok(&[
+        "exec",
+        "tools",
+        "-c",
+        "clock",
+        "--",
+        "sh",
+        "-c",
+        "echo followed-line > /tmp/say",
+    ]);
+    let wrote = Instant::now();
+    while !seen.contains("followed-line") && wrote.elapsed() < Duration::from_secs(5) {
+        if let Ok(more) = rx.recv_timeout(Duration::from_millis(50)) {
+            seen.push_str(&more);
+        }
+    }
+    let took = wrote.elapsed();
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(seen.contains("followed-line"), "{seen:?}");
+    println!("logs -f saw the new line {took:?} after it was written");
+    assert!(took < Duration::from_secs(1), "logs -f took {took:?}");
+    // attach to the container reading stdin.
+    interactive(
+        c,
+        "kubectl",
+        &["attach", "-i", "tools", "-c", "talk"],
+        "to-attach\n",
+        "heard:to-attach",
+    );
+    // The Python client's streams.
+    let out = std::process::Command::new(python())
+        .arg(repo_root().join("conformance/python/edge_streams.py"))
+        .args(["default", "tools"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{report}");
+    assert!(
+        out.status.success(),
+        "the Python client's streams failed:\n{report}"
+    );
+}
+
+/// The exec processes with `marker` in their command line, seen from this machine.
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmd).contains(marker)
+        })
+        .count()
 }
 
 #[test]
@@ -380,6 +683,8 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     .unwrap_or_default();
     assert_eq!(file, "hola");
 
+    streams_over_the_link(&c);
+
     // A crashing container shows CrashLoopBackOff, as on any node.
     c.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -475,6 +780,35 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     let crashes_before = restarts(&c, "crasher");
     let web_before = web_processes("edge-a");
     assert!(web_before >= 1, "no web process found on edge-a");
+    // An exec running when the link goes: it ends with an error, and its process ends at
+    // the edge.
+    let mut open_exec = std::process::Command::new("kubectl")
+        .args([
+            "exec",
+            "-i",
+            "tools",
+            "-c",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "cat; echo edge-exec-marker",
+        ])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exec_deadline = Instant::now() + Duration::from_secs(20);
+    while processes_with("edge-exec-marker") == 0 && Instant::now() < exec_deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        processes_with("edge-exec-marker") > 0,
+        "the exec did not start"
+    );
     a.link(false);
     let cut = Instant::now();
     c.node_condition("edge-a", "Ready", "Unknown", Duration::from_secs(90));
@@ -488,6 +822,42 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     assert!(
         taints.contains("node.kubernetes.io/unreachable"),
         "{taints}"
+    );
+    // Both ends see the link gone within the keep-alives (10 s + 10 s).
+    let exec_end = Instant::now() + Duration::from_secs(60);
+    let ended = loop {
+        if let Some(st) = open_exec.try_wait().unwrap() {
+            break Some(st);
+        }
+        if Instant::now() > exec_end {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let exec_out = if ended.is_none() {
+        let _ = open_exec.kill();
+        open_exec.wait_with_output().unwrap()
+    } else {
+        open_exec.wait_with_output().unwrap()
+    };
+    println!(
+        "the exec cut by the link loss ended after {:?}: {:?} {}",
+        cut.elapsed(),
+        exec_out.status,
+        String::from_utf8_lossy(&exec_out.stderr)
+    );
+    assert!(
+        ended.is_some_and(|s| !s.success()),
+        "the exec did not end with an error when the link went"
+    );
+    let gone_deadline = Instant::now() + Duration::from_secs(30);
+    while processes_with("edge-exec-marker") > 0 && Instant::now() < gone_deadline {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        processes_with("edge-exec-marker"),
+        0,
+        "the exec's process stayed at the edge"
     );
     c.ok(&["delete", "pod", "doomed", "--wait=false"]);
     c.kubectl_stdin(

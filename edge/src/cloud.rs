@@ -17,7 +17,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use minik8s_kubeconfig::join as kjoin;
 use minik8s_vnode::{
-    Discovered, LogOptions, NodeNotify, NodeProvider, PodLifecycleHandler, PodNotifier, PodNotify,
+    Conn, Discovered, NodeNotify, NodeProvider, PodLifecycleHandler, PodNotifier, PodNotify,
     ProviderError, Streams, VNodeInfo,
 };
 use serde_json::json;
@@ -1209,34 +1209,18 @@ impl NodeProvider for EdgeProvider {
 
 #[async_trait::async_trait]
 impl Streams for EdgeProvider {
-    async fn container_logs(
-        &self,
-        namespace: &str,
-        pod: &str,
-        container: &str,
-        opts: &LogOptions,
-    ) -> Result<String, ProviderError> {
-        let since = opts
-            .since
-            .map(|t| jiff::Timestamp::now().duration_since(t).as_secs().max(1))
-            .unwrap_or(0);
-        let r = self
+    /// A `Stream` call to the edgelet, carrying one connection to its kubelet API.
+    async fn kubelet_api(&self) -> Result<Box<dyn Conn>, ProviderError> {
+        let (tx, rx) = mpsc::channel(crate::tunnel::QUEUE);
+        let _ = tx.send(crate::tunnel::opening(self.hello())).await;
+        let call = self
             .rpc
             .clone()
-            .get_container_logs(LogsRequest {
-                hello: self.hello(),
-                namespace: namespace.into(),
-                pod: pod.into(),
-                container: container.into(),
-                tail_lines: opts.tail.map_or(-1, |t| t as i64),
-                limit_bytes: opts.limit_bytes.map_or(0, |l| l as i64),
-                timestamps: opts.timestamps,
-                previous: false,
-                since_seconds: since,
-            })
+            .stream(tokio_stream::wrappers::ReceiverStream::new(rx))
             .await
             .map_err(|s| provider_error(&self.node, s))?;
-        Ok(String::from_utf8_lossy(&r.into_inner().log).into_owned())
+        let conn = crate::tunnel::join(call.into_inner(), tx, |f| f, &self.tasks, &self.stop);
+        Ok(Box::new(conn))
     }
 }
 

@@ -12,6 +12,7 @@
 //! - [`local`]: the edgelet's in-process API for the kubelet's pod worker, served from the
 //!   store (OpenYurt's YurtHub local cache, without the apiserver behind it).
 //! - [`agent`]: the edgelet itself; [`admin`]: what `edgectl` asks of it.
+//! - [`tunnel`]: the kubelet API's streams (logs, exec, attach, port-forward) over the link.
 //! - [`cloud`]: the registry and the virtual nodes' provider.
 
 pub mod agent;
@@ -19,6 +20,7 @@ pub mod cloud;
 pub mod local;
 pub mod store;
 pub mod tls;
+pub mod tunnel;
 
 /// The generated edge protocol.
 #[allow(missing_docs, clippy::all)]
@@ -27,7 +29,7 @@ pub mod proto {
 }
 
 /// The edge protocol's version, sent in every request.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 /// The edge components' version.
 pub const VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"), "-minik8s-edge");
 /// The virtual nodes' provider name (their taint's value).

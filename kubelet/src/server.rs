@@ -3,6 +3,9 @@
 //! `/stats/summary`, Prometheus `/metrics` and `/metrics/resource`, and `/healthz`. Clients must present a certificate from the cluster CA in the
 //! `system:masters` group (the apiserver's kubelet-client identity); the serving certificate
 //! is self-signed, as upstream's kubelet makes one when none is given.
+//!
+//! The stream handlers (logs, exec, attach, port-forward) are also a [`streams`] router of
+//! their own, which the edgelet serves over the edge link with its own pods.
 
 use crate::cri::{Cri, labels};
 use crate::error::{Error, Result, io};
@@ -22,16 +25,44 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// What the handlers share.
+/// The node's pods as the stream handlers see them (the kubelet's informer, or the edgelet's
+/// store).
+pub type Pods = Arc<dyn Fn() -> Vec<Arc<Pod>> + Send + Sync>;
+
+/// What the stream handlers share.
+#[derive(Clone)]
+pub struct StreamState {
+    /// The runtime.
+    pub cri: Cri,
+    /// The node's pods.
+    pub pods: Pods,
+    /// The streams being relayed, waited for at shutdown.
+    pub tasks: tokio_util::task::TaskTracker,
+    /// Ends the relayed streams.
+    pub shutdown: CancellationToken,
+}
+
+/// What the other handlers share.
 #[derive(Clone)]
 struct Shared {
     cri: Cri,
     pods: Store<Pod>,
     node: String,
     cpu: Arc<crate::stats::NodeCpu>,
-    /// The server's connections and the streams they relay, waited for at shutdown.
-    tasks: tokio_util::task::TaskTracker,
-    shutdown: CancellationToken,
+}
+
+/// The kubelet API's stream handlers: `containerLogs` (with `follow`, and over WebSocket),
+/// `exec`, `attach` and `portForward` of the pods in `state`.
+pub fn streams(state: StreamState) -> Router {
+    Router::new()
+        .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
+        .route("/attach/{ns}/{pod}/{container}", get(attach).post(attach))
+        .route(
+            "/portForward/{ns}/{pod}",
+            get(port_forward).post(port_forward),
+        )
+        .with_state(state)
 }
 
 /// The group a client certificate must carry.
@@ -56,27 +87,25 @@ pub async fn bind(
         .map_err(io(format!("{listen}")))?;
     let addr = listener.local_addr().map_err(io(format!("{listen}")))?;
     let conns = tokio_util::task::TaskTracker::new();
+    let informer = pods.clone();
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
-        .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
-        .route("/exec/{ns}/{pod}/{container}", get(exec).post(exec))
-        .route("/attach/{ns}/{pod}/{container}", get(attach).post(attach))
-        .route(
-            "/portForward/{ns}/{pod}",
-            get(port_forward).post(port_forward),
-        )
         .route("/stats/summary", get(summary))
         .route("/pods", get(node_pods))
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource_metrics))
         .with_state(Shared {
-            cri,
+            cri: cri.clone(),
             pods,
             node: node.to_owned(),
             cpu: Arc::new(crate::stats::NodeCpu::default()),
+        })
+        .merge(streams(StreamState {
+            cri,
+            pods: Arc::new(move || informer.state()),
             tasks: conns.clone(),
             shutdown: shutdown.clone(),
-        });
+        }));
     let serve = async move {
         minik8s_metrics::serving::serve_tls(
             listener,
@@ -140,16 +169,15 @@ async fn node_pods(State(s): State<Shared>) -> Response {
 }
 
 /// The pod `ns/name` if it is on this node.
-fn pod_of(s: &Shared, ns: &str, name: &str) -> Option<std::sync::Arc<Pod>> {
-    s.pods
-        .state()
+fn pod_of(s: &StreamState, ns: &str, name: &str) -> Option<std::sync::Arc<Pod>> {
+    (s.pods)()
         .into_iter()
         .find(|p| p.namespace().as_deref() == Some(ns) && p.name_any() == name)
 }
 
 /// The pod's containers named `container`, newest first.
 async fn containers_of(
-    s: &Shared,
+    s: &StreamState,
     pod: &Pod,
     container: &str,
 ) -> Result<Vec<crate::cri::Container>, Response> {
@@ -170,7 +198,7 @@ async fn containers_of(
 }
 
 /// The id of the pod's newest container named `container`.
-async fn container_id(s: &Shared, pod: &Pod, container: &str) -> Result<String, Response> {
+async fn container_id(s: &StreamState, pod: &Pod, container: &str) -> Result<String, Response> {
     containers_of(s, pod, container)
         .await?
         .first()
@@ -190,7 +218,7 @@ fn flag(q: &[(String, String)], key: &str) -> bool {
 
 /// `exec`: runs `command` in the container over an upgraded connection.
 async fn exec(
-    state: State<Shared>,
+    state: State<StreamState>,
     path: Path<(String, String, String)>,
     query: Query<Vec<(String, String)>>,
     req: axum::http::Request<Body>,
@@ -200,7 +228,7 @@ async fn exec(
 
 /// `attach`: the container's main process's streams over an upgraded connection.
 async fn attach(
-    state: State<Shared>,
+    state: State<StreamState>,
     path: Path<(String, String, String)>,
     query: Query<Vec<(String, String)>>,
     req: axum::http::Request<Body>,
@@ -211,7 +239,7 @@ async fn attach(
 /// Exec (`exec` true: `command` from the query) or attach, relayed to the runtime.
 async fn container_stream(
     exec: bool,
-    State(s): State<Shared>,
+    State(s): State<StreamState>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<Vec<(String, String)>>,
     req: axum::http::Request<Body>,
@@ -278,7 +306,7 @@ async fn container_stream(
 
 /// `portForward`: streams to ports of the pod's network namespace (SPDY).
 async fn port_forward(
-    State(s): State<Shared>,
+    State(s): State<StreamState>,
     Path((ns, name)): Path<(String, String)>,
     Query(q): Query<Vec<(String, String)>>,
     req: axum::http::Request<Body>,
@@ -326,7 +354,7 @@ fn status(code: StatusCode, message: String) -> Response {
 
 /// `GET /containerLogs/{ns}/{pod}/{container}?follow&tailLines&timestamps&previous&sinceSeconds&sinceTime&limitBytes`
 async fn container_logs(
-    State(s): State<Shared>,
+    State(s): State<StreamState>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
     req: axum::extract::Request,

@@ -93,10 +93,22 @@ async fn relay(
         Ok(r) => r,
         Err(e) => return bad_gateway(e.to_string()),
     };
-    let mut resp = match sender.send_request(req).await {
+    let resp = match sender.send_request(req).await {
         Ok(r) => r,
         Err(e) => return bad_gateway(e.to_string()),
     };
+    answer(resp, upgrade, tasks, shutdown)
+}
+
+/// Answers the client with `resp`, the server's answer; when it switched protocols, the
+/// client's upgraded connection (`upgrade`) and the server's are joined (on `tasks`, until
+/// `shutdown`).
+fn answer(
+    mut resp: hyper::Response<hyper::body::Incoming>,
+    upgrade: hyper::upgrade::OnUpgrade,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Response {
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
         let (parts, body) = resp.into_parts();
         return Response::from_parts(parts, Body::new(body));
@@ -105,22 +117,66 @@ async fn relay(
     for (name, value) in resp.headers() {
         answer = answer.header(name, value);
     }
-    let runtime_side = hyper::upgrade::on(&mut resp);
+    let server_side = hyper::upgrade::on(&mut resp);
     let stop = shutdown.clone();
     minik8s_task::spawn_on(tasks, "stream-relay", async move {
-        let (Ok(client), Ok(runtime)) = (upgrade.await, runtime_side.await) else {
+        let (Ok(client), Ok(server)) = (upgrade.await, server_side.await) else {
             return;
         };
         let mut client = hyper_util::rt::TokioIo::new(client);
-        let mut runtime = hyper_util::rt::TokioIo::new(runtime);
+        let mut server = hyper_util::rt::TokioIo::new(server);
         tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut client, &mut runtime) => {}
+            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
             _ = stop.cancelled() => {}
         }
     });
     answer
         .body(Body::empty())
         .unwrap_or_else(|e| bad_gateway(e.to_string()))
+}
+
+/// Forwards a kubelet API request (`req`: logs, exec, attach, port-forward; upgrades
+/// included) over `io`, a connection to another kubelet API server (a virtual node's end of
+/// a tunnel to its edge), and answers with that server's answer. The forwarded connection
+/// and any upgraded stream run on `tasks` until `shutdown`.
+pub async fn forward<I>(
+    io: I,
+    mut req: Request<Body>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Response
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, conn) =
+        match hyper::client::conn::http1::handshake::<_, Body>(hyper_util::rt::TokioIo::new(io))
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return bad_gateway(e.to_string()),
+        };
+    let stop = shutdown.clone();
+    minik8s_task::spawn_on(tasks, "forwarded-connection", async move {
+        tokio::select! {
+            _ = conn.with_upgrades() => {}
+            _ = stop.cancelled() => {}
+        }
+    });
+    let upgrade = hyper::upgrade::on(&mut req);
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = Request::builder().method(parts.method).uri(path);
+    for (name, value) in &parts.headers {
+        out = out.header(name, value);
+    }
+    let out = match out.body(body) {
+        Ok(r) => r,
+        Err(e) => return bad_gateway(e.to_string()),
+    };
+    match sender.send_request(out).await {
+        Ok(resp) => answer(resp, upgrade, tasks, shutdown),
+        Err(e) => bad_gateway(e.to_string()),
+    }
 }
 
 /// kubectl's port-forward over WebSocket: SPDY carried in binary messages.

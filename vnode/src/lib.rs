@@ -28,8 +28,8 @@ pub mod provider;
 pub mod server;
 
 pub use provider::{
-    Discovered, LogOptions, NodeNotify, NodeProvider, PodLifecycleHandler, PodNotifier, PodNotify,
-    Provider, ProviderError, Streams, VNodeInfo,
+    Conn, Discovered, LogOptions, NodeNotify, NodeProvider, PodLifecycleHandler, PodNotifier,
+    PodNotify, Provider, ProviderError, Streams, VNodeInfo,
 };
 
 use futures::StreamExt;

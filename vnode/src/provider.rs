@@ -128,6 +128,10 @@ pub trait NodeProvider: Send + Sync {
 /// What a `containerLogs` request asks for (the kubelet's options).
 pub type LogOptions = minik8s_kubelet::logs::Options;
 
+/// A byte stream to a kubelet API server (HTTP/1.1 runs over it).
+pub trait Conn: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> Conn for T {}
+
 /// The kubelet endpoint's streams (virtual-kubelet's `api.ContainerLogsHandlerFunc` and
 /// `ContainerExecHandlerFunc`); a provider without them answers `NotSupported`.
 #[async_trait]
@@ -139,7 +143,19 @@ pub trait Streams: Send + Sync {
         pod: &str,
         container: &str,
         opts: &LogOptions,
-    ) -> Result<String, ProviderError>;
+    ) -> Result<String, ProviderError> {
+        let _ = (namespace, pod, container, opts);
+        Err(ProviderError::NotSupported("container logs".into()))
+    }
+
+    /// A connection to the node's own kubelet API, which serves `containerLogs` (`follow`
+    /// included), `exec`, `attach` and `portForward` itself (an edge node's, over its link):
+    /// the endpoint forwards those requests as they are. Opened per request.
+    async fn kubelet_api(&self) -> Result<Box<dyn Conn>, ProviderError> {
+        Err(ProviderError::NotSupported(
+            "exec, attach and port-forward".into(),
+        ))
+    }
 }
 
 /// Everything a virtual node's provider implements.

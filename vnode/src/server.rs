@@ -1,11 +1,12 @@
 //! The kubelet endpoint of every node this process serves, on one port: `containerLogs`
-//! (what `kubectl logs` reaches through the apiserver), `/pods`, `/metrics` and `/healthz`,
+//! (what `kubectl logs` reaches through the apiserver), `exec`, `attach` and `portForward`
+//! (forwarded to a provider's own kubelet API), `/pods`, `/metrics` and `/healthz`,
 //! with the kubelet's TLS (a self-signed serving certificate, client certificates from the
 //! cluster CA in `system:masters`) from the shared serving code.
 
 use crate::{Error, ProviderError, Shared};
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -34,6 +35,9 @@ pub(crate) async fn bind(
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/containerLogs/{ns}/{pod}/{container}", get(container_logs))
+        .route("/exec/{ns}/{pod}/{container}", get(stream).post(stream))
+        .route("/attach/{ns}/{pod}/{container}", get(stream).post(stream))
+        .route("/portForward/{ns}/{pod}", get(stream).post(stream))
         .route("/pods", get(pods))
         .route("/metrics", get(metrics))
         .with_state(shared);
@@ -51,25 +55,67 @@ fn status(code: StatusCode, message: String) -> Response {
     (code, [("content-type", "text/plain")], message).into_response()
 }
 
-/// `GET /containerLogs/{ns}/{pod}/{container}`: from the provider of the pod's node.
+/// The node serving pod `ns/name`.
+fn serving(s: &Shared, ns: &str, name: &str) -> Option<Arc<crate::Served>> {
+    let pod = s
+        .pods
+        .get(&kube::runtime::reflector::ObjectRef::new(name).within(ns));
+    pod.as_ref()
+        .and_then(|p| p.spec.as_ref()?.node_name.clone())
+        .and_then(|n| s.served(&n))
+}
+
+/// The kubelet's 404 for a pod not here.
+fn not_served(ns: &str, name: &str) -> Response {
+    status(
+        StatusCode::NOT_FOUND,
+        format!("pod {ns}/{name} is not on a node this process serves"),
+    )
+}
+
+/// Forwards a stream request to the kubelet API of the pod's node; 501 when its provider
+/// has none.
+async fn forward(s: &Shared, served: &crate::Served, req: Request) -> Response {
+    match served.provider.kubelet_api().await {
+        Ok(conn) => minik8s_kubelet::stream::forward(conn, req, &s.tasks, &s.shutdown).await,
+        Err(ProviderError::NotSupported(m)) => status(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("not supported by this node's provider: {m}"),
+        ),
+        Err(ProviderError::NotFound(m)) => status(StatusCode::NOT_FOUND, m),
+        Err(e) => status(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `exec`, `attach` and `portForward` (`/{verb}/{ns}/{pod}[/{container}]`): forwarded to the
+/// kubelet API of the pod's node.
+async fn stream(State(s): State<Arc<Shared>>, req: Request) -> Response {
+    let mut path = req.uri().path().split('/').skip(2);
+    let (ns, name) = (
+        path.next().unwrap_or_default().to_owned(),
+        path.next().unwrap_or_default().to_owned(),
+    );
+    match serving(&s, &ns, &name) {
+        Some(served) => forward(&s, &served, req).await,
+        None => not_served(&ns, &name),
+    }
+}
+
+/// `GET /containerLogs/{ns}/{pod}/{container}`: from the kubelet API of the pod's node, or
+/// its provider's logs.
 async fn container_logs(
     State(s): State<Arc<Shared>>,
     Path((ns, name, container)): Path<(String, String, String)>,
     Query(q): Query<HashMap<String, String>>,
+    req: Request,
 ) -> Response {
-    let pod = s
-        .pods
-        .get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns));
-    let served = pod
-        .as_ref()
-        .and_then(|p| p.spec.as_ref()?.node_name.clone())
-        .and_then(|n| s.served(&n));
-    let Some(served) = served else {
-        return status(
-            StatusCode::NOT_FOUND,
-            format!("pod {ns}/{name} is not on a node this process serves"),
-        );
+    let Some(served) = serving(&s, &ns, &name) else {
+        return not_served(&ns, &name);
     };
+    let forwarded = forward(&s, &served, req).await;
+    if forwarded.status() != StatusCode::NOT_IMPLEMENTED {
+        return forwarded;
+    }
     let opts = minik8s_kubelet::logs::Options::from_query(&q);
     match served
         .provider

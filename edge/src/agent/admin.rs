@@ -153,38 +153,41 @@ impl Edgelet for EdgeletService {
         Ok(Response::new(PodsReply { pods }))
     }
 
-    async fn get_container_logs(&self, req: Request<LogsRequest>) -> Reply<LogsReply> {
-        self.admit(&req, req.get_ref().hello.as_ref())?;
-        let r = req.into_inner();
-        let Some(pod) = self.0.store.pod(&r.namespace, &r.pod) else {
-            return Err(Status::not_found(format!(
-                "pod {}/{} is not on this edge",
-                r.namespace, r.pod
-            )));
-        };
-        let opts = minik8s_kubelet::logs::Options {
-            tail: (r.tail_lines >= 0).then_some(r.tail_lines as usize),
-            timestamps: r.timestamps,
-            since: (r.since_seconds > 0)
-                .then(|| jiff::Timestamp::now() - jiff::SignedDuration::from_secs(r.since_seconds)),
-            limit_bytes: (r.limit_bytes > 0).then_some(r.limit_bytes as usize),
-        };
-        match minik8s_kubelet::logs::read(
-            &self.0.cri,
-            &pod.uid().unwrap_or_default(),
-            &r.pod,
-            &r.container,
-            r.previous,
-            &opts,
-        )
-        .await
-        {
-            Ok(log) => Ok(Response::new(LogsReply {
-                log: log.into_bytes(),
-            })),
-            Err(minik8s_kubelet::logs::ReadError::NotFound(m)) => Err(Status::not_found(m)),
-            Err(e) => Err(internal(e)),
-        }
+    type StreamStream = tokio_stream::wrappers::ReceiverStream<Result<StreamFrame, Status>>;
+
+    /// One kubelet API connection from the cloud: served by the kubelet's stream handlers
+    /// over this edge's pods and runtime.
+    async fn stream(
+        &self,
+        mut req: Request<tonic::Streaming<StreamFrame>>,
+    ) -> Reply<Self::StreamStream> {
+        let first =
+            req.get_mut().message().await?.ok_or_else(|| {
+                Status::invalid_argument("the stream ended before its first frame")
+            })?;
+        self.admit(&req, first.hello.as_ref())?;
+        let agent = &self.0;
+        let (tx, rx) = tokio::sync::mpsc::channel(crate::tunnel::QUEUE);
+        let conn = crate::tunnel::join(req.into_inner(), tx, Ok, &agent.tasks, &agent.shutdown);
+        let api = agent.kubelet_api.clone();
+        let stop = agent.shutdown.clone();
+        minik8s_task::spawn_on(&agent.tasks.clone(), "edgelet-kubelet-api", async move {
+            let service = hyper_util::service::TowerToHyperService::new(api);
+            // The cloud may end its half first (a request sent whole); the answer still goes.
+            let served = hyper::server::conn::http1::Builder::new()
+                .half_close(true)
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), service)
+                .with_upgrades();
+            tokio::select! {
+                r = served => if let Err(e) = r {
+                    tracing::debug!(error = %e, "kubelet API connection ended");
+                },
+                _ = stop.cancelled() => {}
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
     }
 
     async fn describe_node_status(

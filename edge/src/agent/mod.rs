@@ -131,6 +131,9 @@ pub struct Agent {
     pub cri: Cri,
     /// The kubelet's pod worker.
     pub worker: Arc<Worker>,
+    /// The kubelet API's stream handlers over this edge's pods, served to the cloud's
+    /// `Stream` calls.
+    pub kubelet_api: axum::Router,
     /// The machine's facts.
     pub facts: minik8s_kubelet::node::Facts,
     /// When the cloud last called.
@@ -271,12 +274,20 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<Option<Path
         facts.ip.clone(),
     ));
     let tasks = TaskTracker::new();
+    let pods = store.clone();
+    let kubelet_api = minik8s_kubelet::server::streams(minik8s_kubelet::server::StreamState {
+        cri: cri.clone(),
+        pods: Arc::new(move || pods.pods().into_iter().map(Arc::new).collect()),
+        tasks: tasks.clone(),
+        shutdown: shutdown.clone(),
+    });
     let agent = Arc::new(Agent {
         cfg: cfg.clone(),
         node: node.clone(),
         store: store.clone(),
         cri,
         worker,
+        kubelet_api,
         facts,
         last_contact: Mutex::new(None),
         cloud: Mutex::new(None),
