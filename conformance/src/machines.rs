@@ -570,9 +570,12 @@ impl Machine {
     fn new(name: &str, index: u8, dir: &Path) -> Self {
         let netns = format!("mk8s-{name}");
         let ip = format!("10.250.0.{index}");
-        run("ip", &["netns", "del", &netns]);
-        assert!(run("ip", &["netns", "add", &netns]), "ip netns add {netns}");
         let host_end = format!("mk8sv-{name}");
+        // A namespace of an earlier run may outlive its deletion for a moment (its last
+        // processes exiting), and with it its veth: deleting the host end removes both ends.
+        run("ip", &["netns", "del", &netns]);
+        run("ip", &["link", "del", &host_end]);
+        assert!(run("ip", &["netns", "add", &netns]), "ip netns add {netns}");
         assert!(
             run(
                 "ip",

@@ -268,7 +268,7 @@ fn bad_input_gets_error_replies(c: &InitCluster) {
 const TOOLS: &str = r#"
 apiVersion: v1
 kind: Pod
-metadata: {name: tools}
+metadata: {name: tools, labels: {app: tools}}
 spec:
   terminationGracePeriodSeconds: 1
   nodeSelector: {kubernetes.io/hostname: edge-a}
@@ -529,6 +529,72 @@ fn streams_over_the_link(c: &InitCluster) {
     );
 }
 
+/// A Service of the tools pod's httpd, and a pod on the same edge calling it by name every
+/// second (its log says what each call got).
+const CALLER: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: tools-web}
+spec:
+  selector: {app: tools}
+  ports: [{port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: caller}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: edge-a}
+  tolerations: [{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}]
+  containers:
+  - name: main
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while true; do echo \"call: $(wget -q -T 2 -O - http://tools-web.default.svc.cluster.local/ 2>&1)\"; sleep 1; done"]
+"#;
+
+/// A Service whose endpoint is on edge-a, called by name from a pod there, its variables set.
+fn services_at_the_edge(c: &InitCluster) {
+    c.kubectl_stdin(&["apply", "-f", "-"], CALLER);
+    c.eventually(
+        Duration::from_secs(90),
+        &["get", "pod", "caller", "-o", "jsonpath={.status.phase}"],
+        |p| p == "Running",
+    );
+    let ip = c.ok(&[
+        "get",
+        "service",
+        "tools-web",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    let env = c.ok(&["exec", "caller", "--", "env"]);
+    for want in [
+        format!("TOOLS_WEB_SERVICE_HOST={ip}"),
+        "TOOLS_WEB_SERVICE_PORT=80".to_owned(),
+        format!("TOOLS_WEB_PORT=tcp://{ip}:80"),
+    ] {
+        assert!(
+            env.contains(&want),
+            "{want} missing from the caller's env:\n{env}"
+        );
+    }
+    c.eventually(
+        Duration::from_secs(60),
+        &["logs", "caller", "--tail", "1"],
+        |l| l.trim() == "call: edge-web",
+    );
+    // The name resolves at the edge's own DNS, the machine's names too.
+    // (busybox's nslookup also tries the other search domains and fails on those.)
+    let looked = c
+        .kubectl(&["exec", "caller", "--", "nslookup", "tools-web"])
+        .stdout;
+    assert!(
+        looked.contains("tools-web.default.svc.cluster.local") && looked.contains(&ip),
+        "{looked}"
+    );
+}
+
 /// The exec processes with `marker` in their command line, seen from this machine.
 fn processes_with(marker: &str) -> usize {
     std::fs::read_dir("/proc")
@@ -684,6 +750,7 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     assert_eq!(file, "hola");
 
     streams_over_the_link(&c);
+    services_at_the_edge(&c);
 
     // A crashing container shows CrashLoopBackOff, as on any node.
     c.kubectl_stdin(
@@ -811,6 +878,7 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     );
     a.link(false);
     let cut = Instant::now();
+    let outage_start = jiff::Timestamp::now();
     c.node_condition("edge-a", "Ready", "Unknown", Duration::from_secs(90));
     let taints = c.ok(&[
         "get",
@@ -864,9 +932,11 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
         &["apply", "-f", "-"],
         &pinned("late", "edge-a", "while true; do sleep 1; done"),
     );
+    let killed = jiff::Timestamp::now();
     a.kill9();
     std::thread::sleep(Duration::from_secs(2));
     a.restart();
+    let restarted = jiff::Timestamp::now();
     // The edge goes on alone: its pods run and the crashing container is restarted there.
     let status = c.dir().join("edge-a/edge/store/pods");
     let edge_status = a.edgectl(&["status"]);
@@ -885,6 +955,7 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
         "a web container stopped during the outage"
     );
     assert!(status.exists());
+    let outage_end = jiff::Timestamp::now();
     let reconnect = Instant::now();
     a.link(true);
     c.eventually(
@@ -896,6 +967,49 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
     println!("the pod deleted during the outage was gone {gone_after:?} after reconnect");
     assert!(gone_after <= Duration::from_secs(5), "took {gone_after:?}");
     c.node_condition("edge-a", "Ready", "True", Duration::from_secs(60));
+    // While the link was down, the caller kept reaching the Service by name (its endpoint on
+    // the same edge), but for the seconds the edgelet (and with it the edge's DNS server) was
+    // down: every call logged between the cut and the kill, and from 10 s after the restart
+    // to the link's return, answered.
+    let calls = c.ok(&[
+        "logs",
+        "caller",
+        "--timestamps",
+        "--since-time",
+        &outage_start.to_string(),
+    ]);
+    let settled = restarted + jiff::SignedDuration::from_secs(10);
+    let during: Vec<&str> = calls
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+                .is_some_and(|t| {
+                    (t > outage_start && t < killed) || (t > settled && t < outage_end)
+                })
+        })
+        .collect();
+    let rules: Vec<String> = a
+        .log()
+        .lines()
+        .filter(|l| l.contains("Service rules") || l.contains("edge DNS"))
+        .map(str::to_owned)
+        .collect();
+    println!(
+        "{} calls by name during the outage; edge-a's rules and DNS:\n{}",
+        during.len(),
+        rules.join("\n")
+    );
+    assert!(
+        during.len() >= 20,
+        "too few calls logged during the outage:\n{calls}"
+    );
+    assert!(
+        during.iter().all(|l| l.ends_with("call: edge-web")),
+        "calls failed during the outage:\n{}",
+        during.join("\n")
+    );
     c.eventually(
         Duration::from_secs(60),
         &["get", "pod", "late", "-o", "jsonpath={.status.phase}"],

@@ -9,8 +9,9 @@ use crate::proto::*;
 use crate::{ADDRESS_ANNOTATION, AUTONOMY_ANNOTATION, PROVIDER, ROLE_LABEL, check_hello, hello};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Event, Node, NodeCondition, NodeStatus, Pod, PodStatus, Secret,
+    ConfigMap, Event, Node, NodeCondition, NodeStatus, Pod, PodStatus, Secret, Service,
 };
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
@@ -93,7 +94,8 @@ pub fn rbac() -> (serde_json::Value, serde_json::Value) {
         {"apiGroups": [""], "resources": ["nodes"], "verbs": manage},
         {"apiGroups": [""], "resources": ["nodes/status", "pods/status"], "verbs": ["get", "patch", "update"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
-        {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["configmaps", "secrets", "services"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": manage},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "get", "patch", "update"]},
@@ -619,6 +621,8 @@ impl EdgeProvider {
     /// Hands the pod to the edge (created, or updated), its volumes' data first.
     async fn give(&self, pod: &Pod, create: bool) -> Result<(), ProviderError> {
         self.ship_volumes(pod).await?;
+        self.ship_services(&pod.namespace().unwrap_or_default())
+            .await?;
         let req = PodRequest {
             hello: self.hello(),
             pod: serde_json::to_vec(pod).unwrap_or_default(),
@@ -719,6 +723,65 @@ impl EdgeProvider {
         Ok(())
     }
 
+    /// Ships the Services and EndpointSlices of namespace `ns` (the names, rules and service
+    /// variables of the edge's pods there) when they changed, and removes at the edge those
+    /// the cloud no longer has.
+    async fn ship_services(&self, ns: &str) -> Result<(), ProviderError> {
+        let failed = |what: &str, e: kube::Error| {
+            ProviderError::Failed(format!("listing the {what} of namespace {ns}: {e}"))
+        };
+        let lp = kube::api::ListParams::default();
+        let services = Api::<Service>::namespaced(self.kube.clone(), ns)
+            .list(&lp)
+            .await
+            .map_err(|e| failed("services", e))?;
+        let slices = Api::<EndpointSlice>::namespaced(self.kube.clone(), ns)
+            .list(&lp)
+            .await
+            .map_err(|e| failed("endpointslices", e))?;
+        let mut present = std::collections::HashSet::new();
+        for svc in &services.items {
+            present.insert(("services", svc.name_any()));
+            self.ship("services", ns, &svc.name_any(), svc).await?;
+        }
+        for slice in &slices.items {
+            present.insert(("endpointslices", slice.name_any()));
+            self.ship("endpointslices", ns, &slice.name_any(), slice)
+                .await?;
+        }
+        let gone: Vec<(String, String)> = self
+            .shipped
+            .lock()
+            .expect("shipped")
+            .keys()
+            .filter(|(kind, n, name)| {
+                n == ns
+                    && matches!(kind.as_str(), "services" | "endpointslices")
+                    && !present.contains(&(kind.as_str(), name.clone()))
+            })
+            .map(|(kind, _, name)| (kind.clone(), name.clone()))
+            .collect();
+        for (kind, name) in gone {
+            self.rpc
+                .clone()
+                .create_volume(VolumeRequest {
+                    hello: self.hello(),
+                    kind: kind.clone(),
+                    namespace: ns.into(),
+                    name: name.clone(),
+                    object: Vec::new(),
+                    seq: 0,
+                })
+                .await
+                .map_err(|s| provider_error(&self.node, s))?;
+            self.shipped
+                .lock()
+                .expect("shipped")
+                .remove(&(kind, ns.to_owned(), name));
+        }
+        Ok(())
+    }
+
     async fn ship<K: serde::Serialize + kube::Resource>(
         &self,
         kind: &str,
@@ -733,10 +796,13 @@ impl EdgeProvider {
         }
         let mut value =
             serde_json::to_value(obj).map_err(|e| ProviderError::Failed(e.to_string()))?;
-        // Only what a volume or variable needs.
+        // Only what a volume, a variable or a rule needs (a slice's Service is a label).
         if let Some(meta) = value["metadata"].as_object_mut() {
             meta.retain(|k, _| {
-                matches!(k.as_str(), "name" | "namespace" | "uid" | "resourceVersion")
+                matches!(
+                    k.as_str(),
+                    "name" | "namespace" | "uid" | "resourceVersion" | "labels"
+                )
             });
         }
         self.send_volume(kind, ns, name, &value, rv.parse().unwrap_or(0))
@@ -951,9 +1017,16 @@ impl EdgeProvider {
             .values()
             .cloned()
             .collect();
+        let mut namespaces = std::collections::BTreeSet::new();
         for pod in pods {
             if let Err(e) = self.ship_volumes(&pod).await {
                 tracing::debug!(node = %self.node, error = %e, "refreshing the edge's volumes");
+            }
+            namespaces.insert(pod.namespace().unwrap_or_default());
+        }
+        for ns in namespaces {
+            if let Err(e) = self.ship_services(&ns).await {
+                tracing::debug!(node = %self.node, error = %e, "refreshing the edge's services");
             }
         }
     }

@@ -3,7 +3,8 @@
 //! kubelet behind OpenYurt's YurtHub reads its cache. It answers exactly what the worker asks:
 //!
 //! - ConfigMaps and Secrets the cloud shipped for the edge's pods (`GET`);
-//! - Services (`GET` list): none, so no service environment variables at the edge;
+//! - Services (`GET` list): those the cloud shipped for the namespace, for the service
+//!   environment variables;
 //! - service-account tokens (`POST …/token`): the token the cloud requested for the pod;
 //! - the pod's status (`PATCH …/status`) and the end of its deletion (`DELETE`), which go to
 //!   the store and from there to the cloud;
@@ -83,9 +84,10 @@ async fn handle(store: &Store, req: http::Request<kube::client::Body>) -> Respon
                 not_found(format!("{k} \"{name}\""))
             }
         },
-        ("GET", ["api", "v1", "namespaces", _, "services"]) => answer(
+        ("GET", ["api", "v1", "namespaces", ns, "services"]) => answer(
             200,
-            &json!({"kind": "ServiceList", "apiVersion": "v1", "metadata": {}, "items": []}),
+            &json!({"kind": "ServiceList", "apiVersion": "v1", "metadata": {},
+                    "items": store.objects("services", Some(ns))}),
         ),
         (
             "POST",

@@ -145,6 +145,8 @@ pub struct Store {
     changed: tokio::sync::watch::Sender<u64>,
     /// A pod's spec or deletion changed (its uid), for the pod runner.
     pub pod_changed: tokio::sync::broadcast::Sender<String>,
+    /// A Service or EndpointSlice the cloud shipped changed (the edge's rules and names).
+    pub services_changed: tokio::sync::watch::Sender<u64>,
     /// When this store was opened (ns since the epoch): the change sequence's identity.
     pub boot: i64,
 }
@@ -194,6 +196,7 @@ impl Store {
             inner: Mutex::new(inner),
             changed: tokio::sync::watch::Sender::new(seq),
             pod_changed: tokio::sync::broadcast::channel(1024).0,
+            services_changed: tokio::sync::watch::Sender::new(0),
             boot: jiff::Timestamp::now().as_nanosecond() as i64,
         })
     }
@@ -546,9 +549,10 @@ impl Store {
         self.changed.subscribe()
     }
 
-    /// Writes a volume's object (a ConfigMap, a Secret, a token) as the cloud sent it, with
-    /// its data as files in the tree `volumes/<kind>/<namespace>/<name>/<key>`. A change at or
-    /// below the stored one (`seq`) changes nothing: `Ok(false)`.
+    /// Writes an object the cloud shipped as it sent it: for volumes a ConfigMap, a Secret or
+    /// a token, with its data as files in the tree `volumes/<kind>/<namespace>/<name>/<key>`;
+    /// for names and Service rules a Service or an EndpointSlice. A change at or below the
+    /// stored one (`seq`) changes nothing: `Ok(false)`.
     pub fn put_volume(
         &self,
         kind: &str,
@@ -557,18 +561,7 @@ impl Store {
         object: Value,
         seq: u64,
     ) -> Result<bool, StoreError> {
-        for part in [kind, namespace, name] {
-            if part.is_empty() || part.contains('/') || part.starts_with('.') {
-                return Err(StoreError::Invalid(format!(
-                    "invalid volume name part {part:?}"
-                )));
-            }
-        }
-        if !matches!(kind, "configmaps" | "secrets" | "tokens") {
-            return Err(StoreError::Invalid(format!(
-                "unknown volume kind {kind:?} (configmaps, secrets, tokens)"
-            )));
-        }
+        check_object_key(kind, namespace, name)?;
         let base = self.dir.join("volumes").join(kind).join(namespace);
         let json = base.join(format!("{name}.json"));
         if let Ok(old) = std::fs::read(&json)
@@ -625,7 +618,60 @@ impl Store {
         }
         let wrapped = serde_json::json!({"seq": seq, "object": object});
         write_atomic(&json, &serde_json::to_vec(&wrapped).unwrap_or_default())?;
+        if SERVICE_KINDS.contains(&kind) {
+            self.services_changed.send_modify(|n| *n += 1);
+        }
         Ok(true)
+    }
+
+    /// Removes a shipped object the cloud no longer has (and its files); `Ok(false)` when
+    /// there was none.
+    pub fn remove_volume(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<bool, StoreError> {
+        check_object_key(kind, namespace, name)?;
+        let base = self.dir.join("volumes").join(kind).join(namespace);
+        let json = base.join(format!("{name}.json"));
+        let existed = json.exists();
+        let _ = std::fs::remove_file(&json);
+        let _ = std::fs::remove_dir_all(base.join(name));
+        if existed && SERVICE_KINDS.contains(&kind) {
+            self.services_changed.send_modify(|n| *n += 1);
+        }
+        Ok(existed)
+    }
+
+    /// Every shipped object of `kind` (in `namespace`, or all), as last written.
+    pub fn objects(&self, kind: &str, namespace: Option<&str>) -> Vec<Value> {
+        let root = self.dir.join("volumes").join(kind);
+        let namespaces: Vec<PathBuf> = match namespace {
+            Some(ns) if !ns.contains('/') && !ns.starts_with('.') => vec![root.join(ns)],
+            Some(_) => Vec::new(),
+            None => std::fs::read_dir(&root)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for dir in namespaces {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.extension().and_then(|x| x.to_str()) != Some("json") {
+                    continue;
+                }
+                if let Ok(bytes) = std::fs::read(&p)
+                    && let Ok(v) = serde_json::from_slice::<Value>(&bytes)
+                {
+                    out.push(v["object"].clone());
+                }
+            }
+        }
+        out
     }
 
     /// A volume's object as last written.
@@ -646,6 +692,34 @@ impl Store {
         let v: Value = serde_json::from_slice(&text).ok()?;
         Some(v["object"].clone())
     }
+}
+
+/// The kinds the cloud ships: volumes' and Services'.
+pub const KINDS: [&str; 5] = [
+    "configmaps",
+    "secrets",
+    "tokens",
+    "services",
+    "endpointslices",
+];
+/// The kinds behind the edge's Service rules and names.
+const SERVICE_KINDS: [&str; 2] = ["services", "endpointslices"];
+
+fn check_object_key(kind: &str, namespace: &str, name: &str) -> Result<(), StoreError> {
+    for part in [kind, namespace, name] {
+        if part.is_empty() || part.contains('/') || part.starts_with('.') {
+            return Err(StoreError::Invalid(format!(
+                "invalid object name part {part:?}"
+            )));
+        }
+    }
+    if !KINDS.contains(&kind) {
+        return Err(StoreError::Invalid(format!(
+            "unknown kind {kind:?} ({})",
+            KINDS.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `pod` is `namespace/name` (with this uid, when one is given: a pod replaced under

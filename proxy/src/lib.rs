@@ -91,15 +91,14 @@ impl Config {
     }
 }
 
-/// The model from the informers' stores.
+/// The model from the Services and EndpointSlices (the informers' stores, or an edge's).
 pub fn service_ports(
-    services: &Store<Service>,
-    slices: &Store<EndpointSlice>,
+    services: &[Arc<Service>],
+    slices: &[Arc<EndpointSlice>],
     node: &str,
 ) -> Vec<ServicePort> {
-    let slices = slices.state();
     let mut out = Vec::new();
-    for svc in services.state() {
+    for svc in services {
         let Some(spec) = svc.spec.as_ref() else {
             continue;
         };
@@ -293,7 +292,7 @@ async fn run_rules(client: Client, cfg: &Config, shutdown: CancellationToken) ->
         let _ = slices.wait_until_ready().await;
         let mut last = String::new();
         loop {
-            let ports = service_ports(&services, &slices, &cfg.node_name);
+            let ports = service_ports(&services.state(), &slices.state(), &cfg.node_name);
             match sync(cfg, &ports, &last).await {
                 Ok(loaded) => last = loaded,
                 Err(e) => {

@@ -1,5 +1,6 @@
-//! `edge-bench`: an edge node next to a normal node (idle RSS, link bytes, pod start) and the
-//! reconcile after an outage; prints one JSON object. Run as root (it starts machines); the
+//! `edge-bench`: an edge node next to a normal node (idle RSS, link bytes, pod start, exec
+//! round trip and port-forward throughput) and the reconcile after an outage (none with
+//! `--changed 0`); prints one JSON object. Run as root (it starts machines); the
 //! `minik8s`, `edgelet` and `edgectl` binaries beside it are used.
 
 use clap::Parser;
@@ -16,6 +17,12 @@ struct Args {
     /// Pods changed in the cloud during the outage (half deleted, half created).
     #[arg(long, default_value_t = 100)]
     changed: usize,
+    /// Exec round trips timed on each node.
+    #[arg(long, default_value_t = 50)]
+    execs: usize,
+    /// MiB read through each node's port-forward (three times).
+    #[arg(long, default_value_t = 64)]
+    forward_mib: usize,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -24,6 +31,8 @@ fn main() -> anyhow::Result<()> {
         pods: a.pods,
         outage: std::time::Duration::from_secs(a.outage),
         changed: a.changed,
+        execs: a.execs,
+        forward_mib: a.forward_mib,
     })?;
     println!("{}", serde_json::to_string_pretty(&figures)?);
     Ok(())

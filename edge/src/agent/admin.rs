@@ -203,13 +203,16 @@ impl Edgelet for EdgeletService {
     async fn create_volume(&self, req: Request<VolumeRequest>) -> Reply<Ack> {
         self.admit(&req, req.get_ref().hello.as_ref())?;
         let r = req.into_inner();
-        let object: serde_json::Value = serde_json::from_slice(&r.object)
-            .map_err(|e| crate::bad_json("the volume object", e))?;
-        let applied = self
-            .0
-            .store
-            .put_volume(&r.kind, &r.namespace, &r.name, object, r.seq)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let store = &self.0.store;
+        // No object: the cloud no longer has it.
+        let applied = if r.object.is_empty() {
+            store.remove_volume(&r.kind, &r.namespace, &r.name)
+        } else {
+            let object: serde_json::Value =
+                serde_json::from_slice(&r.object).map_err(|e| crate::bad_json("the object", e))?;
+            store.put_volume(&r.kind, &r.namespace, &r.name, object, r.seq)
+        }
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
         Ok(ack(applied))
     }
 

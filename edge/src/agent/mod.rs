@@ -5,9 +5,11 @@
 //! [store](crate::store), and a restarted edgelet adopts what the runtime runs.
 //!
 //! It serves the cloud (`Edgelet`, mutual TLS, once joined) and `edgectl` (`EdgeAdmin`, on
-//! loopback), and measures the node: memory and disk use with their pressure conditions.
+//! loopback), measures the node (memory and disk use with their pressure conditions), and
+//! keeps the edge's Service rules and names ([`services`]).
 
 pub mod admin;
+pub mod services;
 
 use crate::proto::NodeStatusReply;
 use crate::store::Store;
@@ -61,7 +63,8 @@ pub struct Config {
     pub memory_threshold: u32,
     /// Disk pressure above this use (percent).
     pub disk_threshold: u32,
-    /// DNS servers of the pods (empty: the machine's resolvers).
+    /// DNS servers of the pods (empty: the edge's own, at the pods' gateway, which forwards
+    /// what it does not know to the machine's resolvers).
     pub cluster_dns: Vec<String>,
     /// How often the node is measured.
     pub status_interval: Duration,
@@ -97,7 +100,13 @@ impl Config {
         k.runtime.bridge = self.bridge.clone();
         k.images = self.images.clone();
         k.node_ip = self.node_ip.clone();
-        k.cluster_dns = self.cluster_dns.clone();
+        k.cluster_dns = if self.cluster_dns.is_empty() {
+            services::dns_address(&self.pod_cidr)
+                .map(|a| vec![a.ip().to_string()])
+                .unwrap_or_default()
+        } else {
+            self.cluster_dns.clone()
+        };
         if let Some(root) = &self.cgroup_root {
             k.cgroup_root = root.clone();
         }
@@ -300,6 +309,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<Option<Path
     minik8s_task::spawn_on(&tasks, "edgelet-pods", run_pods(agent.clone()));
     minik8s_task::spawn_on(&tasks, "edgelet-orphans", orphans(agent.clone()));
     minik8s_task::spawn_on(&tasks, "edgelet-node-status", node_status(agent.clone()));
+    minik8s_task::spawn_on(&tasks, "edgelet-services", services::run(agent.clone()));
     minik8s_task::spawn_on(
         &tasks,
         "edgelet-certificates",

@@ -43,7 +43,9 @@ struct Args {
     /// Disk pressure above this use, in percent.
     #[arg(long, default_value_t = 80)]
     disk_pressure_threshold: u32,
-    /// DNS servers for the pods (default: the machine's resolvers).
+    /// DNS servers for the pods (default: the edge's own, at the pods' gateway address, which
+    /// answers the cluster names of the Services shipped here and forwards the rest to the
+    /// machine's resolvers).
     #[arg(long, value_delimiter = ',')]
     cluster_dns: Vec<String>,
     /// The pods' parent cgroup (default: /minik8s/NODE).
@@ -55,7 +57,8 @@ struct Args {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Stops the runtime and removes the pods, their folders and network (the store stays).
+    /// Stops the runtime and removes the pods, their folders and network, and the Service
+    /// rules (the store stays).
     Down,
 }
 
@@ -84,6 +87,8 @@ fn main() -> anyhow::Result<()> {
             let store = minik8s_edge::store::Store::open(&cfg.data_dir.join("store"))?;
             let node = agent::node_name(&cfg, &store);
             minik8s_kubelet::down::down(&cfg.kubelet(&node)).await?;
+            // The edge's Service rules too.
+            minik8s_proxy::iptables::cleanup().await?;
             return Ok::<_, anyhow::Error>(None);
         }
         let shutdown = minik8s_kubeconfig::process::shutdown_on_signal();

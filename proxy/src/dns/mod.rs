@@ -194,17 +194,18 @@ fn v4(s: &str) -> Option<Ipv4Addr> {
     s.parse().ok()
 }
 
-/// The zone from the informers' stores.
+/// The zone from the Services, EndpointSlices and Pods (the informers' stores, or an
+/// edge's).
 pub fn build(
     cfg: &Config,
-    services: &Store<Service>,
-    slices: &Store<EndpointSlice>,
-    pods: &Store<Pod>,
+    services: &[Arc<Service>],
+    slices: &[Arc<EndpointSlice>],
+    pods: &[Arc<Pod>],
     hosts: &[String],
     node_ip: Option<Ipv4Addr>,
 ) -> zone::Zone {
     let mut svcs = Vec::new();
-    for s in services.state() {
+    for s in services {
         let Some(spec) = s.spec.as_ref() else {
             continue;
         };
@@ -232,7 +233,7 @@ pub fn build(
         });
     }
     let mut endpoints = Vec::new();
-    for sl in slices.state() {
+    for sl in slices {
         let Some(service) = sl.labels().get("kubernetes.io/service-name").cloned() else {
             continue;
         };
@@ -263,7 +264,6 @@ pub fn build(
         }
     }
     let pods: Vec<zone::Pod> = pods
-        .state()
         .iter()
         .filter(|p| {
             !p.spec
@@ -342,7 +342,14 @@ pub async fn run(
         let mut written = serde_json::Value::Null;
         loop {
             let (names, node_ip) = hosts.borrow_and_update().clone();
-            let z = build(&cfg, &services, &slices, &pods, &names, node_ip);
+            let z = build(
+                &cfg,
+                &services.state(),
+                &slices.state(),
+                &pods.state(),
+                &names,
+                node_ip,
+            );
             *shared.write().expect("zone lock") = Arc::new(z);
             let wanted = endpoints(&slices);
             if wanted != written {
