@@ -1,6 +1,7 @@
 //! Certificates of joined nodes and of anyone else: a node renews its client certificate
 //! before it expires (a CSR of its own, approved as `selfnodeclient`) and keeps working on the
-//! new one; `kubectl certificate approve|deny` decide other CSRs, which the signer issues as
+//! new one, and so does an edge node, both its certificates; `kubectl certificate
+//! approve|deny` decide other CSRs, which the signer issues as
 //! upstream's `kube-apiserver-client` signer; requests without credentials reach
 //! `cluster-info` and nothing else.
 
@@ -125,6 +126,57 @@ fn nodes_renew_their_certificates_and_other_csrs_are_decided_with_kubectl() {
         ]),
         "True"
     );
+
+    // An edge node renews both its certificates through the edge registry (the client one
+    // it calls the registry with, the serving one the cloud checks when it calls the edge),
+    // and the cloud still reaches it past the first ones' expiry: a pod runs there and
+    // `kubectl exec` crosses the link.
+    let edge = c.edge_machine("edge-r", 24, &[]);
+    let joined = edge.edgectl(&[
+        "join",
+        &c.edge_registry(),
+        "--token",
+        c.token(),
+        "--discovery-token-ca-cert-hash",
+        c.ca_hash(),
+    ]);
+    assert!(joined.ok, "{}\n{}", joined.stderr, edge.log());
+    let pki = c.dir().join("edge-r/edge/store/pki");
+    let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap_or_default();
+    let (client0, serving0) = (read("client.crt"), read("serving.crt"));
+    assert!(!client0.is_empty() && !serving0.is_empty());
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: at-the-edge}\nspec:\n  nodeSelector: {kubernetes.io/hostname: edge-r}\n  tolerations: [{key: virtual-kubelet.io/provider, operator: Exists}]\n  containers: [{name: c, image: busybox, imagePullPolicy: IfNotPresent, command: [sleep, '3600']}]\n",
+    );
+    let started = Instant::now();
+    while read("client.crt") == client0 || read("serving.crt") == serving0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the edge did not renew both certificates:\n{}",
+            edge.log()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    std::thread::sleep(Duration::from_secs(15));
+    c.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/at-the-edge",
+        "--timeout=60s",
+    ]);
+    c.node_condition("edge-r", "Ready", "True", Duration::from_secs(30));
+    assert_eq!(
+        c.ok(&["exec", "at-the-edge", "--", "echo", "renewed"])
+            .trim(),
+        "renewed"
+    );
+    assert!(
+        edge.log().contains("renewed the node's certificates"),
+        "{}",
+        edge.log()
+    );
+    drop(edge);
 
     // Other CSRs: approved with kubectl and issued, or denied.
     let (alice_key, alice_req) = minik8s_kubeconfig::csr::new_request("alice", &["devs"]).unwrap();

@@ -510,26 +510,67 @@ impl Registry for RegistryService {
         let h = check_hello(req.get_ref().hello.as_ref())?.clone();
         let node = self.caller(&req, &h)?;
         let r = req.into_inner();
-        let parsed = minik8s_kubeconfig::csr::parse_request(&r.client_csr)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if parsed.common_name != format!("system:node:{node}") {
-            return Err(Status::permission_denied("the request is for another node"));
+        let cn = format!("system:node:{node}");
+        let mut reply = RenewReply::default();
+        if !r.client_csr.is_empty() {
+            let parsed = minik8s_kubeconfig::csr::parse_request(&r.client_csr)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            if parsed.common_name != cn {
+                return Err(Status::permission_denied("the request is for another node"));
+            }
+            reply.client_cert = kjoin::submit_request(
+                self.0.client.clone(),
+                &node,
+                &r.client_csr,
+                "kubernetes.io/kube-apiserver-client-kubelet",
+                &["digital signature", "client auth"],
+                Duration::from_secs(30),
+                Some((
+                    &self.0.client,
+                    "the edge registry renewed the certificate of a node presenting its current one",
+                )),
+            )
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
         }
-        let cert = kjoin::submit_request(
-            self.0.client.clone(),
-            &node,
-            &r.client_csr,
-            "kubernetes.io/kube-apiserver-client-kubelet",
-            &["digital signature", "client auth"],
-            Duration::from_secs(30),
-            Some((
-                &self.0.client,
-                "the edge registry renewed the certificate of a node presenting its current one",
-            )),
-        )
-        .await
-        .map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(RenewReply { client_cert: cert }))
+        if !r.serving_csr.is_empty() {
+            // The same subject and the address the edge joined with, nothing else.
+            let parsed = minik8s_kubeconfig::csr::parse_request(&r.serving_csr)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            let nodes: Api<Node> = Api::all(self.0.client.clone());
+            let address = nodes
+                .get_opt(&node)
+                .await
+                .map_err(|e| api_status("reading the node", e))?
+                .and_then(|n| n.annotations().get(ADDRESS_ANNOTATION).cloned())
+                .unwrap_or_default();
+            let ip: Option<std::net::IpAddr> = address
+                .rsplit_once(':')
+                .and_then(|(h, _)| h.trim_matches(['[', ']']).parse().ok());
+            if parsed.common_name != cn
+                || ip.is_none_or(|ip| parsed.ips != [ip])
+                || !parsed.dns_names.is_empty()
+            {
+                return Err(Status::permission_denied(format!(
+                    "the serving certificate request must be for {cn} at exactly the address the edge joined with ({address})"
+                )));
+            }
+            reply.serving_cert = kjoin::submit_request(
+                self.0.client.clone(),
+                &node,
+                &r.serving_csr,
+                "kubernetes.io/kubelet-serving",
+                &["digital signature", "key encipherment", "server auth"],
+                Duration::from_secs(30),
+                Some((
+                    &self.0.client,
+                    "the edge registry renewed the serving certificate of a node presenting its current client one",
+                )),
+            )
+            .await
+            .map_err(|e| Status::unavailable(e.to_string()))?;
+        }
+        Ok(Response::new(reply))
     }
 
     async fn version(&self, req: Request<VersionRequest>) -> Reply<VersionReply> {

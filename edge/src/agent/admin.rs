@@ -725,53 +725,105 @@ impl EdgeAdmin for AdminService {
     }
 }
 
-/// Renews the node's client certificate through the registry (presenting the current one)
-/// once 80 % of its lifetime has passed, as the kubelet's certificate manager does; checked
-/// every minute.
+/// When a certificate file is due for renewal: 80 % into its life, as the kubelet's
+/// certificate manager renews (`None`: no readable certificate).
+fn renewal_due(path: &std::path::Path) -> Option<i64> {
+    let cert = std::fs::read_to_string(path).ok()?;
+    let (from, to) = minik8s_kubeconfig::csr::validity(&cert).ok()?;
+    Some(from + (to - from) * 4 / 5)
+}
+
+/// Renews the node's certificates through the registry (presenting the current client one),
+/// each once 80 % of its life has passed: the client certificate, and the serving one of the
+/// cloud-facing service, which then restarts on it. Checked when the next is due (at most a
+/// minute apart; every 5 s before a join).
 pub async fn renew_certificates(agent: Arc<Agent>) {
     loop {
+        let pki = agent.store.pki();
+        let now = jiff::Timestamp::now().as_second();
+        let next = ["client.crt", "serving.crt"]
+            .iter()
+            .filter_map(|f| renewal_due(&pki.join(f)))
+            .min()
+            // Not joined yet: look again soon (a join brings certificates).
+            .map_or(5, |due| (due - now).clamp(1, 60));
         tokio::select! {
             _ = agent.shutdown.cancelled() => return,
-            _ = tokio::time::sleep(Duration::from_secs(60)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(next as u64)) => {}
         }
         let cfg = agent.store.config();
         if !cfg.joined() {
             continue;
         }
-        let pki = agent.store.pki();
-        let Ok(cert) = std::fs::read_to_string(pki.join("client.crt")) else {
-            continue;
-        };
-        let Ok((from, to)) = minik8s_kubeconfig::csr::validity(&cert) else {
-            continue;
-        };
         let now = jiff::Timestamp::now().as_second();
-        if now < from + (to - from) * 4 / 5 {
+        let due = |f: &str| renewal_due(&pki.join(f)).is_some_and(|d| now >= d);
+        let (client, serving) = (due("client.crt"), due("serving.crt"));
+        if !client && !serving {
             continue;
         }
-        let renewed = async {
-            let cn = format!("system:node:{}", agent.node);
-            let (key, csr) =
-                minik8s_kubeconfig::csr::new_request(&cn, &["system:nodes"]).map_err(internal)?;
-            let cert = registry_client(&agent, &cfg)?
-                .renew(RenewRequest {
-                    hello: hello(&agent.node),
-                    client_csr: csr,
-                })
-                .await?
-                .into_inner()
-                .client_cert;
-            crate::store::write_atomic(&pki.join("client.key"), key.as_bytes())
-                .map_err(internal)?;
-            crate::store::write_atomic(&pki.join("client.crt"), cert.as_bytes())
-                .map_err(internal)?;
-            Ok::<_, Status>(())
-        };
-        match renewed.await {
-            Ok(()) => tracing::info!(node = %agent.node, "renewed the node's client certificate"),
+        match renew(&agent, &cfg, client, serving).await {
+            Ok(()) => {
+                tracing::info!(node = %agent.node, client, serving, "renewed the node's certificates");
+                if serving && let Err(e) = start_cloud(&agent) {
+                    tracing::error!(error = %e, "restarting the cloud-facing server on the renewed certificate");
+                }
+            }
             Err(e) => {
-                tracing::warn!(node = %agent.node, error = %e.message(), "renewing the node's client certificate failed; retrying in a minute")
+                tracing::warn!(node = %agent.node, error = %e.message(), "renewing the node's certificates failed; retrying")
             }
         }
     }
+}
+
+/// One renewal: new keys and requests, the registry's certificates, written over the old.
+async fn renew(
+    agent: &Agent,
+    cfg: &AgentConfig,
+    client: bool,
+    serving: bool,
+) -> Result<(), Status> {
+    let cn = format!("system:node:{}", agent.node);
+    let groups = ["system:nodes"];
+    let client_req = if client {
+        Some(minik8s_kubeconfig::csr::new_request(&cn, &groups).map_err(internal)?)
+    } else {
+        None
+    };
+    let serving_req = if serving {
+        let ip = cfg
+            .address
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_matches(['[', ']']).to_owned())
+            .unwrap_or_default();
+        Some(
+            minik8s_kubeconfig::csr::new_request_with_sans(&cn, &groups, &[ip])
+                .map_err(internal)?,
+        )
+    } else {
+        None
+    };
+    let reply = registry_client(agent, cfg)?
+        .renew(RenewRequest {
+            hello: hello(&agent.node),
+            client_csr: client_req.as_ref().map(|r| r.1.clone()).unwrap_or_default(),
+            serving_csr: serving_req
+                .as_ref()
+                .map(|r| r.1.clone())
+                .unwrap_or_default(),
+        })
+        .await?
+        .into_inner();
+    let pki = agent.store.pki();
+    let write = |f: &str, text: &str| {
+        crate::store::write_atomic(&pki.join(f), text.as_bytes()).map_err(internal)
+    };
+    if let Some((key, _)) = client_req {
+        write("client.key", &key)?;
+        write("client.crt", &reply.client_cert)?;
+    }
+    if let Some((key, _)) = serving_req {
+        write("serving.key", &key)?;
+        write("serving.crt", &reply.serving_cert)?;
+    }
+    Ok(())
 }
