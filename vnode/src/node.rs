@@ -137,6 +137,11 @@ async fn serve(
             Some(update) = node_rx.recv() => match update {
                 crate::provider::NodeUpdate::Status(status) => {
                     extra = Some(*status);
+                    // A status from the provider is news of its health too: its answer now,
+                    // not the last renewal's (else a provider back after an outage writes
+                    // its conditions under a stale `Ready: Unknown`, which the node lifecycle
+                    // controller then overwrites with `Unknown` as a node gone quiet).
+                    health.set_ready(served.provider.ping().await.is_ok());
                     write_status(shared, &name, &health, extra.as_ref()).await;
                     status_written = Instant::now();
                 }
