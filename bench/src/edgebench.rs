@@ -248,17 +248,19 @@ pub fn run(args: &Args) -> anyhow::Result<Value> {
 
     let streams = streams(&c, &normal.name, args)?;
 
+    let mut figures = json!({
+        "edgelet_idle_rss_mib": (edgelet_rss * 10.0).round() / 10.0,
+        "edge_containerd_idle_rss_mib": (containerd_rss * 10.0).round() / 10.0,
+        "link_bytes_per_minute_idle": link_per_minute,
+        "pod_start_edge": percentiles(&mut on_edge),
+        "pod_start_normal_node": percentiles(&mut on_node),
+        "streams": streams,
+    });
+
     // Reconcile after an outage with `changed` pods changed in the cloud.
     let half = args.changed / 2;
     if half == 0 {
-        return Ok(json!({
-            "edgelet_idle_rss_mib": (edgelet_rss * 10.0).round() / 10.0,
-            "edge_containerd_idle_rss_mib": (containerd_rss * 10.0).round() / 10.0,
-            "link_bytes_per_minute_idle": link_per_minute,
-            "pod_start_edge": percentiles(&mut on_edge),
-            "pod_start_normal_node": percentiles(&mut on_node),
-            "streams": streams,
-        }));
+        return Ok(figures);
     }
     c.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -296,19 +298,12 @@ pub fn run(args: &Args) -> anyhow::Result<Value> {
         .count();
     c.ok(&["delete", "pods", "-l", "bench=edge-new", "--wait=false"]);
     drop(normal);
-    Ok(json!({
-        "edgelet_idle_rss_mib": (edgelet_rss * 10.0).round() / 10.0,
-        "edge_containerd_idle_rss_mib": (containerd_rss * 10.0).round() / 10.0,
-        "link_bytes_per_minute_idle": link_per_minute,
-        "pod_start_edge": percentiles(&mut on_edge),
-        "pod_start_normal_node": percentiles(&mut on_node),
-        "streams": streams,
-        "outage": {
-            "seconds": args.outage.as_secs(),
-            "pods_changed": 2 * half,
-            "first_pods_running_s": old_running.as_secs_f64(),
-            "reconcile_after_link_returns_s": (reconcile.as_secs_f64() * 100.0).round() / 100.0,
-            "new_pods_present": evicted,
-        },
-    }))
+    figures["outage"] = json!({
+        "seconds": args.outage.as_secs(),
+        "pods_changed": 2 * half,
+        "first_pods_running_s": old_running.as_secs_f64(),
+        "reconcile_after_link_returns_s": (reconcile.as_secs_f64() * 100.0).round() / 100.0,
+        "new_pods_present": evicted,
+    });
+    Ok(figures)
 }

@@ -102,10 +102,17 @@ pub async fn run(agent: Arc<Agent>) {
     let mut services_changed = agent.store.services_changed.subscribe();
     let mut pods_changed = agent.store.subscribe();
     let mut last = String::new();
+    // The shipped objects are read from the store's files only when the cloud changed them;
+    // a pod's change (its address, its readiness) needs only the pods.
+    let (mut services, mut shipped_slices) = (Vec::new(), Vec::new());
+    let mut reread = true;
     loop {
+        if std::mem::take(&mut reread) {
+            services = shipped::<Service>(&agent, "services");
+            shipped_slices = shipped(&agent, "endpointslices");
+        }
         let pods: Vec<Arc<Pod>> = agent.store.pods().into_iter().map(Arc::new).collect();
-        let services = shipped::<Service>(&agent, "services");
-        let slices = local_slices(shipped(&agent, "endpointslices"), &pods, &agent.node);
+        let slices = local_slices(shipped_slices.clone(), &pods, &agent.node);
         let ports = minik8s_proxy::service_ports(&services, &slices, &agent.node);
         match minik8s_proxy::sync(&proxy, &ports, &last).await {
             Ok(loaded) => {
@@ -125,10 +132,10 @@ pub async fn run(agent: Arc<Agent>) {
         *zone.write().expect("zone lock") = Arc::new(z);
         tokio::select! {
             _ = agent.shutdown.cancelled() => return,
-            _ = services_changed.changed() => {}
+            _ = services_changed.changed() => reread = true,
             _ = pods_changed.changed() => {}
             // A failed sync is retried, and rules someone removed come back.
-            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(30)) => reread = true,
         }
         tokio::time::sleep(dns_cfg.debounce).await;
     }
