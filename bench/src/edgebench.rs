@@ -35,14 +35,7 @@ pub struct Args {
 }
 
 fn join(c: &InitCluster, m: &Machine) -> anyhow::Result<()> {
-    let r = m.edgectl(&[
-        "join",
-        &c.edge_registry(),
-        "--token",
-        c.token(),
-        "--discovery-token-ca-cert-hash",
-        c.ca_hash(),
-    ]);
+    let r = c.edge_join(m, &[]);
     anyhow::ensure!(r.ok, "edgectl join: {}", r.stderr);
     Ok(())
 }

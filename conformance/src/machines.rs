@@ -505,6 +505,22 @@ impl InitCluster {
         m
     }
 
+    /// `edgectl [flags] join` on edge machine `m` with this cluster's registry, token and CA
+    /// pin.
+    pub fn edge_join(&self, m: &Machine, flags: &[&str]) -> Run {
+        let registry = self.edge_registry();
+        let mut args = flags.to_vec();
+        args.extend([
+            "join",
+            &registry,
+            "--token",
+            self.token(),
+            "--discovery-token-ca-cert-hash",
+            self.ca_hash(),
+        ]);
+        m.edgectl(&args)
+    }
+
     /// The edge registry's address (`edgectl join`'s first argument).
     pub fn edge_registry(&self) -> String {
         format!("{HOST_IP}:10360")

@@ -73,16 +73,7 @@ spec:
 }
 
 fn join(c: &InitCluster, m: &Machine) -> String {
-    let r = m.edgectl(&[
-        "--edgelet-address",
-        "127.0.0.1:10351",
-        "join",
-        &c.edge_registry(),
-        "--token",
-        c.token(),
-        "--discovery-token-ca-cert-hash",
-        c.ca_hash(),
-    ]);
+    let r = c.edge_join(m, &["--edgelet-address", "127.0.0.1:10351"]);
     assert!(
         r.ok,
         "edgectl join on {} failed:\n{}\n{}\n{}",

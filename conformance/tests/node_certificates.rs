@@ -132,14 +132,7 @@ fn nodes_renew_their_certificates_and_other_csrs_are_decided_with_kubectl() {
     // and the cloud still reaches it past the first ones' expiry: a pod runs there and
     // `kubectl exec` crosses the link.
     let edge = c.edge_machine("edge-r", 24, &[]);
-    let joined = edge.edgectl(&[
-        "join",
-        &c.edge_registry(),
-        "--token",
-        c.token(),
-        "--discovery-token-ca-cert-hash",
-        c.ca_hash(),
-    ]);
+    let joined = c.edge_join(&edge, &[]);
     assert!(joined.ok, "{}\n{}", joined.stderr, edge.log());
     let pki = c.dir().join("edge-r/edge/store/pki");
     let read = |f: &str| std::fs::read_to_string(pki.join(f)).unwrap_or_default();
