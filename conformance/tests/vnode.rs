@@ -326,25 +326,25 @@ fn one_replica_serves_several_virtual_nodes() {
 
     // Nodes at capacity (10 pods each here): the rest stay Pending, as the scheduler says.
     c.ok(&["scale", "deployment", "web", "--replicas=32"]);
-    let pending = c.eventually(
-        &[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "--field-selector",
-            "status.phase=Pending",
-            "-o",
-            "name",
-        ],
-        |o| o.lines().count() == 2,
-    );
-    let pod = pending
-        .lines()
-        .next()
-        .unwrap()
-        .trim_start_matches("pod/")
-        .to_owned();
+    // Wait for the settled state (30 Running, 2 unscheduled): a pod just created, or bound
+    // but not started yet, is Pending too for a moment.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let pod = loop {
+        let p = pods(&c, "web");
+        let unscheduled: Vec<_> = p
+            .iter()
+            .filter(|(_, ph, node)| ph == "Pending" && node.is_empty())
+            .collect();
+        let started = p.iter().filter(|(_, ph, _)| ph == "Running").count();
+        if p.len() == 32 && started == 30 && unscheduled.len() == 2 {
+            break unscheduled[0].0.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not 30 Running and 2 unscheduled: {p:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
     let why = c.eventually(&["describe", "pod", &pod], |d| d.contains("Too many pods"));
     assert!(why.contains("FailedScheduling"), "{why}");
     c.ok(&["scale", "deployment", "web", "--replicas=4"]);
