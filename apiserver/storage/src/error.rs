@@ -66,8 +66,8 @@ pub enum Error {
     #[error("corrupt record in embedded store: {0}")]
     Corrupt(String),
     /// Talking to etcd failed.
-    #[error("etcd")]
-    Etcd(#[source] etcd_client::Error),
+    #[error("etcd: {0}")]
+    Etcd(etcd_client::Error),
     /// etcd cannot answer now: no member reachable, or no leader (quorum lost).
     #[error("etcd is unavailable: {0}")]
     Unavailable(String),

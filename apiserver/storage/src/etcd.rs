@@ -203,12 +203,24 @@ where
     }
 }
 
-/// Sends a write transaction, and sends it again (up to twice more) when its outcome is unknown:
-/// the member that had it went away mid-request, or etcd gave up waiting on a lost leader. The
-/// transactions are compare-and-swaps, so a second copy never writes twice; its callers read
-/// their own bytes back to see that the first copy landed. Returns whether it was sent again.
+/// How long a request whose outcome is unknown is sent again: an etcd leader election takes
+/// about a second (the election timeout), and a dead member's connection is found by the
+/// keep-alive; within this the apiserver answers as if nothing happened.
+const AGAIN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pause before sending a request again the `again`th time: 100 ms doubling to 1 s.
+fn pause(again: u32) -> std::time::Duration {
+    std::time::Duration::from_millis((100u64 << again.min(4).saturating_sub(1)).min(1000))
+}
+
+/// Sends a write transaction, and sends it again (for up to [`AGAIN_FOR`]) when its outcome is
+/// unknown: the member that had it went away mid-request, or etcd gave up waiting on a lost
+/// leader. The transactions are compare-and-swaps, so a second copy never writes twice; its
+/// callers read their own bytes back to see that the first copy landed. Returns whether it was
+/// sent again.
 async fn write_txn(kv: &KvClient, txn: &Txn) -> Result<(etcd_client::TxnResponse, bool)> {
-    let mut again = 0u64;
+    let started = tokio::time::Instant::now();
+    let mut again = 0u32;
     loop {
         let sent = unreached_again(|| {
             let (mut kv, txn) = (kv.clone(), txn.clone());
@@ -216,13 +228,35 @@ async fn write_txn(kv: &KvClient, txn: &Txn) -> Result<(etcd_client::TxnResponse
         })
         .await;
         match sent {
-            Err(e) if again < 2 && outcome_unknown(&e) => {
+            Err(e) if started.elapsed() < AGAIN_FOR && outcome_unknown(&e) => {
                 again += 1;
-                tracing::info!(error = %e, "an etcd write's outcome is unknown; sending it again");
-                tokio::time::sleep(std::time::Duration::from_millis(100 * again)).await;
+                tracing::info!(error = %e, again, "an etcd write's outcome is unknown; sending it again");
+                tokio::time::sleep(pause(again)).await;
             }
             Err(e) => return Err(e.into()),
             Ok(resp) => return Ok((resp, again > 0)),
+        }
+    }
+}
+
+/// Sends a read, and sends it again (for up to [`AGAIN_FOR`]) while it fails in a way another
+/// try may not: no member reached, or no answer came back. Reads change nothing, so as etcd's
+/// own client does for them, a second copy is always safe.
+async fn read_again<T, F, Fut>(mut op: F) -> std::result::Result<T, etcd_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let started = tokio::time::Instant::now();
+    let mut again = 0u32;
+    loop {
+        match unreached_again(&mut op).await {
+            Err(e) if started.elapsed() < AGAIN_FOR && outcome_unknown(&e) => {
+                again += 1;
+                tracing::debug!(error = %e, again, "an etcd read failed; sending it again");
+                tokio::time::sleep(pause(again)).await;
+            }
+            result => return result,
         }
     }
 }
@@ -303,7 +337,7 @@ fn cas_failed(key: &str, expected: i64, current: Option<KeyValue>) -> Error {
 impl Store for Etcd {
     async fn current_revision(&self) -> Result<i64> {
         let kv = &self.inner.kv;
-        let resp = unreached_again(|| {
+        let resp = read_again(|| {
             let mut kv = kv.clone();
             async move {
                 kv.get("\0", Some(GetOptions::new().with_count_only()))
@@ -320,7 +354,7 @@ impl Store for Etcd {
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let kv = &self.inner.kv;
-        let resp = unreached_again(|| {
+        let resp = read_again(|| {
             let mut kv = kv.clone();
             async move { kv.get(key, None).await }
         })
@@ -342,7 +376,7 @@ impl Store for Etcd {
             opts = opts.with_revision(req.revision);
         }
         let kv = &self.inner.kv;
-        let resp = unreached_again(|| {
+        let resp = read_again(|| {
             let (mut kv, start, opts) = (kv.clone(), start.clone(), opts.clone());
             async move { kv.get(start, Some(opts)).await }
         })
