@@ -2,7 +2,7 @@
 # Installs what minik8s needs from Debian's packages. Idempotent: installs only what is missing.
 #   hack/install-deps.sh          control plane and tests (etcd, protoc)
 #   hack/install-deps.sh --node   also the node runtime (containerd, runc, CNI, iptables, image tools,
-#                                 and docker-registry unpacked in /opt/minik8s)
+#                                 and docker-registry and Docker's dockerd unpacked in /opt/minik8s)
 #   hack/install-deps.sh --slurm  also Slurm, munge and OpenSSH (for hack/slurm.sh); options combine
 source "$(dirname "$0")/lib.sh"
 need_root
@@ -62,6 +62,21 @@ if [ "$node" = 1 ] && [ ! -x "$REGISTRY_DIR/usr/bin/docker-registry" ]; then
   dpkg -x "$tmp"/docker-registry_*.deb "$REGISTRY_DIR"
   rm -rf "$tmp"
   [ -x "$REGISTRY_DIR/usr/bin/docker-registry" ] || die "docker-registry did not unpack"
+fi
+# Debian's Docker Engine, unpacked rather than installed, for edge machines on Docker (the
+# tests start a private dockerd per machine): its package would start a system dockerd and
+# conflicts with Docker's own packages; a Docker the machine has is left as it is.
+DOCKER_DIR=/opt/minik8s/docker
+if [ "$node" = 1 ] && [ ! -x "$DOCKER_DIR/usr/sbin/dockerd" ]; then
+  log "unpacking Debian's docker.io into $DOCKER_DIR"
+  tmp="$(mktemp -d)"
+  chmod 755 "$tmp"
+  (cd "$tmp" && { apt-get download -qq docker.io 2>/dev/null \
+                  || { apt-get update -qq && apt-get download -qq docker.io; }; })
+  mkdir -p "$DOCKER_DIR"
+  dpkg -x "$tmp"/docker.io_*.deb "$DOCKER_DIR"
+  rm -rf "$tmp"
+  [ -x "$DOCKER_DIR/usr/sbin/dockerd" ] || die "docker.io did not unpack"
 fi
 command -v cargo >/dev/null || die "cargo is missing: minik8s builds with the machine's Rust toolchain (rustup)"
 log "dependencies present: ${packages[*]}"

@@ -16,6 +16,9 @@ use std::time::Duration;
 pub const BRIDGE: &str = "mk8snet";
 /// This machine's address on the node network (where the apiserver is advertised).
 pub const HOST_IP: &str = "10.250.0.1";
+/// Where `hack/install-deps.sh --node` unpacks Debian's Docker Engine (not installed: its
+/// package would start a system daemon and take over the machine's Docker).
+pub const DOCKER_DIR: &str = "/opt/minik8s/docker";
 
 fn run(cmd: &str, args: &[&str]) -> bool {
     Command::new(cmd)
@@ -475,7 +478,23 @@ impl InitCluster {
     /// replace) with its own containerd and pod subnet 10.88.`index`.0/24, plus `extra`
     /// flags. Not joined: the test runs `edgectl join` there.
     pub fn edge_machine(&self, name: &str, index: u8, extra: &[&str]) -> Machine {
+        self.edge_machine_with(Machine::new(name, index, self.dir.path()), index, extra)
+    }
+
+    /// An edge machine whose pods run on Docker: a Docker daemon of its own (Debian's, with
+    /// private data, state and socket, in the machine's network namespace), and its edgelet
+    /// with `--runtime docker`.
+    pub fn docker_edge_machine(&self, name: &str, index: u8, extra: &[&str]) -> Machine {
         let mut m = Machine::new(name, index, self.dir.path());
+        let socket = m.start_docker();
+        let mut args = vec!["--runtime", "docker", "--docker-socket", &socket];
+        args.extend(extra);
+        self.edge_machine_with(m, index, &args)
+    }
+
+    fn edge_machine_with(&self, mut m: Machine, index: u8, extra: &[&str]) -> Machine {
+        let name = m.name.clone();
+        let name = name.as_str();
         m.edge = true;
         let bin_dir = m.data_dir.join("bin");
         std::fs::create_dir_all(&bin_dir).expect("the machine's bin folder");
@@ -580,6 +599,8 @@ pub struct Machine {
     args: Vec<String>,
     /// An edge machine (runs `edgelet`, not `minik8s join`).
     edge: bool,
+    /// The machine's own Docker daemon (edge machines on Docker).
+    docker: Option<Child>,
 }
 
 impl Machine {
@@ -623,6 +644,7 @@ impl Machine {
             child: None,
             args: Vec::new(),
             edge: false,
+            docker: None,
         }
     }
 
@@ -747,6 +769,83 @@ impl Machine {
         self.child.take().is_none_or(|mut c| terminate(&mut c))
     }
 
+    /// The process id of the machine's Docker daemon, while it runs.
+    pub fn docker_pid(&self) -> Option<u32> {
+        self.docker.as_ref().map(Child::id)
+    }
+
+    /// The machine's Docker API socket (with [`InitCluster::docker_edge_machine`]).
+    pub fn docker_socket(&self) -> PathBuf {
+        self.data_dir.join("docker/docker.sock")
+    }
+
+    /// Runs the `docker` client against the machine's Docker daemon; its output.
+    pub fn docker_cli(&self, args: &[&str]) -> Run {
+        let out = Command::new("docker")
+            .args(args)
+            .env(
+                "DOCKER_HOST",
+                format!("unix://{}", self.docker_socket().display()),
+            )
+            .output()
+            .expect("the docker client runs");
+        Run::from(out)
+    }
+
+    /// Starts Debian's `dockerd` (unpacked by `hack/install-deps.sh --node`) in the machine's
+    /// network namespace, with its data, state, socket and cgroups its own, without touching
+    /// the host's iptables or any Docker the machine has; waits until it answers.
+    fn start_docker(&mut self) -> String {
+        let dir = self.data_dir.join("docker");
+        std::fs::create_dir_all(&dir).expect("the docker folder");
+        let dockerd = PathBuf::from(DOCKER_DIR).join("usr/sbin/dockerd");
+        assert!(
+            dockerd.exists(),
+            "{} is missing: run hack/install-deps.sh --node",
+            dockerd.display()
+        );
+        let socket = self.docker_socket();
+        let log = std::fs::File::create(dir.join("dockerd.log")).expect("the dockerd log");
+        let child = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", self.netns))
+            .arg(&dockerd)
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("run"))
+            .arg("--pidfile")
+            .arg(dir.join("dockerd.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", socket.display()))
+            .args([
+                "--bridge=none",
+                "--iptables=false",
+                "--ip-forward=false",
+                "--ip-masq=false",
+                "--userland-proxy=false",
+                "--exec-opt",
+                "native.cgroupdriver=cgroupfs",
+                "--cgroup-parent",
+                &format!("/minik8s-test/{}-docker", self.name),
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("dockerd starts");
+        self.docker = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !self.docker_cli(&["version"]).ok {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "dockerd of {} does not answer: {}",
+                self.name,
+                std::fs::read_to_string(dir.join("dockerd.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        socket.display().to_string()
+    }
+
     /// SIGKILLs the node's `minik8s join` process (its kubelet and proxy); the runtime and
     /// its containers keep running.
     pub fn kill9(&mut self) {
@@ -828,17 +927,17 @@ impl Drop for Machine {
     fn drop(&mut self) {
         self.stop();
         if self.edge {
+            // The edgelet's own arguments (its runtime among them), then `down`.
             let _ = Command::new("nsenter")
                 .arg(format!("--net=/run/netns/{}", self.netns))
                 .arg(bin("edgelet"))
-                .arg("--data-dir")
-                .arg(self.data_dir.join("edge"))
-                .args(["--node-name", &self.name])
-                .args(["--pod-cidr", "10.88.0.0/24"])
-                .args(["--cgroup-root", &format!("/minik8s-test/{}", self.name)])
+                .args(&self.args)
                 .arg("down")
                 .env("RUST_LOG", "warn")
                 .status();
+            if let Some(mut dockerd) = self.docker.take() {
+                terminate(&mut dockerd);
+            }
             run("ip", &["netns", "del", &self.netns]);
             return;
         }

@@ -1,6 +1,8 @@
 //! Container logs as the kubelet serves them: the CRI log file format (`<RFC 3339 time>
 //! <stream> <P|F> <text>`, partial lines joined) turned back into what the container wrote,
-//! with upstream's options (tail, timestamps, since, limitBytes, follow).
+//! with upstream's options (tail, timestamps, since, limitBytes, follow). Docker's json-file
+//! lines (`{"log":…,"stream":…,"time":…}`, the Docker runtime's logs) read the same way, as
+//! upstream's kubelet reads both.
 
 /// One line a container wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -11,8 +13,34 @@ pub struct Line {
     pub text: String,
 }
 
-/// Parses CRI log text into whole lines; a trailing partial line (no `F` yet) is returned
-/// separately, with the count of bytes consumed.
+/// One entry of a log file: its time, whether the line goes on in the next entry, and its
+/// text (without the newline that ends a line).
+fn entry(line: &str) -> Option<(String, bool, String)> {
+    if line.starts_with('{') {
+        #[derive(serde::Deserialize)]
+        struct Docker {
+            log: String,
+            time: String,
+        }
+        let d: Docker = serde_json::from_str(line).ok()?;
+        return Some(match d.log.strip_suffix('\n') {
+            Some(text) => (d.time, false, text.to_owned()),
+            None => (d.time, true, d.log),
+        });
+    }
+    let mut parts = line.splitn(4, ' ');
+    let (Some(time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+        return None;
+    };
+    Some((
+        time.to_owned(),
+        tag != "F",
+        parts.next().unwrap_or("").to_owned(),
+    ))
+}
+
+/// Parses log text (CRI or Docker's json-file) into whole lines; a trailing partial line
+/// (not ended yet) is returned separately, with the count of bytes consumed.
 pub fn parse(text: &str) -> (Vec<Line>, usize) {
     let mut out = Vec::new();
     let mut partial = String::new();
@@ -24,19 +52,15 @@ pub fn parse(text: &str) -> (Vec<Line>, usize) {
         if !raw.ends_with('\n') {
             break;
         }
-        let line = raw.trim_end_matches('\n');
-        let mut parts = line.splitn(4, ' ');
-        let (Some(time), Some(_stream), Some(tag)) = (parts.next(), parts.next(), parts.next())
-        else {
+        let Some((time, goes_on, content)) = entry(raw.trim_end_matches('\n')) else {
             consumed = pos;
             continue;
         };
-        let content = parts.next().unwrap_or("");
         if partial.is_empty() {
-            first_time = time.to_owned();
+            first_time = time;
         }
-        partial.push_str(content);
-        if tag == "F" {
+        partial.push_str(&content);
+        if !goes_on {
             out.push(Line {
                 time: std::mem::take(&mut first_time),
                 text: std::mem::take(&mut partial) + "\n",
@@ -53,16 +77,15 @@ pub fn parse(text: &str) -> (Vec<Line>, usize) {
 pub fn unfinished(rest: &str) -> Option<Line> {
     let mut line: Option<Line> = None;
     for raw in rest.split_inclusive('\n').filter(|r| r.ends_with('\n')) {
-        let mut parts = raw.trim_end_matches('\n').splitn(4, ' ');
-        let (Some(time), Some(_stream), Some(_tag)) = (parts.next(), parts.next(), parts.next())
-        else {
+        let Some((time, _, content)) = entry(raw.trim_end_matches('\n')) else {
             continue;
         };
-        let l = line.get_or_insert_with(|| Line {
-            time: time.to_owned(),
+        line.get_or_insert_with(|| Line {
+            time,
             text: String::new(),
-        });
-        l.text.push_str(parts.next().unwrap_or(""));
+        })
+        .text
+        .push_str(&content);
     }
     line
 }
@@ -153,6 +176,38 @@ mod tests {
         assert_eq!(
             &LOG[consumed..],
             "2026-01-01T00:00:04.000000001Z stdout P fo"
+        );
+    }
+
+    #[test]
+    fn dockers_json_file_lines_read_as_cri_lines_do() {
+        let text = concat!(
+            r#"{"log":"one\n","stream":"stdout","time":"2026-11-28T17:29:39.1Z"}"#,
+            "\n",
+            r#"{"log":"tw","stream":"stderr","time":"2026-11-28T17:29:40.1Z"}"#,
+            "\n",
+            r#"{"log":"o\n","stream":"stderr","time":"2026-11-28T17:29:40.2Z"}"#,
+            "\n",
+            r#"{"log":"thr","stream":"stdout","time":"2026-11-28T17:29:41.1Z"}"#,
+            "\n",
+        );
+        let (lines, consumed) = parse(text);
+        assert_eq!(
+            lines,
+            [
+                Line {
+                    time: "2026-11-28T17:29:39.1Z".into(),
+                    text: "one\n".into()
+                },
+                Line {
+                    time: "2026-11-28T17:29:40.1Z".into(),
+                    text: "two\n".into()
+                },
+            ]
+        );
+        assert_eq!(
+            unfinished(&text[consumed..]).map(|l| l.text).as_deref(),
+            Some("thr")
         );
     }
 

@@ -33,9 +33,28 @@ pub enum AgentError {
     /// The runtime could not start.
     #[error("runtime: {0}")]
     Runtime(#[from] minik8s_kubelet::Error),
+    /// The Docker runtime could not start.
+    #[error("docker runtime: {0}")]
+    Docker(#[from] minik8s_dockershim::Error),
     /// A server could not start.
     #[error("{0}")]
     Serve(String),
+}
+
+/// Which container runtime runs the edge's pods.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Runtime {
+    /// A private containerd the edgelet starts (the default).
+    #[default]
+    Containerd,
+    /// The machine's Docker Engine, through its API socket; the pods join a user network of
+    /// that name.
+    Docker {
+        /// Docker's API socket.
+        socket: String,
+        /// The pods' user network.
+        network: String,
+    },
 }
 
 /// How the edgelet runs.
@@ -70,6 +89,8 @@ pub struct Config {
     pub status_interval: Duration,
     /// The pods' parent cgroup (`None`: the kubelet's, `/minik8s/<node>`).
     pub cgroup_root: Option<String>,
+    /// The container runtime.
+    pub runtime: Runtime,
 }
 
 impl Config {
@@ -90,7 +111,23 @@ impl Config {
             cluster_dns: Vec::new(),
             status_interval: Duration::from_secs(10),
             cgroup_root: None,
+            runtime: Runtime::Containerd,
         }
+    }
+
+    /// The Docker runtime's settings for node `node`, when the pods run on Docker.
+    pub fn docker(&self, node: &str) -> Option<minik8s_dockershim::Config> {
+        let Runtime::Docker { socket, network } = &self.runtime else {
+            return None;
+        };
+        Some(minik8s_dockershim::Config {
+            socket: socket.clone(),
+            network: network.clone(),
+            bridge: self.bridge.clone(),
+            pod_cidr: self.pod_cidr.clone(),
+            pause_image: self.kubelet(node).runtime.sandbox_image,
+            node: node.to_owned(),
+        })
     }
 
     /// The kubelet configuration of this node's runtime and pods (under `<data>/node`).
@@ -261,11 +298,26 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<Option<Path
     let node = node_name(&cfg, &store);
     let kcfg = cfg.kubelet(&node);
     minik8s_kubelet::netguard::install(&node).await?;
-    let runtime = Containerd::start(&kcfg.runtime).await?;
-    for image in &kcfg.images {
-        runtime.import(image).await?;
-    }
-    let cri = Cri::connect(&runtime.socket()).await?;
+    let tasks = TaskTracker::new();
+    let cri = match cfg.docker(&node) {
+        None => {
+            let runtime = Containerd::start(&kcfg.runtime).await?;
+            for image in &kcfg.images {
+                runtime.import(image).await?;
+            }
+            Cri::connect(&runtime.socket()).await?
+        }
+        Some(docker) => {
+            // Docker's pods, through the CRI served on a socket of the edgelet's own.
+            let shim = minik8s_dockershim::Shim::connect(docker).await?;
+            shim.ensure_network().await?;
+            shim.load(&kcfg.images).await?;
+            let socket = cfg.data_dir.join("docker-cri.sock");
+            shim.serve(&socket, &tasks, shutdown.clone())?;
+            tracing::info!(docker = %shim.version().await.unwrap_or_default(), "pods run on docker");
+            Cri::connect(&socket).await?
+        }
+    };
     minik8s_kubelet::check_pause_image(&cri, &kcfg.runtime.sandbox_image).await;
     let facts = minik8s_kubelet::node::Facts::gather(
         &node,
@@ -282,7 +334,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<Option<Path
         kcfg.layout(),
         facts.ip.clone(),
     ));
-    let tasks = TaskTracker::new();
     let pods = store.clone();
     let kubelet_api = minik8s_kubelet::server::streams(minik8s_kubelet::server::StreamState {
         cri: cri.clone(),

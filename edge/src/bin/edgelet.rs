@@ -1,5 +1,6 @@
-//! `edgelet`: the edge agent. Runs the pods the cloud gives it on this machine's containerd,
-//! keeps them running when the link drops, and answers `edgectl` on loopback.
+//! `edgelet`: the edge agent. Runs the pods the cloud gives it on this machine's containerd
+//! (or Docker, `--runtime docker`), keeps them running when the link drops, and answers
+//! `edgectl` on loopback.
 
 use clap::{Parser, Subcommand};
 use minik8s_edge::agent::{self, Config};
@@ -51,6 +52,17 @@ struct Args {
     /// The pods' parent cgroup (default: /minik8s/NODE).
     #[arg(long)]
     cgroup_root: Option<String>,
+    /// The container runtime: `containerd` (a private one the edgelet starts) or `docker`
+    /// (the machine's Docker Engine at `--docker-socket`).
+    #[arg(long, default_value = "containerd", value_parser = ["containerd", "docker"])]
+    runtime: String,
+    /// Docker's API socket (with `--runtime docker`).
+    #[arg(long, default_value = "/var/run/docker.sock")]
+    docker_socket: String,
+    /// The Docker user network the pods join (with `--runtime docker`; created over the pod
+    /// subnet when missing).
+    #[arg(long, default_value = "minik8s")]
+    docker_network: String,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -78,6 +90,12 @@ fn main() -> anyhow::Result<()> {
     cfg.disk_threshold = args.disk_pressure_threshold;
     cfg.cluster_dns = args.cluster_dns.clone();
     cfg.cgroup_root = args.cgroup_root.clone();
+    if args.runtime == "docker" {
+        cfg.runtime = agent::Runtime::Docker {
+            socket: args.docker_socket.clone(),
+            network: args.docker_network.clone(),
+        };
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -86,7 +104,19 @@ fn main() -> anyhow::Result<()> {
         if let Some(Command::Down) = args.command {
             let store = minik8s_edge::store::Store::open(&cfg.data_dir.join("store"))?;
             let node = agent::node_name(&cfg, &store);
-            minik8s_kubelet::down::down(&cfg.kubelet(&node)).await?;
+            match cfg.docker(&node) {
+                None => minik8s_kubelet::down::down(&cfg.kubelet(&node)).await?,
+                Some(docker) => {
+                    let removed = minik8s_dockershim::Shim::connect(docker)
+                        .await?
+                        .down()
+                        .await?;
+                    tracing::info!(
+                        removed,
+                        "the pods' docker containers and network are removed"
+                    );
+                }
+            }
             // The edge's Service rules too.
             minik8s_proxy::iptables::cleanup().await?;
             return Ok::<_, anyhow::Error>(None);

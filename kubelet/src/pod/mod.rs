@@ -925,7 +925,19 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
         *since = std::time::Instant::now();
     };
     let mut since = pass;
-    let mut observed = Observed::read(&w.cri, &uid).await?;
+    // As upstream's pod worker: a runtime that cannot say what the pod has (down, refusing)
+    // is a FailedSync event with its answer, and the pass is tried again.
+    let mut observed = match Observed::read(&w.cri, &uid).await {
+        Ok(o) => o,
+        Err(e) => {
+            w.warn(
+                &pod,
+                "FailedSync",
+                format!("error determining status: {}", e.runtime_message()),
+            );
+            return Err(e);
+        }
+    };
     step("observe", &mut since);
     let rejected = pod.status.as_ref().is_some_and(|s| {
         s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("NodePorts")

@@ -1,0 +1,293 @@
+//! An edge machine whose pods run on Docker: a network namespace on the node network with a
+//! Docker daemon of its own (Debian's `dockerd`, private data and socket) and the real
+//! `edgelet --runtime docker`, joined with `edgectl join`. A Deployment with an init container
+//! and two app containers that talk over 127.0.0.1 runs as the design's compose-style
+//! containers (`<pod>.<container>`, a pause container holding the pod's network), another pod
+//! calls it by its `app` label as a network alias, a crashing container backs off, `kubectl
+//! logs` reads Docker's logs, and a SIGKILLed edgelet restarts and adopts the running
+//! containers without restarting them. A Docker daemon that is gone leaves the pod waiting
+//! with Docker's message in its events and the edgelet up.
+
+use minik8s_conformance::machines::{InitCluster, Machine};
+use minik8s_conformance::node::free_port;
+use std::time::{Duration, Instant};
+
+const WEB: &str = r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: page}
+data: {text: served-from-docker}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      nodeSelector: {kubernetes.io/hostname: edge-d}
+      tolerations: [{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}]
+      volumes:
+      - {name: www, emptyDir: {}}
+      - {name: page, configMap: {name: page}}
+      initContainers:
+      - name: init
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "echo init ran; echo \"$(cat /page/text) by init\" > /www/index.html"]
+        volumeMounts: [{name: www, mountPath: /www}, {name: page, mountPath: /page}]
+      containers:
+      - name: server
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["httpd", "-f", "-p", "8080", "-h", "/www"]
+        volumeMounts: [{name: www, mountPath: /www}]
+      - name: client
+        image: busybox
+        imagePullPolicy: IfNotPresent
+        command: ["sh", "-c", "while true; do echo \"local: $(wget -qO- http://127.0.0.1:8080/index.html)\"; sleep 1; done"]
+"#;
+
+const CALLER: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: caller, labels: {app: caller}}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: edge-d}
+  tolerations: [{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}]
+  containers:
+  - name: main
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "while true; do echo \"by alias: $(wget -qO- http://web:8080/index.html)\"; sleep 1; done"]
+"#;
+
+const CRASH: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: crash}
+spec:
+  terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: edge-d}
+  tolerations: [{key: virtual-kubelet.io/provider, value: edge, effect: NoSchedule}]
+  containers:
+  - name: main
+    image: busybox
+    imagePullPolicy: IfNotPresent
+    command: ["sh", "-c", "echo crashing now; exit 3"]
+"#;
+
+/// The Docker containers of the machine: `name state started-at id`, one per line.
+fn containers(m: &Machine) -> Vec<(String, String, String, String)> {
+    let r = m.docker_cli(&["ps", "-a", "--format", "{{.Names}}"]);
+    assert!(r.ok, "docker ps: {}", r.stderr);
+    let names: Vec<&str> = r.stdout.lines().filter(|l| !l.is_empty()).collect();
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let mut args = vec![
+        "inspect",
+        "--format",
+        "{{.Name}} {{.State.Status}} {{.State.StartedAt}} {{.Id}}",
+    ];
+    args.extend(names);
+    let r = m.docker_cli(&args);
+    r.stdout
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            Some((
+                w.next()?.trim_start_matches('/').to_owned(),
+                w.next()?.to_owned(),
+                w.next()?.to_owned(),
+                w.next()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() {
+    let c = InitCluster::start(free_port());
+    let mut m = c.docker_edge_machine("edge-d", 25, &[]);
+    let joined = c.edge_join(&m, &["--edgelet-address", "127.0.0.1:10351"]);
+    assert!(
+        joined.ok,
+        "join: {}\n{}\n{}",
+        joined.stdout,
+        joined.stderr,
+        m.log()
+    );
+    c.node_condition("edge-d", "Ready", "True", Duration::from_secs(60));
+    let runtime = c.ok(&[
+        "get",
+        "node",
+        "edge-d",
+        "-o",
+        "jsonpath={.status.nodeInfo.containerRuntimeVersion}",
+    ]);
+    assert!(runtime.starts_with("docker://"), "{runtime}");
+
+    // The Deployment: init first, then two containers sharing the pod's network.
+    c.kubectl_stdin(&["apply", "-f", "-"], WEB);
+    // Applied twice, unchanged.
+    let again = c.kubectl_stdin(&["apply", "-f", "-"], WEB);
+    assert!(again.stdout.contains("unchanged"), "{}", again.stdout);
+    let pod = c
+        .eventually(
+            Duration::from_secs(120),
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.phase} {.status.containerStatuses[*].ready}{\"\\n\"}{end}",
+            ],
+            |o| o.trim().ends_with("Running true true"),
+        )
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    // The design's names: `<pod>.<container>`, and the pause container holding the network.
+    let names: Vec<String> = containers(&m).into_iter().map(|c| c.0).collect();
+    for want in ["pause", "init", "server", "client"] {
+        let name = format!("{pod}.{want}");
+        assert!(names.contains(&name), "no container {name}: {names:?}");
+    }
+    let mode = m.docker_cli(&[
+        "inspect",
+        "--format",
+        "{{.HostConfig.NetworkMode}}",
+        &format!("{pod}.client"),
+    ]);
+    assert!(
+        mode.stdout.trim().starts_with("container:"),
+        "{}",
+        mode.stdout
+    );
+    // Over 127.0.0.1, read through `kubectl logs` (Docker's own logs); the init container's
+    // output too.
+    let local = c.eventually(
+        Duration::from_secs(30),
+        &["logs", &pod, "-c", "client", "--tail", "1"],
+        |o| o.contains("local: served-from-docker by init"),
+    );
+    assert!(local.lines().count() == 1, "{local}");
+    let init = c.ok(&["logs", &pod, "-c", "init"]);
+    assert_eq!(init.trim(), "init ran");
+
+    // Another pod calls it by its `app` label, a network alias on the edge's Docker network.
+    c.kubectl_stdin(&["apply", "-f", "-"], CALLER);
+    c.eventually(
+        Duration::from_secs(60),
+        &["logs", "caller", "--tail", "1"],
+        |o| o.contains("by alias: served-from-docker by init"),
+    );
+
+    // A crashing container restarts with back-off: CrashLoopBackOff, and the restarts slow.
+    c.kubectl_stdin(&["apply", "-f", "-"], CRASH);
+    c.eventually(
+        Duration::from_secs(90),
+        &[
+            "get",
+            "pod",
+            "crash",
+            "-o",
+            "jsonpath={.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state.waiting.reason}",
+        ],
+        |o| {
+            let mut w = o.split_whitespace();
+            w.next().and_then(|n| n.parse::<u32>().ok()).unwrap_or(0) >= 2
+                && w.next() == Some("CrashLoopBackOff")
+        },
+    );
+    let described = c.ok(&["describe", "pod", "crash"]);
+    assert!(
+        described.contains("Back-off restarting failed container"),
+        "{described}"
+    );
+    assert!(
+        c.ok(&["logs", "crash", "--previous"])
+            .contains("crashing now")
+    );
+
+    // The edgelet SIGKILLed and restarted: it finds the pods' containers by their labels and
+    // adopts them; none restarts.
+    let before: Vec<_> = containers(&m)
+        .into_iter()
+        .filter(|c| c.0.starts_with(&pod) && c.1 == "running")
+        .collect();
+    assert_eq!(before.len(), 3, "{before:?}");
+    m.kill9();
+    std::thread::sleep(Duration::from_secs(2));
+    m.restart();
+    c.node_condition("edge-d", "Ready", "True", Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(12));
+    let after: Vec<_> = containers(&m)
+        .into_iter()
+        .filter(|c| c.0.starts_with(&pod) && c.1 == "running")
+        .collect();
+    assert_eq!(
+        before, after,
+        "the pod's containers changed across the kill"
+    );
+    let restarts = c.ok(&[
+        "get",
+        "pod",
+        &pod,
+        "-o",
+        "jsonpath={.status.phase} {.status.containerStatuses[*].restartCount}",
+    ]);
+    assert_eq!(restarts.trim(), "Running 0 0", "{restarts}");
+    c.eventually(
+        Duration::from_secs(30),
+        &["logs", &pod, "-c", "client", "--tail", "1"],
+        |o| o.contains("local: served-from-docker by init"),
+    );
+
+    // Docker gone: a new pod waits with Docker's message in its events; the edgelet stays up
+    // and says so.
+    let daemon = m.docker_pid().expect("dockerd runs");
+    let _ = std::process::Command::new("kill")
+        .arg(daemon.to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while m.docker_cli(&["version"]).ok {
+        assert!(Instant::now() < deadline, "dockerd did not stop");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &CALLER.replace("name: caller", "name: late"),
+    );
+    let events = c.eventually(
+        Duration::from_secs(60),
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=late",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+        ],
+        |o| o.contains("docker"),
+    );
+    assert!(
+        events.contains("Failed") || events.contains("FailedCreatePodSandBox"),
+        "{events}"
+    );
+    let phase = c.ok(&["get", "pod", "late", "-o", "jsonpath={.status.phase}"]);
+    assert_eq!(phase, "Pending", "{events}");
+    assert!(
+        m.edgectl(&["--edgelet-address", "127.0.0.1:10351", "status"])
+            .ok,
+        "the edgelet stopped with Docker: {}",
+        m.log()
+    );
+}
