@@ -7,9 +7,17 @@
 //! logs` reads Docker's logs, and a SIGKILLed edgelet restarts and adopts the running
 //! containers without restarting them. A Docker daemon that is gone leaves the pod waiting
 //! with Docker's message in its events and the edgelet up.
+//!
+//! The cluster runs a second edge-registry replica (`minik8s edge-registry`, the registry's
+//! own identity) beside the one in `init`; with a second edge (on containerd) the replicas
+//! hold one edge each by their Lease races, and when the second replica is SIGKILLed the
+//! first takes its edge over: the Node stays, its pod keeps running unrestarted, and `kubectl
+//! logs` reaches it through the new holder.
 
-use minik8s_conformance::machines::{InitCluster, Machine};
-use minik8s_conformance::node::free_port;
+use minik8s_conformance::machines::{HOST_IP, InitCluster, Machine};
+use minik8s_conformance::node::{bin, free_port};
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const WEB: &str = r#"
@@ -110,9 +118,68 @@ fn containers(m: &Machine) -> Vec<(String, String, String, String)> {
         .collect()
 }
 
+/// A registry replica process, killed when dropped (a failed test leaves none behind).
+struct Replica(Child);
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a second edge-registry replica with the registry's identity and certificates
+/// (serving edges on port 10361, its kubelet endpoint on a free port).
+fn second_replica(c: &InitCluster) -> Replica {
+    let pki = c.dir().join("cp/pki");
+    let file = |f: &str| pki.join(f).display().to_string();
+    let log = std::fs::File::create(c.dir().join("replica-2.log")).expect("the replica's log");
+    let child = Command::new(bin("minik8s"))
+        .arg("edge-registry")
+        .args(["--kubeconfig", &file("edge-registry.kubeconfig")])
+        .args(["--apiserver", c.server()])
+        .args(["--ca", &file("ca.crt")])
+        .args(["--tls", &file("apiserver.crt"), &file("apiserver.key")])
+        .args([
+            "--client",
+            &file("edge-registry.crt"),
+            &file("edge-registry.key"),
+        ])
+        .args(["--listen", &format!("{HOST_IP}:10361")])
+        .args(["--identity", "replica-2", "--address", HOST_IP])
+        .args(["--kubelet-listen", "0.0.0.0:0"])
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("the second replica starts");
+    Replica(child)
+}
+
+/// The holder of each edge node's Lease.
+fn holders(c: &InitCluster) -> BTreeMap<String, String> {
+    c.ok(&[
+        "get",
+        "leases",
+        "-n",
+        "kube-node-lease",
+        "-l",
+        "minik8s.io/vnode-provider=edge,!minik8s.io/vnode-replica",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.spec.holderIdentity}{\"\\n\"}{end}",
+    ])
+    .lines()
+    .filter_map(|l| {
+        let (node, holder) = l.split_once(' ')?;
+        Some((node.to_owned(), holder.to_owned()))
+    })
+    .collect()
+}
+
 #[test]
 fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() {
     let c = InitCluster::start(free_port());
+    let mut replica = second_replica(&c);
     let mut m = c.docker_edge_machine("edge-d", 25, &[]);
     let joined = c.edge_join(&m, &["--edgelet-address", "127.0.0.1:10351"]);
     assert!(
@@ -251,6 +318,8 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
         |o| o.contains("local: served-from-docker by init"),
     );
 
+    registry_replica_killed(&c, &mut replica, &pod);
+
     // Docker gone: a new pod waits with Docker's message in its events; the edgelet stays up
     // and says so.
     let daemon = m.docker_pid().expect("dockerd runs");
@@ -290,4 +359,95 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
         "the edgelet stopped with Docker: {}",
         m.log()
     );
+}
+
+/// A second edge (on containerd) joins; the two replicas hold one edge each; the second
+/// replica is SIGKILLed and the first takes its edge over.
+fn registry_replica_killed(c: &InitCluster, replica: &mut Replica, web: &str) {
+    let e = c.edge_machine("edge-e", 26, &[]);
+    let joined = c.edge_join(&e, &["--edgelet-address", "127.0.0.1:10351"]);
+    assert!(joined.ok, "join: {}\n{}", joined.stderr, e.log());
+    c.node_condition("edge-e", "Ready", "True", Duration::from_secs(60));
+    c.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &CALLER
+            .replace("name: caller", "name: beacon")
+            .replace("edge-d", "edge-e")
+            .replace(
+                "by alias: $(wget -qO- http://web:8080/index.html)",
+                "beacon $(date +%s)",
+            ),
+    );
+    c.eventually(
+        Duration::from_secs(60),
+        &["get", "pod", "beacon", "-o", "jsonpath={.status.phase}"],
+        |o| o == "Running",
+    );
+    // One edge each: the replicas race for each Lease after a wait in proportion to what
+    // they hold.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let held = loop {
+        let h = holders(c);
+        let theirs = h.values().filter(|v| v.as_str() == "replica-2").count();
+        if h.len() == 2 && theirs == 1 {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas do not hold one edge each: {h:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let (lost, _) = held
+        .iter()
+        .find(|(_, holder)| holder.as_str() == "replica-2")
+        .unwrap();
+    let lost = lost.clone();
+    let first = held
+        .values()
+        .find(|v| v.as_str() != "replica-2")
+        .unwrap()
+        .clone();
+    let pod = if lost == "edge-d" { web } else { "beacon" };
+    let restarts = |c: &InitCluster| {
+        c.ok(&[
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.status.containerStatuses[*].restartCount}",
+        ])
+    };
+    let before = restarts(c);
+
+    // SIGKILL: its Lease lapses (40 s) and the first replica takes the edge over.
+    let _ = replica.0.kill();
+    let _ = replica.0.wait();
+    let killed = Instant::now();
+    let deadline = killed + Duration::from_secs(120);
+    loop {
+        let h = holders(c);
+        if h.get(&lost) == Some(&first) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{lost} not taken over: {h:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!(
+        "{lost} taken over by the first replica {:.1} s after the second was killed",
+        killed.elapsed().as_secs_f64()
+    );
+    c.node_condition(&lost, "Ready", "True", Duration::from_secs(60));
+    let container = if pod == web { "client" } else { "main" };
+    c.eventually(
+        Duration::from_secs(30),
+        &["logs", pod, "-c", container, "--tail", "1"],
+        |o| !o.trim().is_empty(),
+    );
+    assert_eq!(restarts(c), before, "{pod} restarted across the takeover");
+    assert_eq!(
+        c.ok(&["get", "pod", pod, "-o", "jsonpath={.status.phase}"]),
+        "Running"
+    );
+    drop(e);
 }
