@@ -912,6 +912,10 @@ impl EdgeProvider {
                 _ = self.stop.cancelled() => return,
                 r = rpc.watch(WatchRequest { hello: self.hello(), since }) => r,
             };
+            // A watch that ran and ended (the edgelet restarted, the link broke) is followed
+            // by a probe a second later, not a heartbeat period later: the edge is back or
+            // known lost at once.
+            let mut ended = watched.is_ok();
             if let Ok(stream) = watched {
                 self.set_connected(true);
                 let mut stream = stream.into_inner();
@@ -947,7 +951,7 @@ impl EdgeProvider {
             let mut answered = self.connected.load(Ordering::SeqCst);
             self.set_connected(false);
             loop {
-                let wait = if answered {
+                let wait = if answered && !std::mem::take(&mut ended) {
                     self.heartbeat
                 } else {
                     Duration::from_secs(1)
