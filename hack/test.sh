@@ -22,11 +22,13 @@ sweep_killed_runs() {
   # containerd is started by name; its shims by absolute path. The suite's image registry too.
   pkill -9 -f '^(/[^ ]*/)?containerd(-shim-runc-v2)? .*/tmp/\.tmp[^/ ]*/' 2>/dev/null || true
   pkill -9 -f '^(/[^ ]*/)?docker-registry serve /tmp/\.tmp[^/ ]*/' 2>/dev/null || true
+  # Edge machines on Docker run a private dockerd (its containerd is matched above).
+  pkill -9 -f '^(/[^ ]*/)?dockerd .*/tmp/\.tmp[^/ ]*/' 2>/dev/null || true
   local tasks
   for tasks in $(find /sys/fs/cgroup -path '*/minik8s-test/*' -name tasks 2>/dev/null); do
     xargs -r kill -9 <"$tasks" 2>/dev/null || true
   done
-  awk '$2 ~ /^\/tmp\/\.tmp[^\/]*\/.*\/(containerd|pods)\// {print $2}' /proc/self/mounts | sort -r | while read -r m; do
+  awk '$2 ~ /^\/tmp\/\.tmp[^\/]*\/.*\/(containerd|pods|docker)\// {print $2}' /proc/self/mounts | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
   find /sys/fs/cgroup -depth -type d -path '*/minik8s-test*' -exec rmdir {} + 2>/dev/null || true
