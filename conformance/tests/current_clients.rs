@@ -330,21 +330,27 @@ fn everyday_verbs(k: &Kubectl) {
     });
     assert_eq!(out.trim(), format!("debugging {pod}"));
 
-    // run --rm -i: the command's output, and the pod is gone after.
-    let r = k.run(&[
-        "run",
-        "once",
-        "--rm",
-        "-i",
-        "--restart=Never",
-        "--image=busybox",
-        "--",
-        "sh",
-        "-c",
-        "echo hello from a one-off pod",
-    ]);
+    // run --rm -i: stdin reaches the command, its output comes back, and the pod is gone
+    // after. As upstream's e2e test of it, the command reads stdin first: one that exits at
+    // once may end before kubectl attaches (upstream's race too), and its output is lost.
+    let r = k.with(
+        &[
+            "run",
+            "once",
+            "--rm",
+            "-i",
+            "--restart=Never",
+            "--image=busybox",
+            "--",
+            "sh",
+            "-c",
+            "cat && echo 'stdin closed'",
+        ],
+        Some("abcd1234"),
+        &[],
+    );
     assert!(
-        r.ok && r.stdout.contains("hello from a one-off pod"),
+        r.ok && r.stdout.contains("abcd1234") && r.stdout.contains("stdin closed"),
         "{r:?}"
     );
     k.eventually(&["get", "pods", "-o", "name"], |s| !s.contains("pod/once"));

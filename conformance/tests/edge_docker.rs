@@ -4,7 +4,8 @@
 //! and two app containers that talk over 127.0.0.1 runs as the design's compose-style
 //! containers (`<pod>.<container>`, a pause container holding the pod's network), another pod
 //! calls it by its `app` label as a network alias, a crashing container backs off, `kubectl
-//! logs` reads Docker's logs, and a SIGKILLed edgelet restarts and adopts the running
+//! logs` reads Docker's logs, `exec`, `attach` and `port-forward` reach the pod through the
+//! Docker runtime's stream server, and a SIGKILLed edgelet restarts and adopts the running
 //! containers without restarting them. A Docker daemon that is gone leaves the pod waiting
 //! with Docker's message in its events and the edgelet up.
 //!
@@ -15,7 +16,7 @@
 //! logs` reaches it through the new holder.
 
 use minik8s_conformance::machines::{HOST_IP, InitCluster, Machine};
-use minik8s_conformance::node::{bin, free_port};
+use minik8s_conformance::node::{bin, free_port, http_get};
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -116,6 +117,78 @@ fn containers(m: &Machine) -> Vec<(String, String, String, String)> {
             ))
         })
         .collect()
+}
+
+/// `kubectl` with the cluster's kubeconfig, as a command to adjust.
+fn kubectl(c: &InitCluster, args: &[&str]) -> Command {
+    let mut cmd = Command::new("kubectl");
+    cmd.args(args)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir());
+    cmd
+}
+
+/// `exec` (output, stdin, exit code), `attach` and `port-forward` to the pod on Docker,
+/// through the Docker runtime's own stream server.
+fn docker_streams(c: &InitCluster, pod: &str) {
+    use std::io::{BufRead, BufReader};
+    let served = c.ok(&["exec", pod, "-c", "server", "--", "cat", "/www/index.html"]);
+    assert_eq!(served.trim(), "served-from-docker by init");
+    let echoed = c.kubectl_stdin(
+        &["exec", "-i", pod, "-c", "client", "--", "cat"],
+        "typed in\n",
+    );
+    assert!(
+        echoed.ok && echoed.stdout == "typed in\n",
+        "{:?} {}",
+        echoed.stdout,
+        echoed.stderr
+    );
+    let code = kubectl(
+        c,
+        &["exec", pod, "-c", "client", "--", "sh", "-c", "exit 3"],
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .status()
+    .expect("kubectl runs");
+    assert_eq!(code.code(), Some(3), "kubectl exec's exit code");
+    // attach: the client's next lines.
+    let attached = Command::new("timeout")
+        .arg("6")
+        .arg("kubectl")
+        .args(["attach", pod, "-c", "client"])
+        .env("KUBECONFIG", &c.kubeconfig)
+        .env("HOME", c.dir())
+        .output()
+        .expect("kubectl attach runs");
+    let text = String::from_utf8_lossy(&attached.stdout);
+    assert!(
+        text.contains("local: served-from-docker by init"),
+        "attach printed {text:?}; {}",
+        String::from_utf8_lossy(&attached.stderr)
+    );
+    // port-forward to the server's port.
+    let mut forward = kubectl(c, &["port-forward", &format!("pod/{pod}"), ":8080"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl port-forward runs");
+    let mut out = BufReader::new(forward.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    // kubectl prints a line per connection: keep reading, or it fails writing.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let port: u16 = line
+        .strip_prefix("Forwarding from 127.0.0.1:")
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("port-forward printed {line:?}"));
+    let got = http_get(&format!("127.0.0.1:{port}"));
+    let again = http_get(&format!("127.0.0.1:{port}"));
+    let _ = forward.kill();
+    let _ = forward.wait();
+    assert_eq!(got.as_deref(), Some("served-from-docker by init"));
+    assert_eq!(again, got, "a second connection");
 }
 
 /// A registry replica process, killed when dropped (a failed test leaves none behind).
@@ -248,6 +321,8 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
     assert!(local.lines().count() == 1, "{local}");
     let init = c.ok(&["logs", &pod, "-c", "init"]);
     assert_eq!(init.trim(), "init ran");
+
+    docker_streams(&c, &pod);
 
     // Another pod calls it by its `app` label, a network alias on the edge's Docker network.
     c.kubectl_stdin(&["apply", "-f", "-"], CALLER);

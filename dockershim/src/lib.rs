@@ -16,13 +16,16 @@
 //!   container belongs to) is kept in Docker labels, so this runtime holds no state: a
 //!   restarted edgelet sees its pods' containers as they are and adopts them.
 //!
+//! `exec`, `attach` and `port-forward` are served by the runtime's own stream server
+//! ([`streams`]) on Docker's exec and attach and inside the sandbox's network namespace.
+//!
 //! Init containers in order, restart policies and back-off, probes and volumes are the
-//! kubelet's, as on containerd. Not served: `exec`, `attach` and `port-forward` streams
-//! (`ExecSync`, which exec probes use, is), container statistics, and host ports.
+//! kubelet's, as on containerd. Not served: container statistics and host ports.
 
 mod images;
 mod names;
 mod runtime;
+mod streams;
 
 use bollard::Docker;
 use k8s_cri::v1::image_service_server::ImageServiceServer;
@@ -174,8 +177,9 @@ impl Shim {
         Ok(())
     }
 
-    /// Serves the CRI on the unix socket `socket` until `shutdown`, on `tasks`.
-    pub fn serve(
+    /// Serves the CRI on the unix socket `socket` (and its stream server on a loopback port)
+    /// until `shutdown`, on `tasks`.
+    pub async fn serve(
         &self,
         socket: &Path,
         tasks: &TaskTracker,
@@ -192,7 +196,8 @@ impl Shim {
             what: format!("binding {}", socket.display()),
             source,
         })?;
-        let runtime = RuntimeServiceServer::new(runtime::Runtime::new(self.clone()));
+        let streams = streams::Streams::start(self.docker.clone(), tasks, shutdown.clone()).await?;
+        let runtime = RuntimeServiceServer::new(runtime::Runtime::new(self.clone(), streams));
         let images = ImageServiceServer::new(images::Images::new(self.clone()));
         let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
         minik8s_task::spawn_on(tasks, "docker-cri", async move {

@@ -115,11 +115,37 @@ fn metadata<T: serde::de::DeserializeOwned + Default>(labels: &HashMap<String, S
 /// The CRI runtime service.
 pub struct Runtime {
     shim: Shim,
+    streams: std::sync::Arc<crate::streams::Streams>,
 }
 
 impl Runtime {
-    pub fn new(shim: Shim) -> Runtime {
-        Runtime { shim }
+    pub fn new(shim: Shim, streams: std::sync::Arc<crate::streams::Streams>) -> Runtime {
+        Runtime { shim, streams }
+    }
+
+    /// Checks that `id` is a Docker container of this runtime's `kind` (`sandbox` or
+    /// `container`) that runs: a stream to anything else is refused as upstream's runtimes
+    /// refuse it.
+    async fn running(&self, id: &str, kind: &str) -> Result<(), Status> {
+        let c = self
+            .docker()
+            .inspect_container(id, None::<q::InspectContainerOptions>)
+            .await
+            .map_err(status)?;
+        let labels = c
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.clone())
+            .unwrap_or_default();
+        if labels.get(names::KIND).map(String::as_str) != Some(kind) {
+            return Err(Status::not_found(format!("{kind} {id} not found")));
+        }
+        if !c.state.and_then(|s| s.running).unwrap_or(false) {
+            return Err(Status::failed_precondition(format!(
+                "{kind} {id} is not running"
+            )));
+        }
+        Ok(())
     }
 
     fn docker(&self) -> &Docker {
@@ -768,25 +794,43 @@ impl cri::runtime_service_server::RuntimeService for Runtime {
         }))
     }
 
-    async fn exec(&self, _: Request<cri::ExecRequest>) -> Answer<cri::ExecResponse> {
-        Err(Status::unimplemented(
-            "the docker runtime does not serve exec streams yet",
-        ))
+    async fn exec(&self, request: Request<cri::ExecRequest>) -> Answer<cri::ExecResponse> {
+        let req = request.into_inner();
+        if req.cmd.is_empty() {
+            return Err(Status::invalid_argument("cmd must not be empty"));
+        }
+        if !(req.stdin || req.stdout || req.stderr) {
+            return Err(Status::invalid_argument(
+                "one of stdin, stdout, or stderr must be set",
+            ));
+        }
+        self.running(&req.container_id, "container").await?;
+        let url = self.streams.register(crate::streams::Pending::Exec(req));
+        Ok(Response::new(cri::ExecResponse { url }))
     }
 
-    async fn attach(&self, _: Request<cri::AttachRequest>) -> Answer<cri::AttachResponse> {
-        Err(Status::unimplemented(
-            "the docker runtime does not serve attach streams yet",
-        ))
+    async fn attach(&self, request: Request<cri::AttachRequest>) -> Answer<cri::AttachResponse> {
+        let req = request.into_inner();
+        if !(req.stdin || req.stdout || req.stderr) {
+            return Err(Status::invalid_argument(
+                "one of stdin, stdout, or stderr must be set",
+            ));
+        }
+        self.running(&req.container_id, "container").await?;
+        let url = self.streams.register(crate::streams::Pending::Attach(req));
+        Ok(Response::new(cri::AttachResponse { url }))
     }
 
     async fn port_forward(
         &self,
-        _: Request<cri::PortForwardRequest>,
+        request: Request<cri::PortForwardRequest>,
     ) -> Answer<cri::PortForwardResponse> {
-        Err(Status::unimplemented(
-            "the docker runtime does not serve port-forward streams yet",
-        ))
+        let req = request.into_inner();
+        self.running(&req.pod_sandbox_id, "sandbox").await?;
+        let url = self
+            .streams
+            .register(crate::streams::Pending::PortForward(req.pod_sandbox_id));
+        Ok(Response::new(cri::PortForwardResponse { url }))
     }
 
     async fn container_stats(

@@ -1,8 +1,10 @@
-//! A small SPDY/3.1 client, as much as the Kubernetes streaming protocols need toward the
-//! runtime's stream server: streams opened by the client with a `streamtype` header, data
-//! frames both ways, FIN to close a direction, PING answered. Header blocks are zlib streams
-//! (one per direction, for the whole session) primed with the spec's dictionary. The
-//! runtime's server (spdystream) keeps no flow-control windows, so none are kept here.
+//! A small SPDY/3.1 codec, as much as the Kubernetes streaming protocols need: the client
+//! side toward the runtime's stream server (streams opened by the client with a `streamtype`
+//! header), and the server side of a runtime's stream server (streams the client opened, read
+//! with their headers and answered with a reply); data frames both ways, FIN to close a
+//! direction, PING answered. Header blocks are zlib streams (one per direction, for the whole
+//! session) primed with the spec's dictionary. Go's spdystream keeps no flow-control windows,
+//! so none are kept here.
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 use std::io;
@@ -10,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 const VERSION: u16 = 3;
 const SYN_STREAM: u16 = 1;
+const SYN_REPLY: u16 = 2;
 const PING: u16 = 6;
 /// Flag closing the sender's direction of a stream.
 pub const FIN: u8 = 0x01;
@@ -107,20 +110,34 @@ fn bad(message: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message.into())
 }
 
-/// One frame read from the server.
+/// One frame read from the peer.
 #[derive(Debug)]
 pub enum Frame {
-    /// Data on a stream; `fin` closes the server's direction.
+    /// Data on a stream; `fin` closes the peer's direction.
     Data {
         /// The stream.
         stream: u32,
         /// The bytes.
         data: Vec<u8>,
-        /// Whether the server is done sending on it.
+        /// Whether the peer is done sending on it.
         fin: bool,
     },
-    /// The server ends a stream (RST_STREAM) or the session (GOAWAY).
+    /// The peer opens a stream (SYN_STREAM) with these headers (names lowercase).
+    Open {
+        /// The stream.
+        stream: u32,
+        /// Its headers.
+        headers: Vec<(String, String)>,
+        /// Whether the peer sends nothing on it.
+        fin: bool,
+    },
+    /// The peer ends the session (GOAWAY).
     Reset,
+    /// The peer ends one stream (RST_STREAM).
+    ResetStream {
+        /// The stream.
+        stream: u32,
+    },
     /// Anything else (replies, settings, pings already answered).
     Other,
 }
@@ -173,10 +190,7 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
         self.io.write_all(&frame).await
     }
 
-    /// Opens a stream with the given headers (names lowercase); returns its id.
-    pub async fn open(&mut self, headers: &[(&str, &str)]) -> io::Result<u32> {
-        let id = self.next_stream;
-        self.next_stream += 2;
+    fn header_block(&mut self, headers: &[(&str, &str)]) -> io::Result<Vec<u8>> {
         let mut block = Vec::new();
         block.extend_from_slice(&(headers.len() as u32).to_be_bytes());
         for (name, value) in headers {
@@ -185,13 +199,28 @@ impl<W: AsyncWrite + Unpin> Writer<W> {
                 block.extend_from_slice(s.as_bytes());
             }
         }
+        self.compress(&block)
+    }
+
+    /// Opens a stream with the given headers (names lowercase); returns its id.
+    pub async fn open(&mut self, headers: &[(&str, &str)]) -> io::Result<u32> {
+        let id = self.next_stream;
+        self.next_stream += 2;
         let mut body = Vec::new();
         body.extend_from_slice(&id.to_be_bytes());
         body.extend_from_slice(&0u32.to_be_bytes()); // associated-to stream
         body.extend_from_slice(&[0, 0]); // priority, slot
-        body.extend_from_slice(&self.compress(&block)?);
+        body.extend_from_slice(&self.header_block(headers)?);
         self.control(SYN_STREAM, 0, &body).await?;
         Ok(id)
+    }
+
+    /// Accepts a stream the peer opened (SYN_REPLY, no headers): Go's client waits for it.
+    pub async fn reply(&mut self, stream: u32) -> io::Result<()> {
+        let mut body = Vec::new();
+        body.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
+        body.extend_from_slice(&self.header_block(&[])?);
+        self.control(SYN_REPLY, 0, &body).await
     }
 
     /// Sends `data` on `stream` (and closes this side of it with `fin`).
@@ -243,17 +272,17 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         }
     }
 
-    /// Runs a compressed header block through the session's inflate stream (the content is
-    /// not needed, but the stream's state is).
-    fn inflate(&mut self, block: &[u8]) -> io::Result<()> {
+    /// Runs a compressed header block through the session's inflate stream; its bytes.
+    fn inflate(&mut self, block: &[u8]) -> io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(4096);
         let start = self.inflate.total_in();
         loop {
             let done = (self.inflate.total_in() - start) as usize;
             if done == block.len() {
-                return Ok(());
+                return Ok(out);
             }
-            out.clear();
+            let before = out.len();
+            out.reserve(4096);
             match self
                 .inflate
                 .decompress_vec(&block[done..], &mut out, FlushDecompress::Sync)
@@ -266,7 +295,7 @@ impl<R: AsyncRead + Unpin> Reader<R> {
                 }
                 Err(e) => return Err(bad(format!("header block: {e}"))),
             }
-            if (self.inflate.total_in() - start) as usize == done && out.is_empty() {
+            if (self.inflate.total_in() - start) as usize == done && out.len() == before {
                 return Err(bad("header block: no progress"));
             }
         }
@@ -291,8 +320,22 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         let kind = u16::from_be_bytes([head[2], head[3]]);
         match kind {
             // SYN_STREAM (10 bytes before the block), SYN_REPLY and HEADERS (4 bytes).
-            1 if body.len() >= 10 => self.inflate(&body[10..])?,
-            2 | 8 if body.len() >= 4 => self.inflate(&body[4..])?,
+            1 if body.len() >= 10 => {
+                let stream = u32::from_be_bytes([body[0], body[1], body[2], body[3]]) & 0x7fff_ffff;
+                let block = self.inflate(&body[10..])?;
+                return Ok(Ok(Frame::Open {
+                    stream,
+                    headers: headers(&block)?,
+                    fin: flags & FIN != 0,
+                }));
+            }
+            2 | 8 if body.len() >= 4 => {
+                self.inflate(&body[4..])?;
+            }
+            3 if body.len() >= 4 => {
+                let stream = u32::from_be_bytes([body[0], body[1], body[2], body[3]]) & 0x7fff_ffff;
+                return Ok(Ok(Frame::ResetStream { stream }));
+            }
             3 | 7 => return Ok(Ok(Frame::Reset)),
             6 if body.len() >= 4 => {
                 return Ok(Err(u32::from_be_bytes([
@@ -303,6 +346,34 @@ impl<R: AsyncRead + Unpin> Reader<R> {
         }
         Ok(Ok(Frame::Other))
     }
+}
+
+/// The name/value pairs of a decompressed header block.
+fn headers(block: &[u8]) -> io::Result<Vec<(String, String)>> {
+    // The count, then each name and value, each length-prefixed.
+    let mut at = 4usize;
+    let mut word = || -> io::Result<String> {
+        let len = block
+            .get(at..at + 4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or_else(|| bad("header block: truncated"))?;
+        let text = block
+            .get(at + 4..at + 4 + len)
+            .ok_or_else(|| bad("header block: truncated"))?;
+        at += 4 + len;
+        Ok(String::from_utf8_lossy(text).into_owned())
+    };
+    let count = block
+        .get(..4)
+        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| bad("header block: truncated"))?;
+    let mut out = Vec::new();
+    for _ in 0..count.min(256) {
+        let name = word()?;
+        let value = word()?;
+        out.push((name.to_ascii_lowercase(), value));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -326,9 +397,26 @@ mod tests {
         let b = w.open(&[("streamtype", "stdout")]).await.unwrap();
         assert_eq!((a, b), (1, 3));
         w.data(b, b"hi", true).await.unwrap();
-        // SYN_STREAMs read back through one inflate stream, then the data.
-        assert!(matches!(r.next().await.unwrap(), Ok(Frame::Other)));
-        assert!(matches!(r.next().await.unwrap(), Ok(Frame::Other)));
+        // SYN_STREAMs read back with their headers through one inflate stream, then the
+        // data.
+        match r.next().await.unwrap() {
+            Ok(Frame::Open {
+                stream, headers, ..
+            }) => {
+                assert_eq!(stream, 1);
+                assert_eq!(headers, [("streamtype".to_owned(), "error".to_owned())]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match r.next().await.unwrap() {
+            Ok(Frame::Open {
+                stream, headers, ..
+            }) => {
+                assert_eq!(stream, 3);
+                assert_eq!(headers, [("streamtype".to_owned(), "stdout".to_owned())]);
+            }
+            other => panic!("{other:?}"),
+        }
         match r.next().await.unwrap() {
             Ok(Frame::Data { stream, data, fin }) => {
                 assert_eq!((stream, data.as_slice(), fin), (3, &b"hi"[..], true));
@@ -337,5 +425,8 @@ mod tests {
         }
         w.pong(7).await.unwrap();
         assert!(matches!(r.next().await.unwrap(), Err(7)));
+        // A server's reply reads as another frame, its header block inflated.
+        w.reply(3).await.unwrap();
+        assert!(matches!(r.next().await.unwrap(), Ok(Frame::Other)));
     }
 }

@@ -445,9 +445,9 @@ async fn pump(
                         runtime_takes_input = false;
                     }
                 }
-                Some(Ok(Ok(Frame::Other))) => {}
+                Some(Ok(Ok(Frame::Other | Frame::Open { .. }))) => {}
                 // The runtime ends the session once the process is done.
-                Some(Ok(Ok(Frame::Reset))) | Some(Err(_)) | None => break,
+                Some(Ok(Ok(Frame::Reset | Frame::ResetStream { .. }))) | Some(Err(_)) | None => break,
             },
         }
     }

@@ -313,7 +313,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<Option<Path
             shim.ensure_network().await?;
             shim.load(&kcfg.images).await?;
             let socket = cfg.data_dir.join("docker-cri.sock");
-            shim.serve(&socket, &tasks, shutdown.clone())?;
+            shim.serve(&socket, &tasks, shutdown.clone()).await?;
             tracing::info!(docker = %shim.version().await.unwrap_or_default(), "pods run on docker");
             Cri::connect(&socket).await?
         }
