@@ -50,6 +50,16 @@ pub struct Streams {
     shutdown: CancellationToken,
 }
 
+/// A process's output from Docker.
+type Output = std::pin::Pin<
+    Box<
+        dyn futures::Stream<Item = Result<bollard::container::LogOutput, bollard::errors::Error>>
+            + Send,
+    >,
+>;
+/// A process's input to Docker.
+type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
 type SharedWriter = Arc<tokio::sync::Mutex<Writer<WriteHalf<TokioIo<hyper::upgrade::Upgraded>>>>>;
 
 impl Streams {
@@ -246,83 +256,73 @@ impl Streams {
 
         // Start the process on Docker.
         let docker = &self.docker;
-        let (mut output, mut input, exec_id, container): (
-            std::pin::Pin<
-                Box<
-                    dyn futures::Stream<
-                            Item = Result<bollard::container::LogOutput, bollard::errors::Error>,
-                        > + Send,
-                >,
-            >,
-            std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
-            Option<String>,
-            String,
-        ) = match &what {
-            Pending::Exec(r) => {
-                let created = docker
-                    .create_exec(
-                        &r.container_id,
-                        bollard::exec::CreateExecOptions {
-                            cmd: Some(r.cmd.clone()),
-                            attach_stdin: Some(r.stdin),
-                            attach_stdout: Some(r.stdout),
-                            attach_stderr: Some(r.stderr),
-                            tty: Some(r.tty),
-                            ..Default::default()
-                        },
-                    )
-                    .await;
-                let created = match created {
-                    Ok(c) => c,
-                    Err(e) => {
-                        return finish(&writer, error, &ids, &failure(&e.to_string())).await;
-                    }
-                };
-                match docker
-                    .start_exec(
-                        &created.id,
-                        Some(bollard::exec::StartExecOptions {
-                            detach: false,
-                            tty: r.tty,
-                            ..Default::default()
-                        }),
-                    )
-                    .await
-                {
-                    Ok(bollard::exec::StartExecResults::Attached { output, input }) => {
-                        (output, input, Some(created.id), r.container_id.clone())
-                    }
-                    Ok(bollard::exec::StartExecResults::Detached) => {
-                        return finish(&writer, error, &ids, &success()).await;
-                    }
-                    Err(e) => {
-                        return finish(&writer, error, &ids, &failure(&e.to_string())).await;
+        let (mut output, mut input, exec_id, container): (Output, Input, Option<String>, String) =
+            match &what {
+                Pending::Exec(r) => {
+                    let created = docker
+                        .create_exec(
+                            &r.container_id,
+                            bollard::exec::CreateExecOptions {
+                                cmd: Some(r.cmd.clone()),
+                                attach_stdin: Some(r.stdin),
+                                attach_stdout: Some(r.stdout),
+                                attach_stderr: Some(r.stderr),
+                                tty: Some(r.tty),
+                                ..Default::default()
+                            },
+                        )
+                        .await;
+                    let created = match created {
+                        Ok(c) => c,
+                        Err(e) => {
+                            return finish(&writer, error, &ids, &failure(&e.to_string())).await;
+                        }
+                    };
+                    match docker
+                        .start_exec(
+                            &created.id,
+                            Some(bollard::exec::StartExecOptions {
+                                detach: false,
+                                tty: r.tty,
+                                ..Default::default()
+                            }),
+                        )
+                        .await
+                    {
+                        Ok(bollard::exec::StartExecResults::Attached { output, input }) => {
+                            (output, input, Some(created.id), r.container_id.clone())
+                        }
+                        Ok(bollard::exec::StartExecResults::Detached) => {
+                            return finish(&writer, error, &ids, &success()).await;
+                        }
+                        Err(e) => {
+                            return finish(&writer, error, &ids, &failure(&e.to_string())).await;
+                        }
                     }
                 }
-            }
-            Pending::Attach(r) => {
-                let attached = docker
-                    .attach_container(
-                        &r.container_id,
-                        Some(
-                            bollard::query_parameters::AttachContainerOptionsBuilder::default()
-                                .stream(true)
-                                .stdin(r.stdin)
-                                .stdout(r.stdout)
-                                .stderr(r.stderr)
-                                .build(),
-                        ),
-                    )
-                    .await;
-                match attached {
-                    Ok(a) => (a.output, a.input, None, r.container_id.clone()),
-                    Err(e) => {
-                        return finish(&writer, error, &ids, &failure(&e.to_string())).await;
+                Pending::Attach(r) => {
+                    let attached = docker
+                        .attach_container(
+                            &r.container_id,
+                            Some(
+                                bollard::query_parameters::AttachContainerOptionsBuilder::default()
+                                    .stream(true)
+                                    .stdin(r.stdin)
+                                    .stdout(r.stdout)
+                                    .stderr(r.stderr)
+                                    .build(),
+                            ),
+                        )
+                        .await;
+                    match attached {
+                        Ok(a) => (a.output, a.input, None, r.container_id.clone()),
+                        Err(e) => {
+                            return finish(&writer, error, &ids, &failure(&e.to_string())).await;
+                        }
                     }
                 }
-            }
-            Pending::PortForward(_) => return Ok(()),
-        };
+                Pending::PortForward(_) => return Ok(()),
+            };
 
         // Client → Docker: stdin, its end, and resizes, on their own task.
         let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<()>();
@@ -577,23 +577,26 @@ async fn forward_one(
 /// A TCP connection to 127.0.0.1:`port` made inside the network namespace of process `pid`
 /// (a thread of its own enters it, dials and ends; the socket stays in that namespace).
 async fn dial_in(pid: i64, port: u16) -> std::io::Result<tokio::net::TcpStream> {
-    let std_stream = tokio::task::spawn_blocking(move || {
-        std::thread::spawn(move || -> std::io::Result<std::net::TcpStream> {
-            let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&ns),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )?;
-            std::net::TcpStream::connect_timeout(
-                &SocketAddr::from(([127, 0, 0, 1], port)),
-                Duration::from_secs(5),
-            )
-        })
-        .join()
-        .map_err(|_| std::io::Error::other("the namespace thread panicked"))?
-    })
-    .await
-    .map_err(std::io::Error::other)??;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("netns-dial".into())
+        .spawn(move || {
+            let dialed = (|| -> std::io::Result<std::net::TcpStream> {
+                let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))?;
+                rustix::thread::move_into_link_name_space(
+                    std::os::fd::AsFd::as_fd(&ns),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )?;
+                std::net::TcpStream::connect_timeout(
+                    &SocketAddr::from(([127, 0, 0, 1], port)),
+                    Duration::from_secs(5),
+                )
+            })();
+            let _ = tx.send(dialed);
+        })?;
+    let std_stream = rx
+        .await
+        .map_err(|_| std::io::Error::other("the namespace thread ended without an answer"))??;
     std_stream.set_nonblocking(true)?;
     tokio::net::TcpStream::from_std(std_stream)
 }
