@@ -130,7 +130,7 @@ fn kubectl(c: &InitCluster, args: &[&str]) -> Command {
 
 /// `exec` (output, stdin, exit code), `attach` and `port-forward` to the pod on Docker,
 /// through the Docker runtime's own stream server.
-fn docker_streams(c: &InitCluster, pod: &str) {
+fn docker_streams(c: &InitCluster, m: &Machine, pod: &str) {
     use std::io::{BufRead, BufReader};
     let served = c.ok(&["exec", pod, "-c", "server", "--", "cat", "/www/index.html"]);
     assert_eq!(served.trim(), "served-from-docker by init");
@@ -169,9 +169,10 @@ fn docker_streams(c: &InitCluster, pod: &str) {
         String::from_utf8_lossy(&attached.stderr)
     );
     // port-forward to the server's port.
+    let log = c.dir().join("port-forward.log");
     let mut forward = kubectl(c, &["port-forward", &format!("pod/{pod}"), ":8080"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("the port-forward log"))
         .spawn()
         .expect("kubectl port-forward runs");
     let mut out = BufReader::new(forward.stdout.take().unwrap());
@@ -187,7 +188,13 @@ fn docker_streams(c: &InitCluster, pod: &str) {
     let again = http_get(&format!("127.0.0.1:{port}"));
     let _ = forward.kill();
     let _ = forward.wait();
-    assert_eq!(got.as_deref(), Some("served-from-docker by init"));
+    assert_eq!(
+        got.as_deref(),
+        Some("served-from-docker by init"),
+        "port-forward: {}\n{}",
+        std::fs::read_to_string(&log).unwrap_or_default(),
+        m.log()
+    );
     assert_eq!(again, got, "a second connection");
 }
 
@@ -322,7 +329,7 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
     let init = c.ok(&["logs", &pod, "-c", "init"]);
     assert_eq!(init.trim(), "init ran");
 
-    docker_streams(&c, &pod);
+    docker_streams(&c, &m, &pod);
 
     // Another pod calls it by its `app` label, a network alias on the edge's Docker network.
     c.kubectl_stdin(&["apply", "-f", "-"], CALLER);

@@ -453,6 +453,7 @@ impl Streams {
                             .unwrap_or_default()
                     };
                     let request = get("requestid");
+                    tracing::debug!(stream, ?headers, "port-forward stream opened");
                     match get("streamtype").as_str() {
                         "error" => {
                             errors.insert(request, stream);
@@ -531,6 +532,7 @@ async fn forward_one(
     let tcp = match dialed {
         Ok(t) => t,
         Err(e) => {
+            tracing::warn!(sandbox, port, error = %e, "port-forward: dialling the pod failed");
             let message = format!(
                 "error forwarding port {port} to pod {sandbox}, uid : failed to connect to localhost:{port} inside namespace of {sandbox}: {e}"
             );
@@ -542,6 +544,7 @@ async fn forward_one(
             return;
         }
     };
+    tracing::debug!(sandbox, port, stream, "port-forward: connected");
     let (mut rd, mut wr) = tcp.into_split();
     let up = async {
         while let Some(Some(bytes)) = from_client.recv().await {
@@ -572,6 +575,11 @@ async fn forward_one(
         let _ = writer.lock().await.data(stream, &[], true).await;
     };
     tokio::join!(up, down);
+    // As upstream's server: the error stream closes too, empty when all went well (the
+    // client waits for it before it closes its local connection).
+    if let Some(id) = error {
+        let _ = writer.lock().await.data(id, &[], true).await;
+    }
 }
 
 /// A TCP connection to 127.0.0.1:`port` made inside the network namespace of process `pid`
