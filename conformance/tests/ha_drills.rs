@@ -313,7 +313,11 @@ impl Drill {
             {
                 return (*at - since).as_secs_f64();
             }
-            assert!(Instant::now() < deadline, "no write acknowledged in 60 s");
+            assert!(
+                Instant::now() < deadline,
+                "no write acknowledged in 60 s; the failed ones: {:?}",
+                self.failures_since(since)
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
