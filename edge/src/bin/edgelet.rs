@@ -107,10 +107,14 @@ fn main() -> anyhow::Result<()> {
             match cfg.docker(&node) {
                 None => minik8s_kubelet::down::down(&cfg.kubelet(&node)).await?,
                 Some(docker) => {
-                    let removed = minik8s_dockershim::Shim::connect(docker)
-                        .await?
-                        .down()
-                        .await?;
+                    let removed = match minik8s_dockershim::Shim::connect(docker).await {
+                        Ok(shim) => shim.down().await,
+                        Err(e) => Err(e),
+                    };
+                    // The node's hold on the forwarding guard goes whether or not Docker
+                    // answers (the kubelet's down does this for containerd).
+                    minik8s_kubelet::netguard::release(&node).await?;
+                    let removed = removed?;
                     tracing::info!(
                         removed,
                         "the pods' docker containers and network are removed"
