@@ -1,6 +1,7 @@
 //! The CRI `ImageService` over Docker's images, and loading image archives.
 
 use crate::Shim;
+use crate::runtime::status;
 use bollard::Docker;
 use bollard::query_parameters as q;
 use futures::StreamExt;
@@ -48,22 +49,6 @@ pub struct Images {
 impl Images {
     pub fn new(shim: Shim) -> Images {
         Images { shim }
-    }
-}
-
-fn status(e: bollard::errors::Error) -> Status {
-    match e {
-        bollard::errors::Error::DockerResponseServerError {
-            status_code: 404,
-            message,
-        } => Status::not_found(message),
-        bollard::errors::Error::DockerResponseServerError { message, .. } => {
-            Status::unknown(format!("docker: {message}"))
-        }
-        bollard::errors::Error::DockerStreamError { error } => {
-            Status::unknown(format!("docker: {error}"))
-        }
-        other => Status::unavailable(format!("docker: {other}")),
     }
 }
 

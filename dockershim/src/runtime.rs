@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status};
 type Answer<T> = Result<Response<T>, Status>;
 
 /// Docker's error as the CRI's: not found stays not found, the rest says Docker's message.
-fn status(e: DockerError) -> Status {
+pub(crate) fn status(e: DockerError) -> Status {
     match e {
         DockerError::DockerResponseServerError {
             status_code: 404,
@@ -32,6 +32,7 @@ fn status(e: DockerError) -> Status {
         DockerError::DockerResponseServerError { message, .. } => {
             Status::unknown(format!("docker: {message}"))
         }
+        DockerError::DockerStreamError { error } => Status::unknown(format!("docker: {error}")),
         other => Status::unavailable(format!("docker: {other}")),
     }
 }
