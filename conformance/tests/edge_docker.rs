@@ -402,8 +402,8 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
 
     registry_replica_killed(&c, &mut replica, &pod);
 
-    // Docker gone: a new pod waits with Docker's message in its events; the edgelet stays up
-    // and says so.
+    // Docker gone: the node is NotReady with Docker's message; a new pod bound to it waits in
+    // ContainerCreating with Docker's message in its events; the edgelet stays up and says so.
     let daemon = m.docker_pid().expect("dockerd runs");
     let _ = std::process::Command::new("kill")
         .arg(daemon.to_string())
@@ -413,9 +413,29 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
         assert!(Instant::now() < deadline, "dockerd did not stop");
         std::thread::sleep(Duration::from_millis(200));
     }
+    let ready = c.eventually(
+        Duration::from_secs(60),
+        &[
+            "get",
+            "node",
+            "edge-d",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}: \
+             {.status.conditions[?(@.type==\"Ready\")].message}",
+        ],
+        |o| o.starts_with("False:"),
+    );
+    assert!(
+        ready.contains("container runtime") && ready.contains("docker"),
+        "{ready}"
+    );
+    // Bound by name: the scheduler keeps new pods off a node that is not ready.
     c.kubectl_stdin(
         &["apply", "-f", "-"],
-        &CALLER.replace("name: caller", "name: late"),
+        &CALLER.replace("name: caller", "name: late").replace(
+            "nodeSelector: {kubernetes.io/hostname: edge-d}",
+            "nodeName: edge-d",
+        ),
     );
     let events = c.eventually(
         Duration::from_secs(60),
@@ -433,8 +453,18 @@ fn pods_run_on_docker_as_compose_style_containers_and_survive_an_edgelet_kill() 
         events.contains("Failed") || events.contains("FailedCreatePodSandBox"),
         "{events}"
     );
-    let phase = c.ok(&["get", "pod", "late", "-o", "jsonpath={.status.phase}"]);
-    assert_eq!(phase, "Pending", "{events}");
+    let waiting = c.eventually(
+        Duration::from_secs(30),
+        &[
+            "get",
+            "pod",
+            "late",
+            "-o",
+            "jsonpath={.status.phase} {.status.containerStatuses[0].state.waiting.reason}",
+        ],
+        |o| o == "Pending ContainerCreating",
+    );
+    assert_eq!(waiting, "Pending ContainerCreating", "{events}");
     assert!(
         m.edgectl(&["--edgelet-address", "127.0.0.1:10351", "status"])
             .ok,

@@ -899,11 +899,19 @@ impl cri::runtime_service_server::RuntimeService for Runtime {
                 conditions: vec![
                     condition(
                         "RuntimeReady",
-                        runtime.map(|_| ()).map_err(|e| e.to_string()),
+                        runtime.map(|_| ()).map_err(|e| {
+                            format!(
+                                "Cannot connect to the Docker daemon at unix://{}: {e}. Is the \
+                                 docker daemon running?",
+                                self.shim.cfg.socket.trim_start_matches("unix://")
+                            )
+                        }),
                     ),
                     condition(
                         "NetworkReady",
-                        network.map(|_| ()).map_err(|e| e.to_string()),
+                        network
+                            .map(|_| ())
+                            .map_err(|e| format!("docker network {}: {e}", self.shim.cfg.network)),
                     ),
                 ],
             }),

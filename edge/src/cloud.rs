@@ -1184,23 +1184,35 @@ pub fn node_status(r: &NodeStatusReply) -> NodeStatus {
         ),
         ("pods".to_owned(), Quantity("110".into())),
     ]);
+    let mut conditions = vec![
+        cond(
+            "MemoryPressure",
+            r.memory_pressure,
+            "EdgeHasInsufficientMemory",
+            "KubeletHasSufficientMemory",
+            memory,
+        ),
+        cond(
+            "DiskPressure",
+            r.disk_pressure,
+            "EdgeHasDiskPressure",
+            "KubeletHasNoDiskPressure",
+            disk,
+        ),
+    ];
+    // The edge's runtime down (Docker stopped): NotReady in the kubelet's words. A ready
+    // runtime adds nothing, and the virtual node's own Ready (the link answers) stands.
+    if !r.runtime_problem.is_empty() {
+        conditions.push(cond(
+            "Ready",
+            false,
+            "KubeletReady",
+            "KubeletNotReady",
+            r.runtime_problem.clone(),
+        ));
+    }
     NodeStatus {
-        conditions: Some(vec![
-            cond(
-                "MemoryPressure",
-                r.memory_pressure,
-                "EdgeHasInsufficientMemory",
-                "KubeletHasSufficientMemory",
-                memory,
-            ),
-            cond(
-                "DiskPressure",
-                r.disk_pressure,
-                "EdgeHasDiskPressure",
-                "KubeletHasNoDiskPressure",
-                disk,
-            ),
-        ]),
+        conditions: Some(conditions),
         capacity: Some(capacity.clone()),
         allocatable: Some(capacity),
         ..Default::default()

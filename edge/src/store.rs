@@ -737,6 +737,7 @@ fn same_node(a: &NodeStatusReply, b: &NodeStatusReply) -> bool {
         && a.ip == b.ip
         && a.runtime_version == b.runtime_version
         && a.pods == b.pods
+        && a.runtime_problem == b.runtime_problem
 }
 
 /// JSON merge patch (RFC 7386) of `patch` into `target`.

@@ -8,6 +8,7 @@ use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 pub use k8s_cri::v1::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use tokio::net::UnixStream;
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -74,6 +75,38 @@ impl Cri {
             .await
             .map_err(cri("Version"))?
             .into_inner())
+    }
+
+    /// What keeps the runtime from being ready, in upstream's kubelet's words (`None`: it is
+    /// ready): "container runtime is down" when it does not answer its status call, or the
+    /// first condition that is not met with the runtime's reason and message.
+    pub async fn problem(&self) -> Option<String> {
+        let mut runtime = self.runtime.clone();
+        let asked = runtime.status(StatusRequest { verbose: false });
+        let status = match tokio::time::timeout(Duration::from_secs(5), asked).await {
+            Ok(Ok(s)) => s.into_inner().status.unwrap_or_default(),
+            Ok(Err(e)) => return Some(format!("container runtime is down: {}", e.message())),
+            Err(_) => return Some("container runtime is down: no answer in 5 s".into()),
+        };
+        for kind in ["RuntimeReady", "NetworkReady"] {
+            let Some(c) = status.conditions.iter().find(|c| c.r#type == kind) else {
+                return Some(format!(
+                    "container runtime not ready: {kind} missing from the runtime's status"
+                ));
+            };
+            if !c.status {
+                let what = if kind == "RuntimeReady" {
+                    "container runtime not ready"
+                } else {
+                    "container runtime network not ready"
+                };
+                return Some(format!(
+                    "{what}: {kind}=false reason:{} message:{}",
+                    c.reason, c.message
+                ));
+            }
+        }
+        None
     }
 
     /// Whether the runtime and its network are ready.

@@ -22,6 +22,7 @@ pub mod spdy;
 pub mod static_pods;
 pub mod stats;
 pub mod stream;
+pub mod wsframes;
 
 pub use error::{Error, Result};
 
@@ -153,7 +154,7 @@ pub async fn check_pause_image(cri: &Cri, image: &str) {
 /// Registers the node and posts its first heartbeat.
 async fn register(client: &Client, facts: &node::Facts, port: u16, name: &str) -> Result<()> {
     node::register(client, facts, port).await?;
-    node::heartbeat(client, name, true).await?;
+    node::heartbeat(client, name, None).await?;
     tracing::info!(node = %name, ip = %facts.ip, runtime = %facts.runtime, port, "node registered");
     Ok(())
 }
@@ -244,8 +245,8 @@ pub async fn run(client: Client, mut cfg: Config, shutdown: CancellationToken) -
                     registered = register(&client, &facts, port, &name).await.is_ok();
                     continue;
                 }
-                let ready = cri.ready().await.unwrap_or(false);
-                if let Err(e) = node::heartbeat(&client, &name, ready).await {
+                let problem = cri.problem().await;
+                if let Err(e) = node::heartbeat(&client, &name, problem.as_deref()).await {
                     tracing::warn!(error = %e, "node heartbeat");
                 }
             }

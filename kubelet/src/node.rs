@@ -119,7 +119,9 @@ fn now() -> String {
 
 /// The node's conditions now: each keeps its `lastTransitionTime` from `before` while its
 /// status stays the same.
-fn conditions(ready: bool, before: &[NodeCondition]) -> serde_json::Value {
+/// `problem` is what keeps the runtime from being ready (`None`: the node is ready).
+pub fn conditions(problem: Option<&str>, before: &[NodeCondition]) -> serde_json::Value {
+    let ready = problem.is_none();
     let t = now();
     let since = |kind: &str, status: &str| {
         before
@@ -161,11 +163,7 @@ fn conditions(ready: bool, before: &[NodeCondition]) -> serde_json::Value {
             } else {
                 "KubeletNotReady"
             },
-            if ready {
-                "kubelet is posting ready status"
-            } else {
-                "container runtime is not ready"
-            }
+            problem.unwrap_or("kubelet is posting ready status")
         ),
     ])
 }
@@ -253,7 +251,7 @@ pub async fn register(client: &Client, f: &Facts, port: u16) -> Result<()> {
         "status": {
             "capacity": resources, "allocatable": resources,
             "addresses": [{"type": "InternalIP", "address": f.ip}, {"type": "Hostname", "address": f.name}],
-            "conditions": conditions(true, &before),
+            "conditions": conditions(None, &before),
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
             "nodeInfo": {"kubeletVersion": VERSION, "containerRuntimeVersion": f.runtime,
                 "kernelVersion": info("/proc/sys/kernel/osrelease"), "osImage": os_image,
@@ -300,8 +298,9 @@ fn extended_allocatable(node: &Node) -> Option<serde_json::Value> {
     (!patch.is_empty()).then_some(serde_json::Value::Object(patch))
 }
 
-/// Renews the node's Lease and its Ready heartbeat.
-pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
+/// Renews the node's Lease and its Ready heartbeat; `problem` is what keeps the runtime from
+/// being ready (`None`: ready).
+pub async fn heartbeat(client: &Client, name: &str, problem: Option<&str>) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let pp = PatchParams::apply(MANAGER).force();
     let lease = json!({
@@ -319,7 +318,7 @@ pub async fn heartbeat(client: &Client, name: &str, ready: bool) -> Result<()> {
         .as_ref()
         .and_then(|n| n.status.as_ref()?.conditions.clone())
         .unwrap_or_default();
-    let mut status = json!({"status": {"conditions": conditions(ready, &before)}});
+    let mut status = json!({"status": {"conditions": conditions(problem, &before)}});
     if let Some(allocatable) = current.as_ref().and_then(extended_allocatable) {
         status["status"]["allocatable"] = allocatable;
     }
@@ -367,11 +366,12 @@ mod tests {
                 .unwrap()
                 .clone()
         };
-        let still = ready(&conditions(true, &before));
+        let still = ready(&conditions(None, &before));
         assert_eq!(still["lastTransitionTime"], "2026-01-01T00:00:00Z");
         assert_ne!(still["lastHeartbeatTime"], "2026-01-01T00:00:00Z");
-        let flipped = ready(&conditions(false, &before));
+        let flipped = ready(&conditions(Some("container runtime is down"), &before));
         assert_ne!(flipped["lastTransitionTime"], "2026-01-01T00:00:00Z");
         assert_eq!(flipped["status"], "False");
+        assert_eq!(flipped["message"], "container runtime is down");
     }
 }

@@ -324,6 +324,11 @@ async fn write_status(shared: &Shared, name: &str, health: &Health, extra: Optio
         if let Some(conds) = extra.get("conditions").and_then(Value::as_array) {
             let list = status["conditions"].as_array_mut().expect("conditions");
             for c in conds {
+                // The provider may say why its node is not ready (its runtime is down); a
+                // provider that does not answer leaves it unknown, whatever it said before.
+                if c["type"] == "Ready" && !health.ready {
+                    continue;
+                }
                 list.retain(|x| x["type"] != c["type"]);
                 list.push(c.clone());
             }

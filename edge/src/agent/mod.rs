@@ -248,6 +248,7 @@ impl Agent {
             disk_threshold: self.cfg.disk_threshold,
             pods: self.store.pods().len() as u32,
             pod_cidr: self.cfg.pod_cidr.clone(),
+            runtime_problem: self.cri.problem().await.unwrap_or_default(),
         }
     }
 }

@@ -935,6 +935,30 @@ async fn sync(pod: Arc<Pod>, w: Arc<Worker>) -> Result<Action> {
                 "FailedSync",
                 format!("error determining status: {}", e.runtime_message()),
             );
+            // A pod the runtime never saw shows its containers waiting in ContainerCreating
+            // (PodInitializing behind init containers) rather than a bare Pending.
+            let unseen = pod.status.as_ref().is_none_or(|s| {
+                s.container_statuses.is_none() && s.init_container_statuses.is_none()
+            });
+            if unseen {
+                let none = Observed::default();
+                let new = status::compute(
+                    &pod,
+                    &shape,
+                    &none,
+                    &plan::state(&shape, &none, now_ns()),
+                    &status::Reports {
+                        failures: &w.failures(&uid),
+                        probes: &HashMap::new(),
+                    },
+                    &w.host_ip,
+                    spec::host_network(&pod),
+                    now_ns(),
+                );
+                if let Err(e) = w.write_status(&pod, new).await {
+                    tracing::info!(pod = %pod.name_any(), error = %e, "writing the waiting status");
+                }
+            }
             return Err(e);
         }
     };
