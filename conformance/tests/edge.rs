@@ -909,6 +909,14 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
         ended.is_some_and(|s| !s.success()),
         "the exec did not end with an error when the link went"
     );
+    // kubectl says why: the registry's end of the stream ends it with a Status on the error
+    // channel when the link goes.
+    assert!(
+        String::from_utf8_lossy(&exec_out.stderr)
+            .contains("the connection to node edge-a was lost before the stream ended"),
+        "{}",
+        String::from_utf8_lossy(&exec_out.stderr)
+    );
     let gone_deadline = Instant::now() + Duration::from_secs(30);
     while processes_with("edge-exec-marker") > 0 && Instant::now() < gone_deadline {
         std::thread::sleep(Duration::from_millis(500));

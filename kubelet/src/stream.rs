@@ -97,15 +97,17 @@ async fn relay(
         Ok(r) => r,
         Err(e) => return bad_gateway(e.to_string()),
     };
-    answer(resp, upgrade, tasks, shutdown)
+    answer(resp, upgrade, None, tasks, shutdown)
 }
 
 /// Answers the client with `resp`, the server's answer; when it switched protocols, the
 /// client's upgraded connection (`upgrade`) and the server's are joined (on `tasks`, until
-/// `shutdown`).
+/// `shutdown`). With `lost` (a message), a WebSocket channel stream whose server end goes
+/// away without closing it tells the client so on its error channel first.
 fn answer(
     mut resp: hyper::Response<hyper::body::Incoming>,
     upgrade: hyper::upgrade::OnUpgrade,
+    lost: Option<String>,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Response {
@@ -117,6 +119,11 @@ fn answer(
     for (name, value) in resp.headers() {
         answer = answer.header(name, value);
     }
+    let channels = resp
+        .headers()
+        .get(header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::wsframes::Channels::of);
     let server_side = hyper::upgrade::on(&mut resp);
     let stop = shutdown.clone();
     minik8s_task::spawn_on(tasks, "stream-relay", async move {
@@ -125,9 +132,15 @@ fn answer(
         };
         let mut client = hyper_util::rt::TokioIo::new(client);
         let mut server = hyper_util::rt::TokioIo::new(server);
-        tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-            _ = stop.cancelled() => {}
+        match (lost, channels) {
+            (Some(lost), Some(channels)) => tokio::select! {
+                _ = crate::wsframes::relay(client, server, channels, &lost) => {}
+                _ = stop.cancelled() => {}
+            },
+            _ => tokio::select! {
+                _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                _ = stop.cancelled() => {}
+            },
         }
     });
     answer
@@ -138,10 +151,12 @@ fn answer(
 /// Forwards a kubelet API request (`req`: logs, exec, attach, port-forward; upgrades
 /// included) over `io`, a connection to another kubelet API server (a virtual node's end of
 /// a tunnel to its edge), and answers with that server's answer. The forwarded connection
-/// and any upgraded stream run on `tasks` until `shutdown`.
+/// and any upgraded stream run on `tasks` until `shutdown`. An exec or attach over WebSocket
+/// whose connection ends before its server closed it ends with `lost` on its error channel.
 pub async fn forward<I>(
     io: I,
     mut req: Request<Body>,
+    lost: &str,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> Response
@@ -174,7 +189,7 @@ where
         Err(e) => return bad_gateway(e.to_string()),
     };
     match sender.send_request(out).await {
-        Ok(resp) => answer(resp, upgrade, tasks, shutdown),
+        Ok(resp) => answer(resp, upgrade, Some(lost.to_owned()), tasks, shutdown),
         Err(e) => bad_gateway(e.to_string()),
     }
 }

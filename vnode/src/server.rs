@@ -77,7 +77,11 @@ fn not_served(ns: &str, name: &str) -> Response {
 /// has none.
 async fn forward(s: &Shared, served: &crate::Served, req: Request) -> Response {
     match served.provider.kubelet_api().await {
-        Ok(conn) => minik8s_kubelet::stream::forward(conn, req, &s.tasks, &s.shutdown).await,
+        Ok(conn) => {
+            let node = served.info.lock().expect("node info").name.clone();
+            let lost = format!("the connection to node {node} was lost before the stream ended");
+            minik8s_kubelet::stream::forward(conn, req, &lost, &s.tasks, &s.shutdown).await
+        }
         Err(ProviderError::NotSupported(m)) => status(
             StatusCode::NOT_IMPLEMENTED,
             format!("not supported by this node's provider: {m}"),
