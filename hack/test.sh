@@ -32,6 +32,33 @@ sweep_killed_runs() {
     umount -l "$m" 2>/dev/null || true
   done
   find /sys/fs/cgroup -depth -type d -path '*/minik8s-test*' -exec rmdir {} + 2>/dev/null || true
+  # The suite's machines are network namespaces `mk8s-<name>` joined to this one by veths
+  # `mk8sv-<name>` (conformance/src/machines.rs); deleting one takes its veth with it.
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '$1 ~ /^mk8s-/ {print $1}'); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  # The forwarding guard of a killed node (kubelet/src/netguard.rs): its mark names a process
+  # that is gone; with no live mark left, the guard's chains go, as the last node's release
+  # would have removed them.
+  local mark pid
+  for mark in /run/minik8s/guard/*; do
+    [ -f "$mark" ] || continue
+    pid="$(cat "$mark" 2>/dev/null)"
+    [[ "$pid" =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || rm -f "$mark"
+  done
+  if [ -z "$(ls -A /run/minik8s/guard 2>/dev/null)" ] && iptables -w -S MINIK8S-GUARD >/dev/null 2>&1; then
+    while iptables -w -t mangle -D POSTROUTING -j MINIK8S-GUARD 2>/dev/null; do :; done
+    while iptables -w -D FORWARD -j MINIK8S-GUARD 2>/dev/null; do :; done
+    while iptables -w -D FORWARD -j MINIK8S-FORWARD 2>/dev/null; do :; done
+    local table chain
+    for table in mangle filter; do
+      for chain in MINIK8S-GUARD MINIK8S-FORWARD; do
+        iptables -w -t "$table" -F "$chain" 2>/dev/null && iptables -w -t "$table" -X "$chain" 2>/dev/null || true
+      done
+    done
+    log "removed the forwarding guard of a killed test run"
+  fi
 }
 sweep_killed_runs
 # The build needs ~10 GB (target/debug) beside the Go caches of the upstream clients; a disk

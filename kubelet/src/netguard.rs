@@ -1,7 +1,8 @@
 //! Guard rules that keep pod and service traffic on the machine: whatever the proxy does (or
 //! fails to do), packets to the pod or service ranges never leave through an interface other
 //! than loopback and the cluster's own bridges and veths. Each node holding the guard leaves a
-//! mark file; the rules go when the last mark does.
+//! mark file with its process id; the rules go when the last mark does. A mark whose process
+//! is gone (a node SIGKILLed and never brought back) holds nothing.
 //!
 //! Beside the guard, the forward chain accepts pod traffic at the end of `FORWARD`, as
 //! flannel's rules do: a running Docker sets the `FORWARD` policy to `DROP` (and loads
@@ -125,7 +126,7 @@ pub async fn install(holder: &str) -> Result<()> {
     }
     std::fs::create_dir_all(MARKS).map_err(io(MARKS))?;
     let mark = mark(holder);
-    std::fs::write(&mark, b"").map_err(io(&mark))?;
+    std::fs::write(&mark, std::process::id().to_string()).map_err(io(&mark))?;
     Ok(())
 }
 
@@ -150,15 +151,31 @@ pub fn forward_saved() -> bool {
     Path::new(SAVED_FORWARD).exists()
 }
 
-/// Whether no node holds the guard now.
+/// Whether no node holds the guard now (marks of processes that are gone hold nothing).
 pub fn held_by_none() -> bool {
-    std::fs::read_dir(MARKS).map_or(true, |mut d| d.next().is_none())
+    std::fs::read_dir(MARKS).map_or(true, |d| {
+        !d.flatten()
+            .any(|m| std::fs::read_to_string(m.path()).is_ok_and(|pid| alive(&pid)))
+    })
 }
 
-/// Drops `holder`'s mark; removes the rules (and puts `ip_forward` back) when no holder is
-/// left.
+/// Whether the process of a mark's id still runs.
+fn alive(pid: &str) -> bool {
+    let pid = pid.trim();
+    !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && Path::new("/proc").join(pid).exists()
+}
+
+/// Drops `holder`'s mark and those of processes that are gone; removes the rules (and puts
+/// `ip_forward` back) when no holder is left.
 pub async fn release(holder: &str) -> Result<()> {
     let _ = std::fs::remove_file(mark(holder));
+    for m in std::fs::read_dir(MARKS).into_iter().flatten().flatten() {
+        if !std::fs::read_to_string(m.path()).is_ok_and(|pid| alive(&pid)) {
+            let _ = std::fs::remove_file(m.path());
+        }
+    }
     if !held_by_none() {
         return Ok(());
     }
