@@ -1,7 +1,8 @@
 //! CRD validation rules (`x-kubernetes-validations`): CEL expressions over `self`, the value
 //! of the schema node that carries them, evaluated with the `cel` crate as upstream's
-//! apiextensions-apiserver does. Transition rules (those reading `oldSelf`) are checked
-//! only when an old value exists, which the structural walk does not have: they are skipped.
+//! apiextensions-apiserver does. Transition rules (those reading `oldSelf`) are checked on
+//! updates only, where the old object has a value at the same place ([`transition_causes`]:
+//! object properties and map keys correlate, as upstream's; list items are not followed).
 
 use crate::error::Cause;
 use serde_json::Value;
@@ -43,6 +44,88 @@ pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
     {
         cel::Value::Bool(b) => Ok(b),
         other => Err(RuleError::NotBool(format!("{other:?}"))),
+    }
+}
+
+/// Evaluates transition rule `rule` with `self` bound to `value` and `oldSelf` to `old`.
+pub fn check_transition(rule: &str, value: &Value, old: &Value) -> Result<bool, RuleError> {
+    let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
+    let mut context = library()?;
+    context.add_variable_from_value("self", to_cel(value));
+    context.add_variable_from_value("oldSelf", to_cel(old));
+    match program
+        .execute(&context)
+        .map_err(|e| RuleError::Execute(e.to_string()))?
+    {
+        cel::Value::Bool(b) => Ok(b),
+        other => Err(RuleError::NotBool(format!("{other:?}"))),
+    }
+}
+
+/// The causes from the transition rules of `schema` (a whole custom resource's) for an update
+/// from `old` to `new`.
+pub fn transition_causes(schema: &Value, new: &Value, old: &Value) -> Vec<Cause> {
+    let mut out = Vec::new();
+    transitions(schema, new, old, "", &mut out);
+    out
+}
+
+fn transitions(schema: &Value, new: &Value, old: &Value, path: &str, out: &mut Vec<Cause>) {
+    for r in schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(rule) = r.get("rule").and_then(Value::as_str) else {
+            continue;
+        };
+        if !is_transition(rule) {
+            continue;
+        }
+        let field = match r.get("fieldPath").and_then(Value::as_str) {
+            Some(fp) if !fp.is_empty() && path.is_empty() => fp.trim_start_matches('.').to_owned(),
+            Some(fp) if !fp.is_empty() => format!("{path}{fp}"),
+            _ => path.to_owned(),
+        };
+        let detail = match check_transition(rule, new, old) {
+            Ok(true) => continue,
+            Ok(false) => r
+                .get("message")
+                .and_then(Value::as_str)
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("failed rule: {rule}")),
+            Err(e) => format!("{e}: {rule}"),
+        };
+        let mut cause = Cause::invalid(&field, kind_of(new), &detail);
+        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
+            cause.reason = reason.to_owned();
+        }
+        out.push(cause);
+    }
+    let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else {
+        return;
+    };
+    let child = |k: &str| {
+        if path.is_empty() {
+            k.to_owned()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (k, s) in props {
+            if let (Some(nv), Some(ov)) = (n.get(k), o.get(k)) {
+                transitions(s, nv, ov, &child(k), out);
+            }
+        }
+    } else if let Some(s) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+        for (k, nv) in n {
+            if let Some(ov) = o.get(k) {
+                transitions(s, nv, ov, &child(k), out);
+            }
+        }
     }
 }
 
@@ -181,6 +264,35 @@ mod tests {
         assert!(check(unique, &split).unwrap());
         let twice = json!({"traffic": [{"tag": "a"}, {"tag": "a"}, {}]});
         assert!(!check(unique, &twice).unwrap());
+    }
+
+    #[test]
+    fn transition_rules_compare_with_the_old_value_where_it_exists() {
+        let schema = json!({
+            "x-kubernetes-validations": [{"rule": "self.spec == oldSelf.spec",
+                "message": "Immutable fields changed (-old +new)", "fieldPath": ".spec"}],
+            "properties": {"spec": {"type": "object", "properties": {
+                "n": {"type": "integer", "x-kubernetes-validations": [
+                    {"rule": "self >= oldSelf", "message": "may not decrease"}]}}}}});
+        let old = json!({"spec": {"n": 2}});
+        assert!(
+            transition_causes(&schema, &json!({"spec": {"n": 2}, "status": {}}), &old).is_empty()
+        );
+        let changed = transition_causes(&schema, &json!({"spec": {"n": 1}}), &old);
+        let fields: Vec<(&str, &str)> = changed
+            .iter()
+            .map(|c| (c.field.as_str(), c.message.as_str()))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (
+                    "spec",
+                    "Invalid value: \"object\": Immutable fields changed (-old +new)"
+                ),
+                ("spec.n", "Invalid value: \"number\": may not decrease")
+            ]
+        );
     }
 
     #[test]

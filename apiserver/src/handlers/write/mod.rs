@@ -212,6 +212,9 @@ pub(super) fn validate(ctx: &Ctx, obj: &Value, old: Option<&Value>) -> ApiResult
     res.strategy.validate(obj, &mut causes);
     if let Some(old) = old {
         crate::registry::kinds::no_new_finalizers(obj, old, &mut causes);
+        if let Some(schema) = &res.crd_schema {
+            causes.extend(crate::registry::rules::transition_causes(schema, obj, old));
+        }
         match ctx.req.subresource.as_deref() {
             Some(sub) => res
                 .strategy

@@ -386,12 +386,43 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut rest = path.trim();
     while !rest.is_empty() {
         if let Some(r) = rest.strip_prefix('.') {
-            let end = r.find(['.', '[']).unwrap_or(r.len());
-            let name = &r[..end];
+            // A name ends at the next `.` or `[` that is not escaped (`serving\.knative\.dev`).
+            let bytes = r.as_bytes();
+            let mut end = 0;
+            while end < bytes.len() && !matches!(bytes[end], b'.' | b'[') {
+                end += if bytes[end] == b'\\' { 2 } else { 1 };
+            }
+            let end = end.min(r.len());
+            let name = r[..end].replace("\\.", ".");
             if !name.is_empty() {
-                cur = cur.get(name)?;
+                cur = cur.get(name.as_str())?;
             }
             rest = &r[end..];
+        } else if let Some(r) = rest
+            .strip_prefix("['")
+            .map(|r| (r, '\''))
+            .or_else(|| rest.strip_prefix("[\"").map(|r| (r, '"')))
+            .and_then(|(r, quote)| {
+                // A quoted key (`['app.kubernetes.io/name']`), escapes taken as the
+                // character they escape, as client-go's JSONPath reads them.
+                let mut key = String::new();
+                let mut chars = r.char_indices();
+                while let Some((i, ch)) = chars.next() {
+                    match ch {
+                        '\\' => key.extend(chars.next().map(|(_, c)| c)),
+                        c if c == quote => {
+                            let after = r[i + 1..].strip_prefix(']')?;
+                            return Some((key, after));
+                        }
+                        c => key.push(c),
+                    }
+                }
+                None
+            })
+        {
+            let (key, after) = r;
+            cur = cur.get(key.as_str())?;
+            rest = after;
         } else if let Some(r) = rest.strip_prefix("[?(") {
             let end = r.find(")]")?;
             let (field, want) = r[..end].split_once("==")?;
@@ -587,6 +618,15 @@ mod tests {
             json_path(&json!({"spec": {"subpaths": []}}), ".spec.subpaths[*].path"),
             None
         );
+        // Label keys with dots, quoted in brackets (Knative's columns) or escaped.
+        let rev = json!({"metadata": {"labels": {"serving.knative.dev/configuration": "hello"}}});
+        for path in [
+            r".metadata.labels['serving\.knative\.dev/configuration']",
+            r#".metadata.labels["serving.knative.dev/configuration"]"#,
+            r".metadata.labels.serving\.knative\.dev/configuration",
+        ] {
+            assert_eq!(json_path(&rev, path), Some(&json!("hello")), "{path}");
+        }
     }
 
     #[test]
