@@ -105,8 +105,9 @@ state = "{d}/state"
     }
 }
 
-/// The registries whose images the node pulls from its local mirror when it has one.
-pub const MIRRORED: [&str; 2] = ["docker.io", "registry.k8s.io"];
+/// The registries whose images the node pulls from its local mirror when it has one (GitHub's
+/// holds Knative's sample images).
+pub const MIRRORED: [&str; 3] = ["docker.io", "registry.k8s.io", "ghcr.io"];
 
 /// containerd's hosts file sending one registry's pulls to the loopback `mirror` only (no
 /// fallback to the internet).

@@ -1,6 +1,6 @@
 //! The node's local OCI registry: Debian's `docker-registry` on loopback, with its storage
 //! under the cluster's folder. Images pushed there are pulled by containerd through the CRI's
-//! `PullImage`, as from any registry; the runtime sends `docker.io` and `registry.k8s.io`
+//! `PullImage`, as from any registry; the runtime sends `docker.io`, `registry.k8s.io` and `ghcr.io`
 //! pulls to it (see [`crate::containerd::MIRRORED`]), so `busybox` resolves to the local copy.
 //! Like containerd, a registry left running from the same folder is adopted.
 
