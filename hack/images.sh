@@ -3,8 +3,9 @@
 # `busybox` (with an httpd docroot at /www) as docker archives in DIR (default
 # target/images): pause.tar (registry.k8s.io/pause:3.9-local), busybox.tar
 # (docker.io/library/busybox:latest) and function-python.tar
-# (docker.io/minik8s/function-python:py-<hash of its server and base>, the Function runtime). Idempotent: keeps archives
-# that exist.
+# (docker.io/minik8s/function-python:py-<hash of its server and base>, the Function runtime) and
+# knative-helloworld.tar (ghcr.io/knative/helloworld-go:latest, Knative's sample). Idempotent:
+# keeps archives that exist.
 #
 # busybox is built from Debian's busybox source package with upstream's default
 # configuration (as the upstream busybox image is): Debian's own binaries leave out applet
@@ -16,6 +17,31 @@ source "$(dirname "$0")/lib.sh"
 DIR="$(realpath -m "${1:-$ROOT/target/images}")"
 mkdir -p "$DIR"
 tag="py-$(cat "$ROOT/serverless-crd/runtime/server.py" "$ROOT/serverless-crd/runtime/base.py" | sha256sum | cut -c1-12)"
+hello_src="$ROOT/conformance/knative/helloworld/main.go"
+hello_tag="$(sha256sum "$hello_src" | cut -c1-12)"
+# Knative's getting-started image (its helloworld-go sample's behaviour, our source): a static
+# Go binary alone in its image, under the name Knative's manifests use.
+if ! [ -s "$DIR/knative-helloworld.tar" ] || [ "$(cat "$DIR/knative-helloworld.tag" 2>/dev/null)" != "$hello_tag" ]; then
+  for tool in umoci skopeo go; do
+    command -v "$tool" >/dev/null || die "$tool is missing: run hack/install-deps.sh --node"
+  done
+  hello_work="$(mktemp -d)"
+  (
+    cd "$hello_work"
+    CGO_ENABLED=0 GOTOOLCHAIN=local go build -trimpath -ldflags=-s -o hello "$hello_src"
+    umoci init --layout layout
+    umoci new --image layout:helloworld
+    umoci unpack --rootless --image layout:helloworld b-hello >/dev/null
+    cp hello b-hello/rootfs/hello
+    umoci repack --image layout:helloworld b-hello
+    umoci config --image layout:helloworld --config.entrypoint /hello --config.exposedports 8080/tcp \
+      --os linux --architecture amd64
+    skopeo copy -q oci:layout:helloworld "docker-archive:$DIR/knative-helloworld.tar.tmp:ghcr.io/knative/helloworld-go:latest"
+  ) || { rm -rf "$hello_work"; die "building the Knative sample image failed"; }
+  rm -rf "$hello_work"
+  mv "$DIR/knative-helloworld.tar.tmp" "$DIR/knative-helloworld.tar"
+  echo "$hello_tag" > "$DIR/knative-helloworld.tag"
+fi
 if [ -s "$DIR/pause.tar" ] && [ -s "$DIR/busybox.tar" ] && [ -s "$DIR/function-python.tar" ] \
    && [ "$(cat "$DIR/function-python.tag" 2>/dev/null)" = "$tag" ]; then
   exit 0

@@ -8,8 +8,9 @@ cd "$ROOT"
 # No incremental cache in a one-off test build: it would add gigabytes of disk for no gain.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 command -v kubectl >/dev/null || die "the conformance suite drives the stock kubectl, which is not on the PATH"
-# Upstream's v1.34 kubectl and Helm 3, built from Go modules (conformance/tests/current_clients.rs).
-"$ROOT/hack/upstream.sh" kubectl helm
+# Upstream's v1.34 kubectl and Helm 3 (conformance/tests/current_clients.rs) and Knative's kn
+# (conformance/tests/knative.rs), built from Go modules.
+"$ROOT/hack/upstream.sh" kubectl helm kn
 
 # A suite that was killed rather than finished (a cut-off session, a cancelled job) leaves its
 # nodes behind: processes of the project's binaries and of their private containerds, pod

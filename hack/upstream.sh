@@ -2,13 +2,16 @@
 # Builds upstream's own programs from Go modules (the machine's Go and module proxy, as set up
 # here): the clients minik8s is tested with and the suite it is measured by.
 #
-#   bash hack/upstream.sh TOOL...     TOOL: kubectl helm k9s e2e ginkgo agnhost nnp
+#   bash hack/upstream.sh TOOL...     TOOL: kubectl helm k9s kn e2e ginkgo agnhost nnp
 #                                     sample-apiserver (or all)
 #
 # kubectl, e2e.test, ginkgo and the programs of the suite's images (agnhost, nnp,
 # sample-apiserver) are Kubernetes v1.34's, through the wrapper module in
 # conformance/upstream (its go.mod pins every staging module); Helm 3 and k9s are `go install`ed
-# at the versions below from their own modules. Binaries land in BIN (default
+# at the versions below from their own modules; Knative's `kn` through the module in
+# conformance/kn (its go.sum pins every module; the checksum database has no record of the
+# client-pkg pseudo-version kn v0.42.0 names, so that one is checked against go.sum alone).
+# Binaries land in BIN (default
 # target/upstream/bin); a binary already there is kept (remove it to rebuild). The Go build and
 # module caches are the machine's (~/.cache/go-build, ~/go/pkg/mod).
 source "$(dirname "$0")/lib.sh"
@@ -41,17 +44,19 @@ build_one() {
     nnp) (cd "$MODULE" && go build -trimpath -ldflags "-s -w" -o "$out" k8s.io/kubernetes/test/images/nonewprivs) ;;
     sample-apiserver) (cd "$MODULE" && go build -trimpath -ldflags "-s -w" -o "$out" k8s.io/sample-apiserver) ;;
     helm) GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
+    kn) (cd "$ROOT/conformance/kn" && GONOSUMDB=knative.dev/client-pkg GOFLAGS=-mod=mod go build -trimpath \
+          -ldflags "-s -w -X knative.dev/client/pkg/kn/commands/version.Version=v0.42.0" -o "$out" knative.dev/client/cmd/kn) ;;
     k9s) GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X github.com/derailed/k9s/cmd.version=$K9S_VERSION" "github.com/derailed/k9s@$K9S_VERSION" ;;
-    *) die "unknown tool $tool (known: kubectl helm k9s e2e ginkgo agnhost nnp sample-apiserver all)" ;;
+    *) die "unknown tool $tool (known: kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver all)" ;;
   esac
   [ -x "$out" ] || die "$tool did not build"
   log "$tool built in $((SECONDS - start)) s"
 }
 
-[ $# -gt 0 ] || die "usage: hack/upstream.sh TOOL... (kubectl helm k9s e2e ginkgo agnhost nnp sample-apiserver all)"
+[ $# -gt 0 ] || die "usage: hack/upstream.sh TOOL... (kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver all)"
 for tool in "$@"; do
   if [ "$tool" = all ]; then
-    for t in kubectl helm k9s e2e ginkgo agnhost nnp sample-apiserver; do build_one "$t"; done
+    for t in kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver; do build_one "$t"; done
   else
     build_one "$tool"
   fi

@@ -1,6 +1,7 @@
 //! The function benchmark behind `fn-bench`: cold starts from zero to the first answer (next
 //! to the pod start latency of the same node), warm invocations through the gateway against
-//! direct calls to the pod (the gateway's overhead), and sustained load from many clients.
+//! direct calls to the pod (the gateway's overhead), sustained load from many clients, and
+//! the same cold starts and overhead for a Knative Service (an image-based revision).
 
 use crate::bench::{percentile, percentiles};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -466,10 +467,17 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
     }
     sampler.await?;
     let secs = started.elapsed().as_secs_f64();
+    let gateway = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
     for name in ["cold", "cold-module", "warm", "load"] {
         let _ = fns.delete(name, &Default::default()).await;
     }
+    let knative = knative(&client, &pods, &gateway, plan).await?;
     Ok(json!({
+        "knative": knative,
         "pod_start_create_to_running": percentiles(&mut pod_start),
         "cold_start": {"samples": cold.len(), "latency": percentiles(&mut cold)},
         "module_rollout": {
@@ -501,6 +509,133 @@ async fn measure(client: kube::Client, plan: Plan) -> anyhow::Result<Value> {
             "errors": failed.load(Ordering::Relaxed),
             "error_kinds": *kinds.lock().expect("kinds"),
             "max_pods": max_pods.load(Ordering::Relaxed),
+        },
+    }))
+}
+
+/// A GET of `/` for `host` at the gateway (`authority`), as the router sends a Knative
+/// Route's requests: its time, once it answered 200.
+async fn get_host(authority: &str, host: &str) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let tcp = tokio::net::TcpStream::connect(authority).await?;
+    tcp.set_nodelay(true)?;
+    let (mut sender, driver) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp)).await?;
+    tokio::spawn(driver);
+    let req = hyper::Request::get("/")
+        .header(hyper::header::HOST, host)
+        .body(http_body_util::Full::new(bytes::Bytes::new()))?;
+    let resp = sender.send_request(req).await?;
+    let code = resp.status();
+    let body = http_body_util::BodyExt::collect(resp.into_body())
+        .await?
+        .to_bytes();
+    anyhow::ensure!(
+        code.is_success(),
+        "{code}: {}",
+        String::from_utf8_lossy(&body)
+    );
+    Ok(started.elapsed())
+}
+
+/// Applies Knative Service `name` (Knative's sample image) with the template's `annotations`
+/// and waits until it is Ready.
+async fn apply_ksvc(client: &kube::Client, name: &str, annotations: Value) -> anyhow::Result<()> {
+    use minik8s_serverless::knative::KService;
+    let api: Api<KService> = Api::namespaced(client.clone(), "default");
+    let ksvc = json!({
+        "apiVersion": "serving.knative.dev/v1", "kind": "Service",
+        "metadata": {"name": name},
+        "spec": {"template": {"metadata": {"annotations": annotations},
+            "spec": {"containers": [{"image": "ghcr.io/knative/helloworld-go:latest",
+                "ports": [{"containerPort": 8080}],
+                "env": [{"name": "TARGET", "value": "bench"}]}]}}},
+    });
+    api.patch(
+        name,
+        &PatchParams::apply("fn-bench").force(),
+        &Patch::Apply(&ksvc),
+    )
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = api.get(name).await?.status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        if ready {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "Knative Service {name} never Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Knative Services on the same engine, in the same run as the pod functions: cold starts of
+/// an image-based revision (Knative's sample, a Go server) through the gateway by host, with
+/// Knative's shortest window (6 s) before each, and warm calls by host against the same calls
+/// straight to the pod.
+async fn knative(
+    client: &kube::Client,
+    pods: &Api<Pod>,
+    gateway: &str,
+    plan: Plan,
+) -> anyhow::Result<Value> {
+    use minik8s_serverless::knative::KService;
+    apply_ksvc(
+        client,
+        "kcold",
+        json!({"autoscaling.knative.dev/window": "6s", "autoscaling.knative.dev/max-scale": "1"}),
+    )
+    .await?;
+    let host = "kcold.default.example.com";
+    get_host(gateway, host).await?;
+    let mut cold = Vec::new();
+    for _ in 0..plan.cold_starts.min(10) {
+        wait_gone(pods, "kcold").await?;
+        cold.push(get_host(gateway, host).await?);
+    }
+    apply_ksvc(
+        client,
+        "kwarm",
+        json!({"autoscaling.knative.dev/min-scale": "1", "autoscaling.knative.dev/max-scale": "1"}),
+    )
+    .await?;
+    let host = "kwarm.default.example.com";
+    get_host(gateway, host).await?;
+    let mut by_host = Vec::new();
+    for _ in 0..plan.warm_calls {
+        by_host.push(get_host(gateway, host).await?);
+    }
+    let lp = ListParams::default().labels(&format!("{LABEL}=kwarm"));
+    let ip = pods
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .find_map(|p| p.status?.pod_ip)
+        .ok_or_else(|| anyhow::anyhow!("the warm Knative pod has no IP"))?;
+    let direct_at = format!("{ip}:8080");
+    let mut direct = Vec::new();
+    for _ in 0..plan.warm_calls {
+        direct.push(get_host(&direct_at, host).await?);
+    }
+    let overhead_ms =
+        (percentile(&mut by_host, 0.5) - percentile(&mut direct, 0.5)).as_secs_f64() * 1e3;
+    let api: Api<KService> = Api::namespaced(client.clone(), "default");
+    for name in ["kcold", "kwarm"] {
+        let _ = api.delete(name, &Default::default()).await;
+    }
+    Ok(json!({
+        "cold_start": {"samples": cold.len(), "latency": percentiles(&mut cold)},
+        "warm": {
+            "through_gateway_by_host": percentiles(&mut by_host),
+            "direct_to_pod": percentiles(&mut direct),
+            "gateway_overhead_p50_ms": (overhead_ms * 1000.0).round() / 1000.0,
         },
     }))
 }

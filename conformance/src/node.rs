@@ -29,8 +29,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds (once) the local pause, busybox and Python function runtime image archives;
-/// returns their paths.
+/// Builds (once) the local pause, busybox, Python function runtime and Knative sample image
+/// archives; returns their paths.
 pub fn images() -> Vec<PathBuf> {
     let root = repo_root();
     // A baseline binary is benchmarked with the images built from its own commit
@@ -52,6 +52,7 @@ pub fn images() -> Vec<PathBuf> {
         dir.join("pause.tar"),
         dir.join("busybox.tar"),
         dir.join("function-python.tar"),
+        dir.join("knative-helloworld.tar"),
     ]
 }
 

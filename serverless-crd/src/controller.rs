@@ -6,7 +6,7 @@
 
 use crate::reconcile::{Error, api, condition};
 use crate::revision::{self, Unresolved};
-use crate::runtime::{FUNCTION_LABEL, RUNTIME_PORT};
+use crate::runtime::FUNCTION_LABEL;
 use crate::types::{
     Function, FunctionRevision, FunctionStatus, Placement, REVISION_LABEL, Runtime,
 };
@@ -114,7 +114,9 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 + 1;
             let rev = revision::revision_name(&name, n);
             let min = f.spec.scale.min_scale.max(0);
-            let initial = if latest_created.is_some() {
+            // Knative's revisions start with one pod too (its `initial-scale` is 1): Ready
+            // says the revision can serve before a request comes.
+            let initial = if latest_created.is_some() || f.spec.runtime == Runtime::Container {
                 min.max(1)
             } else {
                 min
@@ -158,7 +160,8 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         "metadata": {"name": child, "namespace": ns, "ownerReferences": [owner],
             "labels": {FUNCTION_LABEL: name}},
         "spec": {"selector": {FUNCTION_LABEL: name},
-            "ports": [{"name": "http", "port": 80, "targetPort": RUNTIME_PORT}]},
+            "ports": [{"name": "http", "port": 80,
+                "targetPort": revision::serving_port(f.spec.template.as_ref())}]},
     });
     Api::<Service>::namespaced(ctx.client.clone(), &ns)
         .patch(&child, &pp, &Patch::Apply(&svc))
@@ -357,6 +360,11 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
     let functions = Driver::<Function>::new("function", &informers).await;
     let revision_store = revisions.store();
     let function_store = functions.store();
+    let knative_client = client.clone();
+    let knative_gateway = cfg.gateway_url.clone();
+    let knative_functions = function_store.clone();
+    let knative_revisions = revision_store.clone();
+    let knative_shutdown = shutdown.clone();
     // A change to a ConfigMap a function's `source.configMapRef` names makes a revision.
     let store = function_store.clone();
     let referring = move |cm: ConfigMap| {
@@ -427,7 +435,26 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
             }),
             shutdown,
         );
-    tokio::join!(functions, revisions);
+    // Knative Serving's kinds, on the same informers and stores.
+    let knative = async {
+        let Some(gateway) = crate::knative::Gateway::from_url(&knative_gateway) else {
+            tracing::error!(url = %knative_gateway, "the gateway's URL does not parse; no Knative Serving");
+            return;
+        };
+        if let Err(e) = crate::knative::run(
+            knative_client,
+            &informers,
+            gateway,
+            knative_functions,
+            knative_revisions,
+            knative_shutdown,
+        )
+        .await
+        {
+            tracing::error!(error = %e, "Knative Serving's controllers stopped");
+        }
+    };
+    tokio::join!(functions, revisions, knative);
     tasks.close();
     tasks.wait().await;
 }

@@ -12,7 +12,7 @@ use crate::runtime::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT};
 use crate::types::{Function, FunctionRevision, REVISION_LABEL};
 use axum::Router;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing;
 use bytes::Bytes;
@@ -194,11 +194,30 @@ pub const FUNCTION_REVISION: &str = "x-function-revision";
 pub struct Answer {
     /// Its code (any the function itself gave).
     pub code: StatusCode,
+    /// Its headers (those of the pod's answer, hop-by-hop ones removed).
+    pub headers: HeaderMap,
     /// Its body.
     pub body: Bytes,
     /// The revision that answered.
     pub revision: String,
 }
+
+/// What a call sends to a revision's pod.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    /// Its method.
+    pub method: Method,
+    /// Its path and query; `None`: the backend's invocation path (`/`, or a module's).
+    pub path: Option<String>,
+    /// Its headers.
+    pub headers: HeaderMap,
+    /// Its body.
+    pub body: Bytes,
+}
+
+/// The annotation of a Function listing the hosts that reach it (a Knative Route's): `host`
+/// or `host=tag`, comma-separated.
+pub const HOSTS: &str = "serverless.minik8s.io/hosts";
 
 /// `name@tag` → `(name, Some(tag))`.
 pub fn split_target(target: &str) -> (&str, Option<&str>) {
@@ -282,6 +301,35 @@ impl Gateway {
         }
     }
 
+    /// The function (`ns`, `name` or `name@tag`) a request for `host` goes to: the one whose
+    /// [`HOSTS`] lists it.
+    pub fn by_host(&self, host: &str) -> Option<(String, String)> {
+        let host = host.to_ascii_lowercase();
+        self.functions.state().into_iter().find_map(|f| {
+            let listed = f.annotations().get(HOSTS)?;
+            listed.split(',').find_map(|entry| {
+                let (h, tag) = match entry.trim().split_once('=') {
+                    Some((h, t)) => (h, Some(t)),
+                    None => (entry.trim(), None),
+                };
+                (h == host).then(|| {
+                    let name = f.name_any();
+                    let target = tag.map_or_else(|| name.clone(), |t| format!("{name}@{t}"));
+                    (f.namespace().unwrap_or_default(), target)
+                })
+            })
+        })
+    }
+
+    /// Whether `ns/name` (or `name@tag`) is a container function (a Knative revision's),
+    /// called with requests as they come.
+    pub fn is_container(&self, ns: &str, target: &str) -> bool {
+        let (name, _) = split_target(target);
+        self.functions
+            .get(&ObjectRef::new(name).within(ns))
+            .is_some_and(|f| f.spec.runtime == crate::types::Runtime::Container)
+    }
+
     /// Waits until the gateway's view of Functions is complete (after a start).
     pub async fn ready(&self) {
         let _ = self.functions.wait_until_ready().await;
@@ -334,11 +382,20 @@ impl Gateway {
             } else {
                 "/".to_owned()
             };
+            let port = if module {
+                RUNTIME_PORT
+            } else {
+                self.revisions
+                    .get(&ObjectRef::new(revision).within(ns))
+                    .map_or(RUNTIME_PORT, |r| {
+                        revision::serving_port(r.spec.template.as_ref())
+                    })
+            };
             match backends.iter().find(|b| b.pod == name) {
                 Some(b) => next.push(b.clone()),
                 None => next.push(Arc::new(Backend {
                     pod: name,
-                    addr: SocketAddr::new(ip, RUNTIME_PORT as u16),
+                    addr: SocketAddr::new(ip, port as u16),
                     path,
                     module,
                     inflight: AtomicUsize::new(0),
@@ -453,14 +510,35 @@ impl Gateway {
         body: Bytes,
         invocation_id: &str,
     ) -> Result<Answer, Failure> {
-        let started = Instant::now();
-        let (name, tag) = split_target(target);
         if serde_json::from_slice::<serde_json::Value>(&body).is_err() && !body.is_empty() {
             return Err(Failure::new(
                 StatusCode::BAD_REQUEST,
                 "the request body is not JSON",
             ));
         }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Ok(v) = HeaderValue::from_str(invocation_id) {
+            headers.insert(INVOCATION_ID, v);
+        }
+        let out = Outgoing {
+            method: Method::POST,
+            path: None,
+            headers,
+            body,
+        };
+        self.send(ns, target, out).await
+    }
+
+    /// Sends `out` to `target` (`<function>` or `<function>@<tag>`) in `ns`: to a pod of the
+    /// revision the traffic split (or the tag) picks, scaling it from zero and waiting in
+    /// the queue as needed. The pod's answer, or why the gateway could not get one.
+    pub async fn send(&self, ns: &str, target: &str, out: Outgoing) -> Result<Answer, Failure> {
+        let started = Instant::now();
+        let (name, tag) = split_target(target);
         let (f, rev) = self.route(ns, name, tag, Duration::from_secs(10)).await?;
         let revision = self.revisions.get(&ObjectRef::new(&rev).within(ns));
         if let Some(message) = revision.as_deref().and_then(revision::load_error) {
@@ -537,7 +615,7 @@ impl Gateway {
             let _active = Activity(&state);
             let gauge = self.metrics.inflight.get_or_create_owned(&labels);
             gauge.inc();
-            let result = forward(&backend, body.clone(), invocation_id, deadline).await;
+            let result = forward(&backend, &out, deadline).await;
             gauge.dec();
             backend.inflight.fetch_sub(1, Ordering::SeqCst);
             state.changed.notify_waiters();
@@ -552,13 +630,14 @@ impl Gateway {
             }
         };
         let answer = match result {
-            Ok((code, bytes)) => {
+            Ok((code, headers, bytes)) => {
                 if code == StatusCode::BAD_GATEWAY {
                     self.source_failed(ns, &rev, revision.as_deref(), &bytes)
                         .await;
                 }
                 Ok(Answer {
                     code,
+                    headers,
                     body: bytes,
                     revision: rev.clone(),
                 })
@@ -750,14 +829,13 @@ enum Forward {
     Gone,
 }
 
-/// POSTs `body` to the pod, retrying a refused connection (the runtime is starting) until
+/// Sends `out` to the pod, retrying a refused connection (the runtime is starting) until
 /// the deadline.
 async fn forward(
     backend: &Backend,
-    body: Bytes,
-    invocation_id: &str,
+    out: &Outgoing,
     deadline: Instant,
-) -> Result<(StatusCode, Bytes), Forward> {
+) -> Result<(StatusCode, HeaderMap, Bytes), Forward> {
     let addr = backend.addr;
     let call = async {
         // A pod that has just started may refuse (its runtime is not listening yet) or not
@@ -780,20 +858,69 @@ async fn forward(
                 Err(_) => tracing::debug!(%addr, "connect attempt timed out"),
             }
         };
-        post_on(
-            tcp,
-            &addr.to_string(),
-            &backend.path,
-            body,
-            &[(INVOCATION_ID, invocation_id)],
-        )
-        .await
-        .map_err(Forward::Failed)
+        request_on(tcp, &addr.to_string(), out, &backend.path)
+            .await
+            .map_err(Forward::Failed)
     };
     match tokio::time::timeout_at(deadline.into(), call).await {
         Ok(r) => r,
         Err(_) => Err(Forward::Timeout),
     }
+}
+
+/// Headers that concern one connection only (RFC 9110 7.6.1): not passed on by a proxy.
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    for h in HOP_BY_HOP {
+        headers.remove(h);
+    }
+}
+
+/// Sends `out` on a connected stream (HTTP/1.1), to its path or `default_path`, with `host`
+/// as its `Host` unless it names one; the answer's code, headers and body.
+async fn request_on(
+    tcp: tokio::net::TcpStream,
+    host: &str,
+    out: &Outgoing,
+    default_path: &str,
+) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .map_err(|e| e.to_string())?;
+    minik8s_task::spawn("function-connection", conn);
+    let path = out.path.as_deref().unwrap_or(default_path);
+    let mut req = hyper::Request::builder()
+        .method(out.method.clone())
+        .uri(path)
+        .body(Full::new(out.body.clone()))
+        .map_err(|e| e.to_string())?;
+    *req.headers_mut() = out.headers.clone();
+    strip_hop_by_hop(req.headers_mut());
+    req.headers_mut().remove(header::CONTENT_LENGTH);
+    if !req.headers().contains_key(header::HOST) {
+        let v = HeaderValue::from_str(host).map_err(|e| e.to_string())?;
+        req.headers_mut().insert(header::HOST, v);
+    }
+    let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    let code = resp.status();
+    let (parts, body) = resp.into_parts();
+    let mut headers = parts.headers;
+    strip_hop_by_hop(&mut headers);
+    headers.remove(header::CONTENT_LENGTH);
+    let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok((code, headers, bytes))
 }
 
 /// POSTs a JSON body on a connected stream (HTTP/1.1) with extra `headers`; the answer's
@@ -844,11 +971,126 @@ pub async fn post(url: &str, body: Bytes) -> Result<(StatusCode, Bytes), String>
     post_on(tcp, authority, path, body, &[]).await
 }
 
+/// The host a request asked for (`X-Forwarded-Host` from the router, else `Host`), without
+/// its port.
+fn host_of(req: &Request) -> &str {
+    let host = req
+        .headers()
+        .get("x-forwarded-host")
+        .or_else(|| req.headers().get(header::HOST))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    host.rsplit_once(':').map_or(host, |(h, port)| {
+        if port.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    })
+}
+
+/// Requests for a Knative Route's host go, as they came, to the function the host names
+/// (before the gateway's own routes: an app's `/metrics` is the app's); others go on.
+async fn hosts_first(
+    State(g): State<Arc<Gateway>>,
+    req: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some((ns, target)) = g.by_host(host_of(&req)) else {
+        return next.run(req).await;
+    };
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    proxy(&g, &ns, &target, path, req).await
+}
+
+/// Neither a route of the gateway nor a known host.
+async fn unknown(req: Request) -> Response {
+    let host = host_of(&req).to_owned();
+    Failure::new(
+        StatusCode::NOT_FOUND,
+        format!("no route for http://{host}{}", req.uri().path()),
+    )
+    .into_response()
+}
+
+/// Sends a request as it came (method, `path`, headers, body) to `target` in `ns`.
+async fn proxy(g: &Gateway, ns: &str, target: &str, path: String, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return Failure::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the request body is over {MAX_BODY} bytes"),
+            )
+            .into_response();
+        }
+    };
+    let out = Outgoing {
+        method: parts.method,
+        path: Some(path),
+        headers: parts.headers,
+        body,
+    };
+    match g.send(ns, target, out).await {
+        Ok(a) => {
+            let mut r = (a.code, a.body).into_response();
+            r.headers_mut().extend(a.headers);
+            if let Ok(v) = HeaderValue::from_str(&a.revision) {
+                r.headers_mut().insert(FUNCTION_REVISION, v);
+            }
+            r
+        }
+        Err(f) => f.into_response(),
+    }
+}
+
+/// `/function/<ns>/<name>/<path>`: a request for a container function (a Knative
+/// revision's) in the gateway's path form.
+async fn invoke_path(
+    State(g): State<Arc<Gateway>>,
+    Path((ns, name, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    let query = req
+        .uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
+    if !g.is_container(&ns, &name) {
+        return Failure::new(
+            StatusCode::NOT_FOUND,
+            format!("function {ns}/{name} is called at /function/{ns}/{name} (POST)"),
+        )
+        .into_response();
+    }
+    proxy(&g, &ns, &name, format!("/{rest}{query}"), req).await
+}
+
 async fn invoke(
     State(g): State<Arc<Gateway>>,
     Path((ns, name)): Path<(String, String)>,
     req: Request,
 ) -> Response {
+    if g.is_container(&ns, &name) {
+        let query = req
+            .uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        return proxy(&g, &ns, &name, format!("/{query}"), req).await;
+    }
+    if req.method() != Method::POST {
+        return Failure::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("function {ns}/{name} is invoked with POST"),
+        )
+        .into_response();
+    }
     // `<name>@<tag>` in the path, or the tag in a header.
     let tag = req
         .headers()
@@ -911,9 +1153,12 @@ async fn metrics(State(g): State<Arc<Gateway>>) -> Response {
 /// The gateway's HTTP routes.
 fn app(g: Arc<Gateway>) -> Router {
     Router::new()
-        .route("/function/{ns}/{name}", routing::post(invoke))
+        .route("/function/{ns}/{name}", routing::any(invoke))
+        .route("/function/{ns}/{name}/{*rest}", routing::any(invoke_path))
         .route("/metrics", routing::get(metrics))
         .route("/healthz", routing::get(|| async { "ok" }))
+        .fallback(unknown)
+        .layer(axum::middleware::from_fn_with_state(g.clone(), hosts_first))
         .layer(axum::extract::DefaultBodyLimit::disable())
         .with_state(g)
 }

@@ -6,6 +6,7 @@ pub mod autoscaler;
 pub mod cli;
 pub mod controller;
 pub mod gateway;
+pub mod knative;
 pub mod modules;
 pub mod reconcile;
 pub mod revision;
@@ -77,6 +78,13 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
         "workflows/status",
         "workflowruns/status",
     ];
+    let knative_kinds = ["services", "configurations", "revisions", "routes"];
+    let knative_statuses = [
+        "services/status",
+        "configurations/status",
+        "revisions/status",
+        "routes/status",
+    ];
     let role = |name: &str, labels: serde_json::Value, rules: serde_json::Value| {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": {"name": name, "labels": labels}, "rules": rules})
@@ -93,6 +101,11 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": manage},
             {"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch", "update"]},
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": manage},
+            // Knative Serving's kinds (Services make Configurations and Routes, which make
+            // Functions, Revisions, Services and Ingresses) and its domain setting.
+            {"apiGroups": [knative::types::GROUP], "resources": knative_kinds, "verbs": manage},
+            {"apiGroups": [knative::types::GROUP], "resources": knative_statuses, "verbs": ["get", "patch", "update"]},
+            {"apiGroups": ["networking.k8s.io"], "resources": ["ingresses"], "verbs": manage},
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
             // The controllers' leader election (CONTROLLERS_LEASE in minik8s-system).
             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
@@ -107,12 +120,14 @@ pub fn rbac() -> (Vec<serde_json::Value>, serde_json::Value) {
         // Revisions are made by the Function controller: users read and delete them only.
         json!([{"apiGroups": [types::GROUP], "resources": kinds, "verbs": manage},
             {"apiGroups": [types::GROUP], "resources": ["functionrevisions"],
-             "verbs": ["get", "list", "watch", "delete", "deletecollection"]}]),
+             "verbs": ["get", "list", "watch", "delete", "deletecollection"]},
+            {"apiGroups": [knative::types::GROUP], "resources": knative_kinds, "verbs": manage}]),
     );
     let view = role(
         "minik8s:functions:view",
         json!({"rbac.authorization.k8s.io/aggregate-to-view": "true"}),
-        json!([{"apiGroups": [types::GROUP], "resources": kinds.iter().chain(&["functionrevisions"]).chain(&statuses).collect::<Vec<_>>(), "verbs": read}]),
+        json!([{"apiGroups": [types::GROUP], "resources": kinds.iter().chain(&["functionrevisions"]).chain(&statuses).collect::<Vec<_>>(), "verbs": read},
+            {"apiGroups": [knative::types::GROUP], "resources": knative_kinds.iter().chain(&knative_statuses).collect::<Vec<_>>(), "verbs": read}]),
     );
     let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": "minik8s:functions"},
@@ -249,6 +264,9 @@ pub fn crds()
         workflow::Workflow::crd(),
         workflow::WorkflowRun::crd(),
     ]
+    .into_iter()
+    .chain(knative::crds())
+    .collect()
 }
 
 #[cfg(test)]

@@ -74,6 +74,7 @@ pub fn spec_for(f: &Function, code: Option<&str>) -> FunctionRevisionSpec {
         code_hash: String::new(),
         runtime: s.runtime,
         image: s.image.clone(),
+        template: s.template.clone(),
         code: None,
         handler: s.handler.clone(),
         env: s.env.clone(),
@@ -85,8 +86,14 @@ pub fn spec_for(f: &Function, code: Option<&str>) -> FunctionRevisionSpec {
     let resources = serde_json::to_string(&spec.resources).unwrap_or_default();
     let runtime = serde_json::to_string(&spec.runtime).unwrap_or_default();
     let placement = serde_json::to_string(&spec.placement).unwrap_or_default();
+    let template = spec
+        .template
+        .as_ref()
+        .map(Value::to_string)
+        .unwrap_or_default();
     spec.code_hash = hash(&[
         code.unwrap_or_default(),
+        &template,
         &spec.handler,
         spec.image.as_deref().unwrap_or_default(),
         &env,
@@ -275,10 +282,109 @@ pub async fn create(
     Ok(made)
 }
 
+/// The port a revision's pods serve calls on: a Knative container's `containerPort` (the
+/// first container that has one), else [`RUNTIME_PORT`].
+pub fn serving_port(template: Option<&Value>) -> i32 {
+    template
+        .and_then(|t| t["spec"]["containers"].as_array())
+        .into_iter()
+        .flatten()
+        .find_map(|c| c["ports"][0]["containerPort"].as_i64())
+        .and_then(|p| i32::try_from(p).ok())
+        .unwrap_or(RUNTIME_PORT)
+}
+
+/// The pod template of a Knative revision (runtime `container`), as Knative's revision
+/// controller makes it without its queue proxy: the user's pod spec, the serving container
+/// named `user-container` when unnamed and given `PORT`, a TCP readiness probe on its port
+/// unless it has a probe of its own, images used as present (Knative runs digests resolved
+/// at the revision's creation, which never change under it), and the template's labels and
+/// annotations on the pods.
+fn container_template(r: &FunctionRevision, template: &Value) -> Value {
+    let spec = &r.spec;
+    let name = r.name_any();
+    let port = serving_port(Some(template));
+    let mut pod = template["spec"].clone();
+    if !pod.is_object() {
+        pod = json!({});
+    }
+    let serving = pod["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().position(|c| c["ports"].is_array()))
+        .unwrap_or(0);
+    let count = pod["containers"].as_array().map_or(0, Vec::len);
+    if let Some(containers) = pod["containers"].as_array_mut() {
+        for (i, c) in containers.iter_mut().enumerate() {
+            if c["name"].as_str().is_none_or(str::is_empty) {
+                c["name"] = json!(if count == 1 {
+                    "user-container".to_owned()
+                } else {
+                    format!("user-container-{i}")
+                });
+            }
+            if c.get("imagePullPolicy").is_none() {
+                c["imagePullPolicy"] = json!("IfNotPresent");
+            }
+            if i != serving {
+                continue;
+            }
+            let mut env = c["env"].as_array().cloned().unwrap_or_default();
+            if !env.iter().any(|e| e["name"] == "PORT") {
+                env.push(json!({"name": "PORT", "value": port.to_string()}));
+            }
+            for (k, v) in [
+                ("K_REVISION", name.clone()),
+                ("K_CONFIGURATION", spec.function.clone()),
+            ] {
+                if !env.iter().any(|e| e["name"] == k) {
+                    env.push(json!({"name": k, "value": v}));
+                }
+            }
+            c["env"] = json!(env);
+            if c["ports"][0]["containerPort"].is_null() {
+                c["ports"] = json!([{"name": "http1", "containerPort": port}]);
+            }
+            if c.get("readinessProbe").is_none() {
+                c["readinessProbe"] = json!({"tcpSocket": {"port": port},
+                    "periodSeconds": 1, "failureThreshold": 3, "successThreshold": 1});
+            }
+        }
+    }
+    for k in [
+        "containerConcurrency",
+        "timeoutSeconds",
+        "responseStartTimeoutSeconds",
+        "idleTimeoutSeconds",
+    ] {
+        if let Some(o) = pod.as_object_mut() {
+            o.remove(k);
+        }
+    }
+    if pod.get("enableServiceLinks").is_none() {
+        pod["enableServiceLinks"] = json!(false);
+    }
+    pod["terminationGracePeriodSeconds"] = json!(spec.timeout_seconds + 2);
+    let mut labels = template["metadata"]["labels"].clone();
+    if !labels.is_object() {
+        labels = json!({});
+    }
+    labels[FUNCTION_LABEL] = json!(spec.function);
+    labels[REVISION_LABEL] = json!(name);
+    let mut annotations = template["metadata"]["annotations"].clone();
+    if !annotations.is_object() {
+        annotations = json!({});
+    }
+    annotations[CODE_HASH] = json!(spec.code_hash);
+    json!({"metadata": {"labels": labels, "annotations": annotations}, "spec": pod})
+}
+
 /// The pod template of a revision.
 fn template(r: &FunctionRevision) -> Value {
     let spec = &r.spec;
     let name = r.name_any();
+    if let (Runtime::Container, Some(t)) = (spec.runtime, &spec.template) {
+        return container_template(r, t);
+    }
     let mut env = vec![
         json!({"name": "FUNCTION_HANDLER", "value": spec.handler}),
         json!({"name": "FUNCTION_TIMEOUT_SECONDS", "value": spec.timeout_seconds.to_string()}),
@@ -296,7 +402,9 @@ fn template(r: &FunctionRevision) -> Value {
             json!([{"name": "code", "mountPath": "/code", "readOnly": true}]),
         ),
         (Runtime::Python3, None) => (python_image(), json!([]), json!([])),
-        (Runtime::Image, _) => (spec.image.clone().unwrap_or_default(), json!([]), json!([])),
+        (Runtime::Image | Runtime::Container, _) => {
+            (spec.image.clone().unwrap_or_default(), json!([]), json!([]))
+        }
     };
     let mut container = json!({
         "name": "function",
@@ -541,6 +649,10 @@ pub(crate) async fn reconcile(r: Arc<FunctionRevision>, ctx: Arc<Ctx>) -> Result
 /// Python's message when a pod of the revision reports that its code does not load: a module
 /// pod `ModuleLoadFailed`, or a running pod whose `/healthz` says so.
 async fn load_failure(client: &Client, r: &FunctionRevision) -> Result<Option<String>, Error> {
+    if r.spec.runtime != Runtime::Python3 {
+        // Only the Python runtime loads code it can report on.
+        return Ok(None);
+    }
     let ns = r.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     let list = pods

@@ -7,6 +7,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+/// An object kept as it is by the apiserver (a Knative revision template).
+pub fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
 /// What runs a function's code.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
@@ -19,6 +24,10 @@ pub enum Runtime {
     /// `image` is run as it is; it must serve the invocation protocol on port 8080.
     #[serde(rename = "image")]
     Image,
+    /// A Knative Serving revision: `template` is the pod (any HTTP server on `$PORT`), and
+    /// calls reach it as they came (method, path, headers, body).
+    #[serde(rename = "container")]
+    Container,
 }
 
 /// Where a function's code runs.
@@ -127,6 +136,7 @@ pub const GROUP: &str = "serverless.minik8s.io";
 #[x_kube(validation = Rule::new("!has(self.traffic) || self.traffic.all(t, has(t.revisionName) != (has(t.latestRevision) && t.latestRevision))").message("a traffic target names either a revisionName or latestRevision: true").field_path(".traffic"))]
 #[x_kube(validation = Rule::new("!has(self.traffic) || self.traffic.all(a, !has(a.tag) || self.traffic.exists_one(b, has(b.tag) && b.tag == a.tag))").message("a tag may name only one traffic target").field_path(".traffic"))]
 #[x_kube(validation = Rule::new("!has(self.placement) || self.placement != 'module' || !has(self.runtime) || self.runtime == 'python3'").message("placement module needs runtime python3 (an image runs in pods of its own)"))]
+#[x_kube(validation = Rule::new("!has(self.runtime) || self.runtime != 'container' || has(self.template)").message("runtime container needs a template (the pod of a Knative revision)").field_path(".template"))]
 #[kube(
     group = "serverless.minik8s.io",
     version = "v1alpha1",
@@ -150,6 +160,12 @@ pub struct FunctionSpec {
     /// The code, for runtime `python3`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<Source>,
+    /// The pod, for runtime `container`: a Knative `RevisionTemplateSpec` (`metadata` with
+    /// labels and annotations, `spec` a pod spec with Knative's `containerConcurrency` and
+    /// `timeoutSeconds`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub template: Option<serde_json::Value>,
     /// `module.function` called with the event (default `main.handler`).
     #[serde(default = "default_handler")]
     pub handler: String,
@@ -276,6 +292,10 @@ pub struct FunctionRevisionSpec {
     /// As the Function's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// As the Function's (runtime `container`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "any_object")]
+    pub template: Option<serde_json::Value>,
     /// The frozen code (`python3`): a ConfigMap owned by the revision, key the module file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<ConfigMapKey>,
@@ -330,7 +350,10 @@ mod tests {
         assert!(v["subresources"]["status"].is_object());
         let text = v.to_string();
         assert!(text.contains("self.minScale <= self.maxScale"), "{text}");
-        assert!(text.contains(r#""enum":["python3","image"]"#), "{text}");
+        assert!(
+            text.contains(r#""enum":["python3","image","container"]"#),
+            "{text}"
+        );
         let spec: FunctionSpec =
             serde_json::from_value(serde_json::json!({"source": {"inline": "x"}})).unwrap();
         assert_eq!(spec.handler, "main.handler");
