@@ -850,22 +850,41 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
             "--",
             "sh",
             "-c",
-            "cat; echo edge-exec-marker",
+            "echo exec-ready; cat; echo edge-exec-marker",
         ])
         .env("KUBECONFIG", &c.kubeconfig)
         .env("HOME", c.dir())
         .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Running from both ends: its process at the edge, and its first output at kubectl (the
+    // upgrade's answer came back over the link before the link goes).
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let stdout = open_exec.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.trim() == "exec-ready" {
+                let _ = ready_tx.send(());
+            }
+        }
+    });
+    assert!(
+        ready_rx.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "the exec did not start"
+    );
     let exec_deadline = Instant::now() + Duration::from_secs(20);
     while processes_with("edge-exec-marker") == 0 && Instant::now() < exec_deadline {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(
         processes_with("edge-exec-marker") > 0,
-        "the exec did not start"
+        "the exec's process is not at the edge"
     );
     a.link(false);
     let cut = Instant::now();
@@ -893,12 +912,11 @@ fn edge_nodes_join_run_pods_and_keep_them_through_an_outage() {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let exec_out = if ended.is_none() {
+    if ended.is_none() {
         let _ = open_exec.kill();
-        open_exec.wait_with_output().unwrap()
-    } else {
-        open_exec.wait_with_output().unwrap()
-    };
+    }
+    let exec_out = open_exec.wait_with_output().unwrap();
+    let _ = reader.join();
     println!(
         "the exec cut by the link loss ended after {:?}: {:?} {}",
         cut.elapsed(),
