@@ -130,6 +130,12 @@ case "$cmd" in
       done
       sleep 0.2
     done
+    # What each member said last, so the failing test shows why.
+    for n in $(members); do
+      echo "--- m$n (last lines of $dir/m$n/log)" >&2
+      tail -n 15 "$dir/m$n/log" >&2 2>/dev/null || true
+    done
+    etcdctl_tls --endpoints "$(endpoints)" endpoint health >&2 2>&1 || true
     die "the etcd members did not become healthy in 30 s (logs in $dir/m*/log)"
     ;;
   down)
