@@ -441,7 +441,7 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
             tracing::error!(url = %knative_gateway, "the gateway's URL does not parse; no Knative Serving");
             return;
         };
-        if let Err(e) = crate::knative::run(
+        crate::knative::run(
             knative_client,
             &informers,
             gateway,
@@ -449,10 +449,7 @@ pub async fn run(client: Client, cfg: Config, shutdown: CancellationToken) {
             knative_revisions,
             knative_shutdown,
         )
-        .await
-        {
-            tracing::error!(error = %e, "Knative Serving's controllers stopped");
-        }
+        .await;
     };
     tokio::join!(functions, revisions, knative);
     tasks.close();

@@ -1049,6 +1049,14 @@ async fn proxy(g: &Gateway, ns: &str, target: &str, path: String, req: Request) 
     }
 }
 
+/// A request's query with its `?`, or nothing.
+fn query_of(req: &Request) -> String {
+    req.uri()
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default()
+}
+
 /// `/function/<ns>/<name>/<path>`: a request for a container function (a Knative
 /// revision's) in the gateway's path form.
 async fn invoke_path(
@@ -1056,11 +1064,7 @@ async fn invoke_path(
     Path((ns, name, rest)): Path<(String, String, String)>,
     req: Request,
 ) -> Response {
-    let query = req
-        .uri()
-        .query()
-        .map(|q| format!("?{q}"))
-        .unwrap_or_default();
+    let query = query_of(&req);
     if !g.is_container(&ns, &name) {
         return Failure::new(
             StatusCode::NOT_FOUND,
@@ -1077,11 +1081,7 @@ async fn invoke(
     req: Request,
 ) -> Response {
     if g.is_container(&ns, &name) {
-        let query = req
-            .uri()
-            .query()
-            .map(|q| format!("?{q}"))
-            .unwrap_or_default();
+        let query = query_of(&req);
         return proxy(&g, &ns, &name, format!("/{query}"), req).await;
     }
     if req.method() != Method::POST {

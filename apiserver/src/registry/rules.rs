@@ -35,24 +35,18 @@ pub fn compile(rule: &str) -> Result<(), RuleError> {
 
 /// Evaluates `rule` with `self` bound to `value`.
 pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
-    let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
-    let mut context = library()?;
-    context.add_variable_from_value("self", to_cel(value));
-    match program
-        .execute(&context)
-        .map_err(|e| RuleError::Execute(e.to_string()))?
-    {
-        cel::Value::Bool(b) => Ok(b),
-        other => Err(RuleError::NotBool(format!("{other:?}"))),
-    }
+    evaluate(rule, value, None)
 }
 
-/// Evaluates transition rule `rule` with `self` bound to `value` and `oldSelf` to `old`.
-pub fn check_transition(rule: &str, value: &Value, old: &Value) -> Result<bool, RuleError> {
+/// Evaluates `rule` with `self` bound to `value` and, for a transition rule, `oldSelf` to
+/// `old`.
+fn evaluate(rule: &str, value: &Value, old: Option<&Value>) -> Result<bool, RuleError> {
     let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
     let mut context = library()?;
     context.add_variable_from_value("self", to_cel(value));
-    context.add_variable_from_value("oldSelf", to_cel(old));
+    if let Some(old) = old {
+        context.add_variable_from_value("oldSelf", to_cel(old));
+    }
     match program
         .execute(&context)
         .map_err(|e| RuleError::Execute(e.to_string()))?
@@ -88,21 +82,7 @@ fn transitions(schema: &Value, new: &Value, old: &Value, path: &str, out: &mut V
             Some(fp) if !fp.is_empty() => format!("{path}{fp}"),
             _ => path.to_owned(),
         };
-        let detail = match check_transition(rule, new, old) {
-            Ok(true) => continue,
-            Ok(false) => r
-                .get("message")
-                .and_then(Value::as_str)
-                .filter(|m| !m.is_empty())
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("failed rule: {rule}")),
-            Err(e) => format!("{e}: {rule}"),
-        };
-        let mut cause = Cause::invalid(&field, kind_of(new), &detail);
-        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
-            cause.reason = reason.to_owned();
-        }
-        out.push(cause);
+        out.extend(failed(r, rule, &field, new, Some(old)));
     }
     let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else {
         return;
@@ -206,6 +186,26 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// The cause of rule entry `r` (its `rule`) at `field` when it fails for `value` (and `old`,
+/// for a transition rule): its message (or the rule), its reason.
+fn failed(r: &Value, rule: &str, field: &str, value: &Value, old: Option<&Value>) -> Option<Cause> {
+    let detail = match evaluate(rule, value, old) {
+        Ok(true) => return None,
+        Ok(false) => r
+            .get("message")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("failed rule: {rule}")),
+        Err(e) => format!("{e}: {rule}"),
+    };
+    let mut cause = Cause::invalid(field, kind_of(value), &detail);
+    if let Some(reason) = r.get("reason").and_then(Value::as_str) {
+        cause.reason = reason.to_owned();
+    }
+    Some(cause)
+}
+
 /// The causes from the rules of schema node `schema` for `value` at `path`.
 pub fn causes(schema: &Value, value: &Value, path: &str) -> Vec<Cause> {
     let Some(rules) = schema
@@ -226,21 +226,7 @@ pub fn causes(schema: &Value, value: &Value, path: &str) -> Vec<Cause> {
             Some(fp) if !fp.is_empty() => format!("{path}{fp}"),
             _ => path.to_owned(),
         };
-        let detail = match check(rule, value) {
-            Ok(true) => continue,
-            Ok(false) => r
-                .get("message")
-                .and_then(Value::as_str)
-                .filter(|m| !m.is_empty())
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("failed rule: {rule}")),
-            Err(e) => format!("{e}: {rule}"),
-        };
-        let mut cause = Cause::invalid(&field, kind_of(value), &detail);
-        if let Some(reason) = r.get("reason").and_then(Value::as_str) {
-            cause.reason = reason.to_owned();
-        }
-        out.push(cause);
+        out.extend(failed(r, rule, &field, value, None));
     }
     out
 }

@@ -21,7 +21,6 @@ pub mod route;
 pub mod service;
 pub mod types;
 
-use crate::reconcile::Error;
 use crate::types::{Function, FunctionRevision};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -142,7 +141,7 @@ pub async fn run(
     functions: Store<Function>,
     fn_revisions: Store<FunctionRevision>,
     shutdown: CancellationToken,
-) -> Result<(), Error> {
+) {
     let recorder = minik8s_events::Recorder::new(client.clone(), "knative-serving", None);
     let services = Driver::<KService>::new("knative-service", informers).await;
     let configurations = Driver::<KConfiguration>::new("knative-configuration", informers).await;
@@ -181,5 +180,4 @@ pub async fn run(
         .watches::<FunctionRevision, _>(revision::of_function_revision)
         .run(revision::reconcile, ctx, shutdown);
     tokio::join!(services, configurations, routes, revisions);
-    Ok(())
 }
