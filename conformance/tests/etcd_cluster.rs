@@ -47,6 +47,24 @@ impl Drop for Up {
     }
 }
 
+/// On a failed assertion, prints the last lines of `minik8s up`'s log: a dead apiserver
+/// otherwise shows only as "connection refused".
+struct LogOnPanic(PathBuf);
+
+impl Drop for LogOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.0).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            eprintln!(
+                "--- the last lines of {}:\n{}",
+                self.0.display(),
+                lines[lines.len().saturating_sub(60)..].join("\n")
+            );
+        }
+    }
+}
+
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
     Command::new("kubectl")
         .args(args)
@@ -156,6 +174,7 @@ fn an_apiserver_on_a_three_member_tls_etcd_survives_a_member_and_reports_lost_qu
 
     let port = free_port();
     let log = std::fs::File::create(tmp.path().join("up.log")).expect("log");
+    let _log_on_panic = LogOnPanic(tmp.path().join("up.log"));
     let child = Command::new(bin("minik8s"))
         .args([
             "up",
@@ -297,10 +316,12 @@ fn an_apiserver_on_a_three_member_tls_etcd_survives_a_member_and_reports_lost_qu
                 i += 1;
             }
             Err(e) => {
-                assert!(
-                    Instant::now() < deadline,
-                    "writes did not resume with the members back: {e}"
-                );
+                if Instant::now() >= deadline {
+                    let exited = up.child.try_wait().ok().flatten();
+                    panic!(
+                        "writes did not resume with the members back: {e}\nminik8s up exited: {exited:?}"
+                    );
+                }
                 std::thread::sleep(Duration::from_millis(300));
             }
         }

@@ -284,7 +284,11 @@ pub async fn up(
         pki: &pki,
     };
     let admin_client = connect.client(&Identity::admin()).await?;
-    install_kinds(&admin_client).await?;
+    if !install_kinds_patiently(&admin_client, &shutdown).await? {
+        tasks.close();
+        tasks.wait().await;
+        return Ok(());
+    }
     let start = Start {
         cfg: &cfg,
         connect: &connect,
@@ -353,6 +357,50 @@ async fn install_kinds(admin: &kube::Client) -> Result<(), UpError> {
     minik8s_proxy::router::install(admin.clone())
         .await
         .map_err(UpError::Router)
+}
+
+/// [`install_kinds`], again while the store is briefly unavailable (an etcd election, a
+/// member restarting, the apiserver's own start): only a refusal ends `up`. `false` when
+/// `shutdown` came first.
+async fn install_kinds_patiently(
+    admin: &kube::Client,
+    shutdown: &CancellationToken,
+) -> Result<bool, UpError> {
+    let mut wait = std::time::Duration::from_millis(200);
+    loop {
+        let error = match install_kinds(admin).await {
+            Ok(()) => return Ok(true),
+            Err(e) if transient(&e) => e,
+            Err(e) => return Err(e),
+        };
+        tracing::warn!(
+            error = %anyhow::Error::from(error).chain().map(ToString::to_string).collect::<Vec<_>>().join(": "),
+            retry_in = ?wait,
+            "the built-in kinds are not installed yet"
+        );
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        wait = (wait * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+/// Whether `error` came from a request the server could not serve for now (5xx, 429, a time
+/// out or a broken connection) rather than one it refused.
+fn transient(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(e) = cause {
+        if let Some(kube) = e.downcast_ref::<kube::Error>() {
+            return match kube {
+                kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+                kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+                _ => false,
+            };
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Stops a running `up` on this data folder (SIGTERM, waiting up to 30 s), then removes every
