@@ -239,6 +239,140 @@ spec:
     );
 }
 
+/// The `slow` Service again with these annotations and no `containerConcurrency`; waits until
+/// revision `revision` is Ready.
+fn slow_with(c: &Cluster, annotations: &str, revision: &str) {
+    let script = COUNTING.replace('\n', "\n              ");
+    let manifest = format!(
+        r#"apiVersion: serving.knative.dev/v1
+kind: Service
+metadata:
+  name: slow
+spec:
+  template:
+    metadata:
+      annotations:
+{annotations}    spec:
+      containers:
+        - image: {image}
+          command: ["/usr/bin/python3.11", "-u", "-c"]
+          args:
+            - |{script}
+"#,
+        image = minik8s_serverless::runtime::python_image(),
+    );
+    apply(c, &manifest);
+    until(c, "ksvc", "slow", ".status.latestReadyRevisionName", |r| {
+        r == revision
+    });
+}
+
+/// Knative's KPA beyond concurrency one: `containerConcurrency: 0` lets a pod take every
+/// request at once (the target is an aim, not a limit), and the `rps` metric scales on
+/// requests a second, a burst panicking it up before the stable window has seen it.
+fn unlimited_and_rps(c: &Cluster, router: &str) {
+    // No hard limit, a target of 2 and one pod at most: that pod takes all 20 at once.
+    slow_with(
+        c,
+        "        autoscaling.knative.dev/max-scale: \"1\"\n        autoscaling.knative.dev/target: \"2\"\n        autoscaling.knative.dev/window: \"6s\"\n",
+        "slow-00002",
+    );
+    let answers: Vec<(u16, String)> = std::thread::scope(|s| {
+        let calls: Vec<_> = (0..20)
+            .map(|_| s.spawn(|| get(router, "slow.default.example.com", "/")))
+            .collect();
+        calls.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let most = answers
+        .iter()
+        .map(|(code, body)| {
+            assert_eq!(*code, 200, "{body}");
+            let v: serde_json::Value = serde_json::from_str(body).unwrap();
+            v["most"].as_i64().unwrap_or_default()
+        })
+        .max()
+        .unwrap_or_default();
+    assert!(
+        most >= 10,
+        "with containerConcurrency 0 one pod served at most {most} at once: {answers:?}"
+    );
+    println!("containerConcurrency 0: one pod served {most} requests at once");
+
+    // Requests a second, 5 a pod aimed at (70 %: 3.5): a steady 20 a second from one pod
+    // asks for six, capped at three, within the panic window.
+    slow_with(
+        c,
+        "        autoscaling.knative.dev/metric: rps\n        autoscaling.knative.dev/target: \"5\"\n        autoscaling.knative.dev/max-scale: \"3\"\n        autoscaling.knative.dev/min-scale: \"1\"\n        autoscaling.knative.dev/window: \"10s\"\n",
+        "slow-00003",
+    );
+    // The gateway's metrics show the autoscaler's state, as Knative's do.
+    let url = field(c, "fn", "slow", ".status.url");
+    let gateway = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let panic_mode = || {
+        let (_, metrics) = get(&gateway, &gateway, "/metrics");
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("minik8s_function_panic_mode")
+                    && l.contains("revision=\"slow-00003\"")
+            })
+            .map(|l| l.ends_with(" 1"))
+    };
+    assert_eq!(panic_mode(), Some(false), "before the load");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let started = Instant::now();
+    let (panicked, scaled) = std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let (code, body) = get(router, "slow.default.example.com", "/");
+                    assert_eq!(code, 200, "{body}");
+                }
+            });
+        }
+        let mut panicked = None;
+        while panicked.is_none() && started.elapsed() < Duration::from_secs(20) {
+            if panic_mode() == Some(true) {
+                panicked = Some(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        c.eventually_within(
+            Duration::from_secs(30),
+            &[
+                "get",
+                "rev",
+                "slow-00003",
+                "-o",
+                "jsonpath={.status.desiredReplicas}",
+            ],
+            |r| r == "3",
+        );
+        let scaled = started.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        (panicked, scaled)
+    });
+    let panicked = panicked.expect("a burst of 20 a second on one pod never set panic mode");
+    println!("rps metric: panic mode {panicked:?} and 3 pods {scaled:?} into a 20 rps load");
+    // minScale 1 while routed; back down to it once quiet.
+    c.eventually_within(
+        Duration::from_secs(90),
+        &[
+            "get",
+            "rev",
+            "slow-00003",
+            "-o",
+            "jsonpath={.status.desiredReplicas}",
+        ],
+        |r| r == "1",
+    );
+}
+
 /// Runs Knative's client, `kn` (built from Go modules by `hack/upstream.sh kn`), against the
 /// cluster; panics with its output unless it succeeds.
 fn kn_ok(c: &Cluster, args: &[&str]) -> String {
@@ -524,29 +658,53 @@ fn knative_hello_world_serves_updates_splits_tags_rolls_back_and_goes() {
             "Knative",
             "  - revisionName: hello-00001\n    percent: 50\n  - latestRevision: true\n    percent: 40\n",
         ),
-        "spec.traffic: Invalid value: \"object\": Traffic targets sum to a value other than 100, want 100",
+        "spec.traffic: Invalid value: \"object\": Traffic targets sum to 90, want 100",
     );
     refused(
         &hello(
             "Knative",
             "  - revisionName: hello-00001\n    percent: 50\n    tag: a\n  - latestRevision: true\n    percent: 50\n    tag: a\n",
         ),
-        "Multiple definitions for one tag",
+        "spec.traffic: Invalid value: \"object\": Multiple definitions for \"a\"",
     );
     refused(
         &hello(
             "Knative",
             "  - revisionName: hello-00001\n    latestRevision: true\n    percent: 100\n",
         ),
-        "may not set revisionName when latestRevision is true",
+        "may not set revisionName \"hello-00001\" when latestRevision is true",
     );
     refused(
         "apiVersion: serving.knative.dev/v1\nkind: Service\nmetadata: {name: hello}\nspec:\n  template:\n    spec:\n      containers: []\n",
         "missing field(s): containers",
     );
+    let annotated = |annotations: &str| {
+        HELLO.replace(
+            "  template:\n",
+            &format!("  template:\n    metadata:\n      annotations:\n{annotations}"),
+        )
+    };
     refused(
-        &HELLO.replace("  template:\n", "  template:\n    metadata:\n      annotations:\n        autoscaling.knative.dev/min-scale: \"-1\"\n"),
-        "autoscaling.knative.dev/min-scale",
+        &annotated("        autoscaling.knative.dev/min-scale: \"-1\"\n"),
+        "spec.template.metadata.annotations: Invalid value: \"object\": expected 0 <= -1 <= 2147483647: autoscaling.knative.dev/min-scale",
+    );
+    refused(
+        &annotated(
+            "        autoscaling.knative.dev/min-scale: \"3\"\n        autoscaling.knative.dev/max-scale: \"2\"\n",
+        ),
+        "max-scale=2 is less than min-scale=3: autoscaling.knative.dev/max-scale, autoscaling.knative.dev/min-scale",
+    );
+    refused(
+        &annotated("        autoscaling.knative.dev/metric: cpu\n"),
+        "invalid value: cpu: autoscaling.knative.dev/metric",
+    );
+    refused(
+        &annotated("        autoscaling.knative.dev/window: 2s\n"),
+        "expected 6s <= 2s <= 1h0m0s: autoscaling.knative.dev/window",
+    );
+    refused(
+        &annotated("        autoscaling.knative.dev/target-utilization-percentage: \"200\"\n"),
+        "expected 1 <= 200 <= 100: autoscaling.knative.dev/target-utilization-percentage",
     );
     assert_eq!(
         field(&c, "ksvc", "hello", ".metadata.generation"),
@@ -570,6 +728,7 @@ fn knative_hello_world_serves_updates_splits_tags_rolls_back_and_goes() {
     );
 
     scale_from_zero(&c, &router);
+    unlimited_and_rps(&c, &router);
     kn(&c, &router);
 
     // Deleting the Service takes what it made with it.

@@ -6,9 +6,10 @@
 //! of this from the API (Functions and pods), so a restart loses nothing that matters. Its
 //! autoscaler writes each function's Deployment `scale`; `/metrics` is Prometheus text.
 
-use crate::autoscaler::{self, Samples};
+use crate::autoscaler::{self, Decider, Samples};
 use crate::revision::{self, deployment_name};
 use crate::runtime::{CODE_HASH, FUNCTION_LABEL, RUNTIME_PORT};
+use crate::types::Metric;
 use crate::types::{Function, FunctionRevision, REVISION_LABEL};
 use axum::Router;
 use axum::extract::{Path, Request, State};
@@ -77,7 +78,27 @@ struct FnState {
     inflight: AtomicUsize,
     changed: tokio::sync::Notify,
     last_request: Mutex<Option<Instant>>,
+    /// Requests that arrived, ever; and the count and time at the last tick (for `rps`).
+    arrived: std::sync::atomic::AtomicU64,
+    arrived_at_tick: Mutex<Option<(u64, Instant)>>,
     samples: Mutex<Samples>,
+    decider: Mutex<Decider>,
+}
+
+impl FnState {
+    /// Requests a second that arrived since the last tick (0 at the first).
+    fn rps(&self, now: Instant) -> f64 {
+        let arrived = self.arrived.load(Ordering::SeqCst);
+        let mut last = self.arrived_at_tick.lock().expect("arrived");
+        let rate = match *last {
+            Some((count, at)) if now > at => {
+                (arrived - count) as f64 / now.duration_since(at).as_secs_f64()
+            }
+            _ => 0.0,
+        };
+        *last = Some((arrived, now));
+        rate
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -109,6 +130,8 @@ struct Metrics {
     cold_start_duration: Family<FnLabels, Histogram>,
     inflight: Family<FnLabels, Gauge>,
     queue: Family<FnLabels, Gauge>,
+    desired_pods: Family<RevisionLabels, Gauge>,
+    panic_mode: Family<RevisionLabels, Gauge>,
 }
 
 fn histogram() -> Histogram {
@@ -127,6 +150,8 @@ impl Metrics {
             Family::<FnLabels, Histogram>::new_with_constructor(histogram as fn() -> Histogram);
         let inflight = Family::<FnLabels, Gauge>::default();
         let queue = Family::<FnLabels, Gauge>::default();
+        let desired_pods = Family::<RevisionLabels, Gauge>::default();
+        let panic_mode = Family::<RevisionLabels, Gauge>::default();
         registry.register(
             "minik8s_function_requests",
             "Invocations by answer code",
@@ -157,6 +182,16 @@ impl Metrics {
             "Invocations waiting for a pod",
             queue.clone(),
         );
+        registry.register(
+            "minik8s_function_desired_pods",
+            "Pods the autoscaler asks for (Knative's desired_pods)",
+            desired_pods.clone(),
+        );
+        registry.register(
+            "minik8s_function_panic_mode",
+            "1 while the autoscaler is in panic mode (Knative's panic_mode)",
+            panic_mode.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             requests,
@@ -165,6 +200,8 @@ impl Metrics {
             cold_start_duration,
             inflight,
             queue,
+            desired_pods,
+            panic_mode,
         }
     }
 }
@@ -413,12 +450,13 @@ impl Gateway {
         state.changed.notify_waiters();
     }
 
-    /// Picks the least loaded backend with a free slot (other than `skip`) and takes the slot.
-    fn pick(state: &FnState, target: usize, skip: Option<&str>) -> Option<Arc<Backend>> {
+    /// Picks the least loaded backend with a free slot (`limit` requests a pod; `None`: no
+    /// limit), other than `skip`, and takes the slot.
+    fn pick(state: &FnState, limit: Option<usize>, skip: Option<&str>) -> Option<Arc<Backend>> {
         let backends = state.backends.lock().expect("backends");
         let b = backends
             .iter()
-            .filter(|b| b.inflight.load(Ordering::SeqCst) < target)
+            .filter(|b| limit.is_none_or(|l| b.inflight.load(Ordering::SeqCst) < l))
             .filter(|b| Some(b.pod.as_str()) != skip)
             .min_by_key(|b| b.inflight.load(Ordering::SeqCst))?
             .clone();
@@ -551,8 +589,9 @@ impl Gateway {
         let spec = &f.spec;
         let state = self.state(ns, &rev);
         *state.last_request.lock().expect("last") = Some(started);
+        state.arrived.fetch_add(1, Ordering::SeqCst);
         let deadline = started + Duration::from_secs(spec.timeout_seconds.max(1) as u64);
-        let target = spec.scale.target_concurrency.max(1) as usize;
+        let limit = spec.scale.per_pod_limit();
         let labels = FnLabels {
             namespace: ns.to_owned(),
             function: name.to_owned(),
@@ -565,7 +604,7 @@ impl Gateway {
         let mut failed_module: Option<String> = None;
         let (backend, result) = loop {
             let skip = failed_module.as_deref();
-            let backend = match Self::pick(&state, target, skip) {
+            let backend = match Self::pick(&state, limit, skip) {
                 Some(b) => b,
                 None => {
                     if state.waiting.load(Ordering::SeqCst)
@@ -591,7 +630,7 @@ impl Gateway {
                         let notified = state.changed.notified();
                         tokio::pin!(notified);
                         notified.as_mut().enable();
-                        if let Some(b) = Self::pick(&state, target, skip) {
+                        if let Some(b) = Self::pick(&state, limit, skip) {
                             break Some(b);
                         }
                         tokio::select! {
@@ -774,37 +813,76 @@ impl Gateway {
             let state = self.state(&ns, &rev);
             let concurrency =
                 state.inflight.load(Ordering::SeqCst) + state.waiting.load(Ordering::SeqCst);
+            let s = &f.spec.scale;
+            let window = s.window();
+            let value = match s.metric {
+                Metric::Concurrency => concurrency as f64,
+                Metric::Rps => state.rps(now),
+            };
             let (stable, panic) = {
-                let mut s = state.samples.lock().expect("samples");
-                s.record(now, concurrency as f64);
+                let mut samples = state.samples.lock().expect("samples");
+                samples.record(now, value, window);
                 (
-                    s.average(now, autoscaler::STABLE),
-                    s.average(now, autoscaler::PANIC),
+                    samples.average(now, window),
+                    samples.average(now, autoscaler::panic_window(window)),
                 )
             };
+            let ready = state.backends.lock().expect("backends").len();
             let idle = state
                 .last_request
                 .lock()
                 .expect("last")
                 .map_or(Duration::MAX, |t| now.duration_since(t));
-            let s = &f.spec.scale;
-            let want = autoscaler::desired(autoscaler::Inputs {
-                current,
-                stable,
-                panic,
-                now: concurrency,
-                idle,
-                target: s.target_concurrency,
-                min: if routed { s.min_scale } else { 0 },
-                max: s.max_scale,
-                to_zero_after: Duration::from_secs(s.scale_to_zero_after_seconds.max(0) as u64),
-            });
+            let (want, was_panicking, panicking) = {
+                let mut decider = state.decider.lock().expect("decider");
+                let was_panicking = decider.panicking();
+                let want = decider.desired(
+                    now,
+                    autoscaler::Inputs {
+                        current,
+                        ready,
+                        stable,
+                        panic,
+                        now: concurrency,
+                        per_pod: match s.metric {
+                            Metric::Concurrency => s.per_pod_limit(),
+                            Metric::Rps => None,
+                        },
+                        idle,
+                        target: s.target_value(),
+                        min: if routed { s.min_scale } else { 0 },
+                        max: s.max_scale,
+                        to_zero_after: Duration::from_secs(
+                            s.scale_to_zero_after_seconds.max(0) as u64
+                        ),
+                        window,
+                        routed,
+                    },
+                );
+                (want, was_panicking, decider.panicking())
+            };
+            let labels = RevisionLabels {
+                namespace: ns.clone(),
+                function: r.spec.function.clone(),
+                revision: rev.clone(),
+            };
+            self.metrics
+                .desired_pods
+                .get_or_create(&labels)
+                .set(i64::from(want));
+            self.metrics
+                .panic_mode
+                .get_or_create(&labels)
+                .set(i64::from(panicking));
+            if panicking != was_panicking {
+                tracing::info!(revision = %rev, namespace = %ns, panic, stable, "{}", if panicking { "panicking" } else { "un-panicking" });
+            }
             if want < current && !revision::is_ready(&r) {
                 // Not down before it has shown it can serve (its first pod is coming up).
                 continue;
             }
             if want != current {
-                tracing::info!(revision = %rev, namespace = %ns, from = current, to = want, concurrency, "scaling");
+                tracing::info!(revision = %rev, namespace = %ns, from = current, to = want, metric = ?s.metric, stable, panic, "scaling");
                 let api: Api<Deployment> = Api::namespaced(self.client.clone(), &ns);
                 let patch = Patch::Merge(json!({"spec": {"replicas": want}}));
                 if let Err(e) = api

@@ -91,6 +91,71 @@ pub struct Scale {
     #[serde(default = "default_queue")]
     #[schemars(range(min = 0))]
     pub queue_limit: i32,
+    /// Requests one pod is given at once, a hard limit (0: no limit); without it,
+    /// `targetConcurrency`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub container_concurrency: Option<i32>,
+    /// What the autoscaler measures: requests in flight (`concurrency`) or arriving a second
+    /// (`rps`).
+    #[serde(default, skip_serializing_if = "Metric::is_concurrency")]
+    pub metric: Metric,
+    /// The value of the metric per pod the autoscaler aims at; without it,
+    /// `targetConcurrency` for `concurrency` and 200 for `rps`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.01))]
+    pub target: Option<f64>,
+    /// Seconds the autoscaler averages the metric over (its stable window; 60 without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub window_seconds: Option<i32>,
+}
+
+/// What the autoscaler measures.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Metric {
+    /// Requests in flight or waiting.
+    #[default]
+    Concurrency,
+    /// Requests arriving a second.
+    Rps,
+}
+
+impl Metric {
+    fn is_concurrency(&self) -> bool {
+        *self == Metric::Concurrency
+    }
+}
+
+/// Knative's default target for the `rps` metric (`requests-per-second-target-default`).
+pub const DEFAULT_RPS_TARGET: f64 = 200.0;
+
+impl Scale {
+    /// The requests one pod is given at once (`None`: no limit).
+    pub fn per_pod_limit(&self) -> Option<usize> {
+        match self.container_concurrency {
+            Some(0) => None,
+            Some(n) => Some(n.max(1) as usize),
+            None => Some(self.target_concurrency.max(1) as usize),
+        }
+    }
+
+    /// The metric's value per pod the autoscaler aims at.
+    pub fn target_value(&self) -> f64 {
+        let default = match self.metric {
+            Metric::Concurrency => f64::from(self.target_concurrency.max(1)),
+            Metric::Rps => DEFAULT_RPS_TARGET,
+        };
+        self.target.unwrap_or(default).max(0.01)
+    }
+
+    /// The autoscaler's stable window.
+    pub fn window(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.window_seconds.unwrap_or(60).clamp(1, 3600) as u64)
+    }
 }
 
 fn default_max_scale() -> i32 {
@@ -123,6 +188,10 @@ impl Default for Scale {
             target_concurrency: 1,
             scale_to_zero_after_seconds: default_idle(),
             queue_limit: default_queue(),
+            container_concurrency: None,
+            metric: Metric::Concurrency,
+            target: None,
+            window_seconds: None,
         }
     }
 }

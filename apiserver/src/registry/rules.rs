@@ -41,18 +41,34 @@ pub fn check(rule: &str, value: &Value) -> Result<bool, RuleError> {
 /// Evaluates `rule` with `self` bound to `value` and, for a transition rule, `oldSelf` to
 /// `old`.
 fn evaluate(rule: &str, value: &Value, old: Option<&Value>) -> Result<bool, RuleError> {
-    let program = cel::Program::compile(rule).map_err(|e| RuleError::Compile(e.to_string()))?;
+    match run(rule, value, old)? {
+        cel::Value::Bool(b) => Ok(b),
+        other => Err(RuleError::NotBool(format!("{other:?}"))),
+    }
+}
+
+/// The value of CEL `expression` with `self` bound to `value` (and `oldSelf` to `old`).
+fn run(expression: &str, value: &Value, old: Option<&Value>) -> Result<cel::Value, RuleError> {
+    let program =
+        cel::Program::compile(expression).map_err(|e| RuleError::Compile(e.to_string()))?;
     let mut context = library()?;
     context.add_variable_from_value("self", to_cel(value));
     if let Some(old) = old {
         context.add_variable_from_value("oldSelf", to_cel(old));
     }
-    match program
+    program
         .execute(&context)
-        .map_err(|e| RuleError::Execute(e.to_string()))?
-    {
-        cel::Value::Bool(b) => Ok(b),
-        other => Err(RuleError::NotBool(format!("{other:?}"))),
+        .map_err(|e| RuleError::Execute(e.to_string()))
+}
+
+/// A failed rule's `messageExpression`, as upstream takes it: a string that is neither blank
+/// nor more than one line; otherwise (or when it fails) `None`, and the `message` stands.
+fn message_of(expression: &str, value: &Value, old: Option<&Value>) -> Option<String> {
+    match run(expression, value, old) {
+        Ok(cel::Value::String(s)) if !s.trim().is_empty() && !s.contains('\n') => {
+            Some(s.to_string())
+        }
+        _ => None,
     }
 }
 
@@ -192,10 +208,15 @@ fn failed(r: &Value, rule: &str, field: &str, value: &Value, old: Option<&Value>
     let detail = match evaluate(rule, value, old) {
         Ok(true) => return None,
         Ok(false) => r
-            .get("message")
+            .get("messageExpression")
             .and_then(Value::as_str)
-            .filter(|m| !m.is_empty())
-            .map(str::to_owned)
+            .and_then(|e| message_of(e, value, old))
+            .or_else(|| {
+                r.get("message")
+                    .and_then(Value::as_str)
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned)
+            })
             .unwrap_or_else(|| format!("failed rule: {rule}")),
         Err(e) => format!("{e}: {rule}"),
     };
@@ -310,5 +331,26 @@ mod tests {
             ]
         );
         assert!(compile("self.x >").is_err());
+    }
+
+    #[test]
+    fn a_message_expression_names_the_value_unless_it_fails_or_is_blank() {
+        let schema = json!({"x-kubernetes-validations": [
+            {"rule": "self.n <= 100", "messageExpression": "'expected 1 <= ' + string(self.n) + ' <= 100: n'"},
+            {"rule": "self.n <= 100", "messageExpression": "self.missing", "message": "too many"},
+            {"rule": "self.n <= 100", "messageExpression": "'  '"},
+        ]});
+        let lines: Vec<String> = causes(&schema, &json!({"n": 200}), "spec")
+            .iter()
+            .map(Cause::line)
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "spec: Invalid value: \"object\": expected 1 <= 200 <= 100: n",
+                "spec: Invalid value: \"object\": too many",
+                "spec: Invalid value: \"object\": failed rule: self.n <= 100",
+            ]
+        );
     }
 }

@@ -33,8 +33,17 @@ pub const TARGET: &str = "autoscaling.knative.dev/target";
 /// How long the autoscaler looks back (`60s`): the idle time before scaling to zero.
 pub const WINDOW: &str = "autoscaling.knative.dev/window";
 
+/// What the autoscaler measures (`concurrency` or `rps`).
+pub const METRIC: &str = "autoscaling.knative.dev/metric";
+/// The share of the target aimed at, in percent.
+pub const TARGET_UTILIZATION: &str = "autoscaling.knative.dev/target-utilization-percentage";
+
 /// Knative's default target (`container-concurrency-target-default`).
-const DEFAULT_TARGET: i64 = 100;
+const DEFAULT_TARGET: f64 = 100.0;
+/// Knative's default `requests-per-second-target-default`.
+const DEFAULT_RPS_TARGET: f64 = crate::types::DEFAULT_RPS_TARGET;
+/// Knative's default `container-concurrency-target-percentage` (and target utilization).
+const DEFAULT_UTILIZATION: f64 = 0.7;
 /// What "no limit" on pods comes to here.
 const UNLIMITED_SCALE: i64 = 1000;
 /// Knative's default request timeout (`revision-timeout-seconds`).
@@ -66,11 +75,15 @@ fn seconds(d: &str) -> Option<i64> {
     Some(total)
 }
 
-/// The Function's `scale` for a revision template: Knative's annotations and
-/// `containerConcurrency` (a hard limit per pod; without one, the target).
+/// The Function's `scale` for a revision template, as Knative's KPA resolves it: the metric
+/// (`concurrency` or `rps`), its target (the annotation's, capped by `containerConcurrency`,
+/// else `containerConcurrency`, else 100 requests or 200 a second) times the target
+/// utilization (70 %), `containerConcurrency` as the hard limit a pod (0: none), the stable
+/// window, and the bounds.
 pub fn scale(template: &Value) -> Value {
     let ann = &template["metadata"]["annotations"];
     let int = |key: &str| ann[key].as_str().and_then(|v| v.trim().parse::<i64>().ok());
+    let float = |key: &str| ann[key].as_str().and_then(|v| v.trim().parse::<f64>().ok());
     let min = int(MIN_SCALE).unwrap_or(0).max(0);
     let max = match int(MAX_SCALE).unwrap_or(0) {
         0 => UNLIMITED_SCALE,
@@ -79,16 +92,30 @@ pub fn scale(template: &Value) -> Value {
     .max(min.max(1));
     let concurrency = template["spec"]["containerConcurrency"]
         .as_i64()
-        .unwrap_or(0);
-    let target = ann[TARGET]
-        .as_str()
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|t| t.ceil() as i64)
-        .unwrap_or(DEFAULT_TARGET)
-        .max(1);
-    let per_pod = if concurrency > 0 { concurrency } else { target };
+        .unwrap_or(0)
+        .max(0);
+    let rps = ann[METRIC].as_str() == Some("rps");
+    let mut total = match (rps, concurrency) {
+        (true, _) => DEFAULT_RPS_TARGET,
+        (false, 0) => DEFAULT_TARGET,
+        (false, n) => n as f64,
+    };
+    if let Some(t) = float(TARGET) {
+        total = if !rps && concurrency > 0 {
+            t.min(concurrency as f64)
+        } else {
+            t
+        };
+    }
+    let utilization = float(TARGET_UTILIZATION).map_or(DEFAULT_UTILIZATION, |p| p / 100.0);
+    let target = (total * utilization).max(0.01);
     let window = ann[WINDOW].as_str().and_then(seconds).unwrap_or(60);
-    json!({"minScale": min, "maxScale": max, "targetConcurrency": per_pod,
+    json!({"minScale": min, "maxScale": max,
+        "targetConcurrency": total.ceil().max(1.0) as i64,
+        "containerConcurrency": concurrency,
+        "metric": if rps { "rps" } else { "concurrency" },
+        "target": target,
+        "windowSeconds": window,
         "scaleToZeroAfterSeconds": window})
 }
 
@@ -284,18 +311,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn knative_annotations_become_the_function_scale() {
+    fn knative_annotations_become_the_function_scale_as_the_kpa_resolves_them() {
         let t = json!({"metadata": {"annotations": {MIN_SCALE: "1", MAX_SCALE: "3",
             TARGET: "10", WINDOW: "1m30s"}}, "spec": {"containers": []}});
         assert_eq!(
             scale(&t),
             json!({"minScale": 1, "maxScale": 3, "targetConcurrency": 10,
-                "scaleToZeroAfterSeconds": 90})
+                "containerConcurrency": 0, "metric": "concurrency", "target": 7.0,
+                "windowSeconds": 90, "scaleToZeroAfterSeconds": 90})
         );
+        // A hard limit of one: the target is 70 % of it, and no pod gets two requests.
         let hard = json!({"spec": {"containerConcurrency": 1}});
         assert_eq!(scale(&hard)["targetConcurrency"], 1);
+        assert_eq!(scale(&hard)["containerConcurrency"], 1);
+        assert_eq!(scale(&hard)["target"], 0.7);
         assert_eq!(scale(&hard)["maxScale"], UNLIMITED_SCALE);
         assert_eq!(scale(&hard)["scaleToZeroAfterSeconds"], 60);
+        // A target above the hard limit is capped by it.
+        let capped = json!({"metadata": {"annotations": {TARGET: "50"}},
+            "spec": {"containerConcurrency": 10}});
+        assert_eq!(scale(&capped)["target"], 7.0);
+        // Unlimited by default, aiming at 70 of Knative's 100.
+        let plain = json!({"spec": {}});
+        assert_eq!(scale(&plain)["containerConcurrency"], 0);
+        assert_eq!(scale(&plain)["target"], 70.0);
+        // Requests a second: 200 by default, or the annotation's, at the utilization given.
+        let rps = json!({"metadata": {"annotations": {METRIC: "rps", TARGET: "20",
+            TARGET_UTILIZATION: "50"}}, "spec": {"containerConcurrency": 5}});
+        assert_eq!(scale(&rps)["metric"], "rps");
+        assert_eq!(scale(&rps)["target"], 10.0);
+        let rps_default = json!({"metadata": {"annotations": {METRIC: "rps"}}});
+        assert_eq!(scale(&rps_default)["target"], 140.0);
         assert_eq!(seconds("2m"), Some(120));
         assert_eq!(seconds("6"), None);
     }
