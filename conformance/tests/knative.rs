@@ -239,6 +239,76 @@ spec:
     );
 }
 
+/// A revision named by its template (`spec.template.metadata.name`, Knative's "bring your own
+/// name"): made under that name; the same name on a changed pod spec fails the Configuration
+/// in Knative's words and keeps serving the old one; a name without the Service's prefix is
+/// refused; a template without a name goes on with the next number.
+fn named_revisions(c: &Cluster, router: &str) {
+    let named = |target: &str, name: &str| {
+        hello(target, "").replace(
+            "  template:\n",
+            &format!("  template:\n    metadata:\n      name: {name}\n"),
+        )
+    };
+    apply(c, &named("BYO", "hello-v3"));
+    until(c, "ksvc", "hello", ".status.latestReadyRevisionName", |r| {
+        r == "hello-v3"
+    });
+    answers(router, "hello.default.example.com", "Hello BYO!\n");
+    let listed = c.ok(&["get", "rev", "-o", "name"]);
+    assert!(
+        listed.contains("revision.serving.knative.dev/hello-v3"),
+        "{listed}"
+    );
+
+    apply(c, &named("Again", "hello-v3"));
+    let why = c.eventually(
+        &[
+            "get",
+            "ksvc",
+            "hello",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"ConfigurationsReady\")].reason} {.status.conditions[?(@.type==\"ConfigurationsReady\")].message}",
+        ],
+        |s| s.starts_with("RevisionFailed"),
+    );
+    assert_eq!(
+        why,
+        "RevisionFailed Revision creation failed with message: revisions.serving.knative.dev \"hello-v3\" already exists."
+    );
+    assert_eq!(
+        field(c, "ksvc", "hello", ".status.latestCreatedRevisionName"),
+        "hello-v3"
+    );
+    assert_eq!(
+        get(router, "hello.default.example.com", "/"),
+        (200, "Hello BYO!\n".to_owned())
+    );
+
+    let r = c.kubectl_stdin(&["apply", "-f", "-"], Some(&named("X", "other-v1")));
+    assert!(
+        !r.ok
+            && r.stderr.contains(
+                "invalid value: \"other-v1\" must have prefix \"hello-\": spec.template.metadata.name"
+            ),
+        "{}",
+        r.stderr
+    );
+
+    apply(c, &hello("Numbered", ""));
+    until(c, "ksvc", "hello", ".status.latestReadyRevisionName", |r| {
+        r == "hello-00003"
+    });
+    answers(router, "hello.default.example.com", "Hello Numbered!\n");
+    let ready = field(
+        c,
+        "ksvc",
+        "hello",
+        ".status.conditions[?(@.type==\"Ready\")].status",
+    );
+    assert_eq!(ready, "True");
+}
+
 /// The `slow` Service again with these annotations and no `containerConcurrency`; waits until
 /// revision `revision` is Ready.
 fn slow_with(c: &Cluster, annotations: &str, revision: &str) {
@@ -535,6 +605,22 @@ fn knative_hello_world_serves_updates_splits_tags_rolls_back_and_goes() {
         .output()
         .expect("curl runs");
     assert_eq!(String::from_utf8_lossy(&curl.stdout), "Hello World!\n");
+    // The gateway's path form, in the status's annotations, answers too.
+    let gateway_url = field(
+        &c,
+        "ksvc",
+        "hello",
+        ".status.annotations.serverless\\.minik8s\\.io/gateway-url",
+    );
+    assert!(
+        gateway_url.starts_with("http://") && gateway_url.ends_with("/function/default/hello"),
+        "{gateway_url}"
+    );
+    let curl = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "30", &gateway_url])
+        .output()
+        .expect("curl runs");
+    assert_eq!(String::from_utf8_lossy(&curl.stdout), "Hello World!\n");
 
     // And from a pod: the domain's name (the cluster DNS names the router) and the
     // cluster-local name (the Route's Service leads to the gateway).
@@ -727,6 +813,7 @@ fn knative_hello_world_serves_updates_splits_tags_rolls_back_and_goes() {
         edit.stderr
     );
 
+    named_revisions(&c, &router);
     scale_from_zero(&c, &router);
     unlimited_and_rps(&c, &router);
     kn(&c, &router);

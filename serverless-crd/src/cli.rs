@@ -293,10 +293,7 @@ pub async fn run(args: Args) -> Result<(), Error> {
             let lp =
                 ListParams::default().labels(&format!("{}={name}", crate::runtime::FUNCTION_LABEL));
             let mut list = revisions.list(&lp).await?.items;
-            list.sort_by_key(|r| std::cmp::Reverse(r.spec.generation));
-            list.sort_by_key(|r| {
-                std::cmp::Reverse(crate::revision::revision_number(&name, &r.name_any()))
-            });
+            list.sort_by_key(|r| std::cmp::Reverse(crate::revision::order(&name, r)));
             println!(
                 "{:<28} {:<10} {:<7} {:<9} {:<16} REASON",
                 "NAME", "GENERATION", "READY", "REPLICAS", "TRAFFIC"

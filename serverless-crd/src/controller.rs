@@ -68,7 +68,7 @@ async fn read_code(client: &Client, f: &Function) -> Result<Option<String>, Erro
 /// The revisions of `f` (owned by it), oldest first.
 fn revisions_of(store: &Store<FunctionRevision>, f: &Function) -> Vec<Arc<FunctionRevision>> {
     let name = f.name_any();
-    let mut list: Vec<(u32, Arc<FunctionRevision>)> = store
+    let mut list: Vec<((i64, u32), Arc<FunctionRevision>)> = store
         .state()
         .into_iter()
         .filter(|r| r.namespace() == f.namespace() && r.spec.function == name)
@@ -77,7 +77,7 @@ fn revisions_of(store: &Store<FunctionRevision>, f: &Function) -> Vec<Arc<Functi
                 .iter()
                 .any(|o| Some(&o.uid) == f.metadata.uid.as_ref())
         })
-        .filter_map(|r| Some((revision::revision_number(&name, &r.name_any())?, r)))
+        .map(|r| (revision::order(&name, &r), r))
         .collect();
     list.sort_by_key(|(n, _)| *n);
     list.into_iter().map(|(_, r)| r).collect()
@@ -99,10 +99,9 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             .as_ref()
             .is_none_or(|r| r.spec.code_hash != spec.code_hash)
         {
-            let n = latest_created
-                .as_ref()
-                .and_then(|r| revision::revision_number(&name, &r.name_any()))
-                .into_iter()
+            let n = revisions
+                .iter()
+                .filter_map(|r| revision::revision_number(&name, &r.name_any()))
                 .chain(
                     f.status
                         .as_ref()
@@ -112,7 +111,10 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
                 .max()
                 .unwrap_or(0)
                 + 1;
-            let rev = revision::revision_name(&name, n);
+            // A Knative template may name its revision (checked by the CRD's rules to start
+            // with the Configuration's name).
+            let chosen = revision::chosen_name(f.spec.template.as_ref());
+            let rev = chosen.map_or_else(|| revision::revision_name(&name, n), str::to_owned);
             let min = f.spec.scale.min_scale.max(0);
             // Knative's revisions start with one pod too (its `initial-scale` is 1): Ready
             // says the revision can serve before a request comes.
@@ -121,23 +123,40 @@ async fn reconcile(f: Arc<Function>, ctx: Arc<Ctx>) -> Result<Action, Error> {
             } else {
                 min
             };
-            match revision::create(&ctx.client, &f, &rev, spec, code.as_deref(), initial).await {
-                Ok(made) => {
-                    ctx.recorder.normal(
+            let existing =
+                chosen.and_then(|_| ctx.revisions.get(&ObjectRef::new(&rev).within(&ns)));
+            match existing {
+                Some(r) if revision::name_taken(&r, &name, f.spec.template.as_ref()) => {
+                    ctx.recorder.warning(
                         &f.object_ref(&()),
-                        "RevisionCreated",
-                        format!("revision {rev} (generation {})", made.spec.generation),
+                        "RevisionNameTaken",
+                        format!("the revision name {rev:?} is taken by a revision of another template; a changed template needs a new name"),
                     );
-                    revisions.push(Arc::new(made));
                 }
-                Err(Error::Api {
-                    source: kube::Error::Api(s),
-                    ..
-                }) if s.code == 409 => {
-                    // Made already; our view of revisions lags.
-                    return Ok(Action::requeue(Duration::from_millis(200)));
+                // The named revision of this pod spec is there (only annotations changed).
+                Some(_) => {}
+                None => {
+                    match revision::create(&ctx.client, &f, &rev, spec, code.as_deref(), initial)
+                        .await
+                    {
+                        Ok(made) => {
+                            ctx.recorder.normal(
+                                &f.object_ref(&()),
+                                "RevisionCreated",
+                                format!("revision {rev} (generation {})", made.spec.generation),
+                            );
+                            revisions.push(Arc::new(made));
+                        }
+                        Err(Error::Api {
+                            source: kube::Error::Api(s),
+                            ..
+                        }) if s.code == 409 => {
+                            // Made already; our view of revisions lags.
+                            return Ok(Action::requeue(Duration::from_millis(200)));
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                Err(e) => return Err(e),
             }
         }
     }

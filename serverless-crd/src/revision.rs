@@ -54,6 +54,30 @@ pub fn revision_number(function: &str, revision: &str) -> Option<u32> {
         .flatten()
 }
 
+/// Where a revision of `function` stands among its siblings, oldest first: by the Function's
+/// generation it was made at, then by its number (a name the user chose has none).
+pub fn order(function: &str, r: &FunctionRevision) -> (i64, u32) {
+    (
+        r.spec.generation,
+        revision_number(function, &r.name_any()).unwrap_or(0),
+    )
+}
+
+/// The revision name a Knative template brings (`spec.template.metadata.name`), if any.
+pub fn chosen_name(template: Option<&Value>) -> Option<&str> {
+    template?["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+}
+
+/// Whether revision `existing`, of the name `template` brings, cannot be that template's
+/// revision: it belongs to another function, or runs another pod spec (Knative's
+/// `CheckNameAvailability`; annotations alone may differ).
+pub fn name_taken(existing: &FunctionRevision, function: &str, template: Option<&Value>) -> bool {
+    let frozen = existing.spec.template.as_ref().map(|t| &t["spec"]);
+    existing.spec.function != function || frozen != template.map(|t| &t["spec"])
+}
+
 /// The name of a revision's Deployment (and of its code ConfigMap).
 pub fn deployment_name(revision: &str) -> String {
     format!("fn-{revision}")
@@ -707,11 +731,11 @@ pub async fn collect_garbage(
 ) -> Result<Vec<String>, Error> {
     let name = f.name_any();
     let limit = f.spec.revision_history_limit.max(0) as usize;
-    let mut idle: Vec<(u32, String)> = revisions
+    let mut idle: Vec<((i64, u32), String)> = revisions
         .iter()
         .filter(|r| r.metadata.deletion_timestamp.is_none())
         .filter(|r| !keep.contains(&r.name_any().as_str()))
-        .filter_map(|r| Some((revision_number(&name, &r.name_any())?, r.name_any())))
+        .map(|r| (order(&name, r), r.name_any()))
         .collect();
     idle.sort();
     let excess = idle.len().saturating_sub(limit);
@@ -750,6 +774,47 @@ mod tests {
         assert_eq!(revision_number("add", "add-x-00012"), None);
         assert_eq!(revision_number("add", "addx-00012"), None);
         assert_eq!(revision_number("add", "add-12"), None);
+    }
+
+    #[test]
+    fn named_revisions_sort_by_generation_and_a_changed_pod_spec_may_not_take_a_name() {
+        let rev = |name: &str, function: &str, generation: i64, target: &str| -> FunctionRevision {
+            serde_json::from_value(json!({
+                "apiVersion": "serverless.minik8s.io/v1alpha1", "kind": "FunctionRevision",
+                "metadata": {"name": name},
+                "spec": {"function": function, "generation": generation, "codeHash": "h",
+                    "runtime": "container", "handler": "", "timeoutSeconds": 300,
+                    "template": {"metadata": {"name": name, "annotations": {"a": "1"}},
+                        "spec": {"containers": [{"image": "i", "env": [{"name": "T", "value": target}]}]}}},
+            }))
+            .expect("a revision")
+        };
+        let mut all = [
+            rev("hello-v3", "hello", 4, "BYO"),
+            rev("hello-00002", "hello", 2, "x"),
+            rev("hello-00010", "hello", 7, "y"),
+            rev("hello-00001", "hello", 1, "w"),
+        ];
+        all.sort_by_key(|r| order("hello", r));
+        let names: Vec<String> = all.iter().map(|r| r.name_any()).collect();
+        assert_eq!(
+            names,
+            ["hello-00001", "hello-00002", "hello-v3", "hello-00010"]
+        );
+
+        let byo = &all[2];
+        let same = byo.spec.template.clone();
+        assert_eq!(chosen_name(same.as_ref()), Some("hello-v3"));
+        assert!(!name_taken(byo, "hello", same.as_ref()));
+        // Annotations alone may differ; the pod spec may not, nor the function.
+        let mut annotated = same.clone().unwrap();
+        annotated["metadata"]["annotations"]["a"] = json!("2");
+        assert!(!name_taken(byo, "hello", Some(&annotated)));
+        let mut changed = same.clone().unwrap();
+        changed["spec"]["containers"][0]["env"][0]["value"] = json!("Again");
+        assert!(name_taken(byo, "hello", Some(&changed)));
+        assert!(name_taken(byo, "other", same.as_ref()));
+        assert_eq!(chosen_name(Some(&json!({"metadata": {}}))), None);
     }
 
     #[test]

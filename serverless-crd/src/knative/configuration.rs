@@ -254,15 +254,31 @@ pub(crate) async fn reconcile(c: Arc<KConfiguration>, ctx: Arc<Ctx>) -> Result<A
     let latest_ready = made
         .iter()
         .filter(|r| is_ready(r))
-        .max_by_key(|r| r.name_any())
+        .max_by_key(|r| crate::revision::order(&name, r))
         .map(|r| r.name_any())
         .or(status.latest_ready_revision.clone());
+    // A revision name the template brings that a revision of another pod spec has already
+    // (Knative's `CheckNameAvailability`): no revision for this generation.
+    let taken = crate::revision::chosen_name(Some(&template)).filter(|n| {
+        ctx.fn_revisions
+            .get(&ObjectRef::new(n).within(&ns))
+            .is_some_and(|r| crate::revision::name_taken(&r, &name, Some(&template)))
+    });
     let failed = latest_created.as_deref().and_then(|n| {
         let r = made.iter().find(|r| r.name_any() == n)?;
         let c = find(&r.status.as_ref()?.conditions, "Ready")?;
         (c.status == "False").then(|| c.message.clone())
     });
     let ready = match (&latest_created, &latest_ready, failed) {
+        _ if let Some(n) = taken => condition(
+            &old.conditions,
+            "Ready",
+            "False",
+            Some("RevisionFailed"),
+            Some(format!(
+                "Revision creation failed with message: revisions.serving.knative.dev \"{n}\" already exists."
+            )),
+        ),
         _ if !observed => condition(
             &old.conditions,
             "Ready",

@@ -24,11 +24,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 const MANAGER: &str = "knative-route-controller";
+/// The status annotation with the gateway's path form of the URL.
+pub const GATEWAY_URL: &str = "serverless.minik8s.io/gateway-url";
 
 /// The Routes of `f`'s namespace (one of them may split over its revisions).
 pub(crate) fn in_namespace(routes: &Store<KRoute>, f: &Function) -> Vec<ObjectRef<KRoute>> {
@@ -150,13 +152,16 @@ pub(crate) async fn reconcile(r: Arc<KRoute>, ctx: Arc<Ctx>) -> Result<Action, E
         .iter()
         .filter_map(|t| t.tag.clone())
         .collect();
-    let write = |conditions: Vec<super::Condition>, traffic: Vec<TrafficTarget>| {
+    let write = |conditions: Vec<super::Condition>,
+                 traffic: Vec<TrafficTarget>,
+                 annotations: BTreeMap<String, String>| {
         let next = RouteStatus {
             observed_generation: r.metadata.generation,
             conditions,
             url: Some(url.clone()),
             address: Some(address.clone()),
             traffic,
+            annotations,
         };
         let client = ctx.client.clone();
         let ns = ns.clone();
@@ -210,7 +215,7 @@ pub(crate) async fn reconcile(r: Arc<KRoute>, ctx: Arc<Ctx>) -> Result<Action, E
     let config = match configuration_of(&r.spec.traffic, revision_config) {
         Ok(c) => c,
         Err(u) => {
-            write(unassigned(u), Vec::new()).await?;
+            write(unassigned(u), Vec::new(), BTreeMap::new()).await?;
             return Ok(Action::requeue(Duration::from_secs(5)));
         }
     };
@@ -235,7 +240,7 @@ pub(crate) async fn reconcile(r: Arc<KRoute>, ctx: Arc<Ctx>) -> Result<Action, E
                 format!("Configuration \"{config}\" referenced in traffic not found.")
             },
         };
-        write(unassigned(u), Vec::new()).await?;
+        write(unassigned(u), Vec::new(), BTreeMap::new()).await?;
         return Ok(Action::requeue(Duration::from_secs(2)));
     };
 
@@ -403,7 +408,13 @@ pub(crate) async fn reconcile(r: Arc<KRoute>, ctx: Arc<Ctx>) -> Result<Action, E
         condition(&old.conditions, "IngressReady", "True", None, None),
         ready,
     ];
-    write(conditions, split).await?;
+    // The gateway's path form of the URL (the Function's).
+    let gateway_url = f.status.as_ref().and_then(|s| s.url.clone());
+    let annotations = gateway_url
+        .map(|u| (GATEWAY_URL.to_owned(), u))
+        .into_iter()
+        .collect();
+    write(conditions, split, annotations).await?;
     Ok(if settled {
         Action::requeue(Duration::from_secs(60))
     } else {

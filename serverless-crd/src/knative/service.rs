@@ -159,6 +159,7 @@ pub(crate) async fn reconcile(s: Arc<KService>, ctx: Arc<Ctx>) -> Result<Action,
         latest_ready_revision_name: cs.latest_ready_revision_name,
         url: rs.url,
         address: rs.address,
+        annotations: rs.annotations,
         traffic: rs.traffic,
     };
     if s.status.as_ref() != Some(&status) {

@@ -230,6 +230,7 @@ pub struct TrafficTarget {
     group = "serving.knative.dev",
     version = "v1",
     kind = "Service",
+    validation = Rule::new("!has(self.metadata.name) || !has(self.spec.template.metadata) || !has(self.spec.template.metadata.name) || self.spec.template.metadata.name.startsWith(self.metadata.name + '-')").message(kube::core::cel::Message::Expression("'invalid value: \"' + self.spec.template.metadata.name + '\" must have prefix \"' + self.metadata.name + '-\": spec.template.metadata.name'".into())).field_path(".spec.template.metadata.name"),
     root = "KService",
     plural = "services",
     namespaced,
@@ -279,6 +280,10 @@ pub struct ServiceStatus {
     /// The split in effect, every target naming its revision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traffic: Vec<TrafficTarget>,
+    /// More about the status (Knative's `status.annotations`): here the gateway's path form
+    /// of the URL, `serverless.minik8s.io/gateway-url`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// A Configuration: the revision template whose every change makes a revision.
@@ -289,6 +294,7 @@ pub struct ServiceStatus {
     group = "serving.knative.dev",
     version = "v1",
     kind = "Configuration",
+    validation = Rule::new("!has(self.metadata.name) || !has(self.spec.template.metadata) || !has(self.spec.template.metadata.name) || self.spec.template.metadata.name.startsWith(self.metadata.name + '-')").message(kube::core::cel::Message::Expression("'invalid value: \"' + self.spec.template.metadata.name + '\" must have prefix \"' + self.metadata.name + '-\": spec.template.metadata.name'".into())).field_path(".spec.template.metadata.name"),
     root = "KConfiguration",
     namespaced,
     shortname = "config",
@@ -408,6 +414,10 @@ pub struct RouteStatus {
     /// The split in effect, every target naming its revision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traffic: Vec<TrafficTarget>,
+    /// More about the status (Knative's `status.annotations`): here the gateway's path form
+    /// of the URL, `serverless.minik8s.io/gateway-url`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// Drops `name` from the required fields of every `containers`/`initContainers` item schema
