@@ -262,7 +262,8 @@ pub(super) async fn save(
 }
 
 /// Whether an updated object equals the stored one but for its resourceVersion and the
-/// timestamps of its managedFields entries (which an update that changes nothing renews).
+/// timestamps and order of its managedFields entries (which an update that changes nothing
+/// renews, and an apply reorders).
 pub(super) fn unchanged(new: &Value, old: &Value) -> bool {
     let (Some(n), Some(o)) = (new.as_object(), old.as_object()) else {
         return new == old;
@@ -302,7 +303,12 @@ pub(super) fn unchanged(new: &Value, old: &Value) -> bool {
             })
             .unwrap_or_default()
     };
-    entries(nm) == entries(om)
+    // In any order: an apply moves its manager's entry, which changes nothing stored.
+    let sorted = |mut v: Vec<Value>| {
+        v.sort_by_cached_key(Value::to_string);
+        v
+    };
+    sorted(entries(nm)) == sorted(entries(om))
 }
 
 /// The revision an update expects: the body's resourceVersion, else the stored one.
@@ -571,4 +577,28 @@ fn apply_strict_error(ctx: &Ctx, mut e: ApiError) -> ApiError {
         fields.join(", ")
     );
     e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_update_is_unchanged_whatever_its_managed_fields_times_and_order() {
+        let entry = |manager: &str, time: &str| {
+            json!({"manager": manager, "operation": "Apply", "time": time,
+                "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}})
+        };
+        let old = json!({"metadata": {"name": "f", "resourceVersion": "5",
+            "managedFields": [entry("a", "t1"), entry("b", "t1")]}, "spec": {"x": 1}});
+        let reordered = json!({"metadata": {"name": "f", "resourceVersion": "5",
+            "managedFields": [entry("b", "t2"), entry("a", "t1")]}, "spec": {"x": 1}});
+        assert!(unchanged(&reordered, &old));
+        let changed = json!({"metadata": {"name": "f",
+            "managedFields": [entry("b", "t2"), entry("a", "t1")]}, "spec": {"x": 2}});
+        assert!(!unchanged(&changed, &old));
+        let other_manager = json!({"metadata": {"name": "f",
+            "managedFields": [entry("b", "t2"), entry("c", "t1")]}, "spec": {"x": 1}});
+        assert!(!unchanged(&other_manager, &old));
+    }
 }
