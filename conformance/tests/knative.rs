@@ -605,6 +605,18 @@ fn knative_hello_world_serves_updates_splits_tags_rolls_back_and_goes() {
         .output()
         .expect("curl runs");
     assert_eq!(String::from_utf8_lossy(&curl.stdout), "Hello World!\n");
+    // Idle, nothing is rewritten: the reconcilers' applies that change nothing are not
+    // written (two appliers on one Function once rewrote it hundreds of times a second).
+    let mut versions = std::collections::BTreeSet::new();
+    for _ in 0..10 {
+        versions.insert(field(&c, "fn", "hello", ".metadata.resourceVersion"));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        versions.len() <= 3,
+        "the idle Function was rewritten: {versions:?}"
+    );
+
     // The gateway's path form, in the status's annotations, answers too.
     let gateway_url = field(
         &c,
