@@ -7,7 +7,8 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 
-packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates)
+# g++: the fuzz crate builds libFuzzer (libfuzzer-sys) with the workspace.
+packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates g++)
 node=0
 for arg in "$@"; do
   case "$arg" in

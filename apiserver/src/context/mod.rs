@@ -5,7 +5,7 @@
 
 mod params;
 
-pub use params::{FieldValidation, Params};
+pub use params::{FieldValidation, Params, decode_continue, encode_continue};
 
 use crate::Api;
 use crate::auth::User;

@@ -1,6 +1,7 @@
 //! GET, LIST and WATCH for every resource.
 
 use super::{Ctx, json_response, raw_json};
+use crate::context::{decode_continue, encode_continue};
 use crate::error::{ApiError, ApiResult};
 use crate::object;
 use crate::registry::ResourceInfo;
@@ -8,7 +9,6 @@ use crate::store::watchcache::{Decoded, WatchCache};
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use futures::StreamExt;
 use minik8s_storage::{EventKind, RangeRequest, Store};
 use minik8s_types::{FieldSelector, LabelSelector};
@@ -83,30 +83,6 @@ impl Selectors {
         self.label.matches_json(object::meta(obj).get("labels"))
             && self.field.matches(|f| object::field_text(obj, f))
     }
-}
-
-/// A continue token: the revision the list started at and the last key returned.
-fn encode_continue(rv: i64, last_key_suffix: &str) -> String {
-    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": last_key_suffix});
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
-}
-
-fn decode_continue(token: &str) -> ApiResult<(i64, String)> {
-    let bad = || {
-        ApiError::bad_request(
-            "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
-        )
-    };
-    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token.trim_end_matches('='))
-        .map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
-    let rv = v.get("rv").and_then(Value::as_i64).ok_or_else(bad)?;
-    let start = v.get("start").and_then(Value::as_str).ok_or_else(bad)?;
-    if start.contains("..") || start.starts_with('/') {
-        return Err(bad());
-    }
-    Ok((rv, start.to_owned()))
 }
 
 /// The objects of one list page and what the list response's metadata needs.
@@ -533,19 +509,4 @@ fn watch_response(body: Body) -> Response {
         HeaderValue::from_static("no-cache, private"),
     );
     resp
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continue_tokens_round_trip_and_reject_garbage() {
-        let t = encode_continue(42, "default/web-1");
-        assert_eq!(decode_continue(&t).unwrap(), (42, "default/web-1".into()));
-        assert!(decode_continue("not-base64!").is_err());
-        let evil = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(r#"{"rv":1,"start":"../secrets/x"}"#);
-        assert!(decode_continue(&evil).is_err());
-    }
 }
