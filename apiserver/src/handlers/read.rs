@@ -25,6 +25,7 @@ pub async fn get(ctx: Ctx) -> ApiResult<Response> {
         .get(&ctx.key())
         .await?
         .ok_or_else(|| ApiError::not_found(&ctx.res.group, &ctx.res.plural, ctx.name()))?;
+    let kv = crate::store::broken::serve(kv);
     let obj = ctx.res.read(&kv)?;
     if ctx.wants_metadata() {
         return Ok(json_response(
