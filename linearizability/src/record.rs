@@ -96,7 +96,7 @@ impl Recorder {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), &w.namespace);
             let me = self.clone();
             let w = w.clone();
-            tasks.push(tokio::spawn(async move {
+            tasks.push(minik8s_task::spawn("linearizability-client", async move {
                 me.client(c as u64, api, &w, until).await;
             }));
         }
