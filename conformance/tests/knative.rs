@@ -140,27 +140,9 @@ http.server.ThreadingHTTPServer(("", int(os.environ["PORT"])), H).serve_forever(
 /// Scale from zero with 20 requests held and all answered, `containerConcurrency: 1` kept by
 /// every pod, `max-scale` kept, and back to zero after the window.
 fn scale_from_zero(c: &Cluster, router: &str) {
-    let script = COUNTING.replace('\n', "\n              ");
-    let manifest = format!(
-        r#"apiVersion: serving.knative.dev/v1
-kind: Service
-metadata:
-  name: slow
-spec:
-  template:
-    metadata:
-      annotations:
-        autoscaling.knative.dev/max-scale: "3"
-        autoscaling.knative.dev/window: "6s"
-    spec:
-      containerConcurrency: 1
-      containers:
-        - image: {image}
-          command: ["/usr/bin/python3.11", "-u", "-c"]
-          args:
-            - |{script}
-"#,
-        image = minik8s_serverless::runtime::python_image(),
+    let manifest = slow(
+        "        autoscaling.knative.dev/max-scale: \"3\"\n        autoscaling.knative.dev/window: \"6s\"\n",
+        "      containerConcurrency: 1\n",
     );
     apply(c, &manifest);
     until(
@@ -309,11 +291,11 @@ fn named_revisions(c: &Cluster, router: &str) {
     assert_eq!(ready, "True");
 }
 
-/// The `slow` Service again with these annotations and no `containerConcurrency`; waits until
-/// revision `revision` is Ready.
-fn slow_with(c: &Cluster, annotations: &str, revision: &str) {
+/// The `slow` Service (the COUNTING server) with the template's `annotations` and `spec`
+/// lines before its containers (YAML, indented as they go).
+fn slow(annotations: &str, spec: &str) -> String {
     let script = COUNTING.replace('\n', "\n              ");
-    let manifest = format!(
+    format!(
         r#"apiVersion: serving.knative.dev/v1
 kind: Service
 metadata:
@@ -323,14 +305,20 @@ spec:
     metadata:
       annotations:
 {annotations}    spec:
-      containers:
+{spec}      containers:
         - image: {image}
           command: ["/usr/bin/python3.11", "-u", "-c"]
           args:
             - |{script}
 "#,
         image = minik8s_serverless::runtime::python_image(),
-    );
+    )
+}
+
+/// The `slow` Service again with these annotations and no `containerConcurrency`; waits until
+/// revision `revision` is Ready.
+fn slow_with(c: &Cluster, annotations: &str, revision: &str) {
+    let manifest = slow(annotations, "");
     apply(c, &manifest);
     until(c, "ksvc", "slow", ".status.latestReadyRevisionName", |r| {
         r == revision
