@@ -7,8 +7,9 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 
-# g++: the fuzz crate builds libFuzzer (libfuzzer-sys) with the workspace.
-packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates g++)
+# g++: the fuzz crate builds libFuzzer (libfuzzer-sys) with the workspace. libfaketime: the
+# linearizability test steps the clock of a running `minik8s up`.
+packages=(etcd-server etcd-client protobuf-compiler libprotobuf-dev ca-certificates g++ libfaketime)
 node=0
 for arg in "$@"; do
   case "$arg" in

@@ -320,10 +320,11 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         serving::server::serve(listener, tls, router, shutdown, tasks),
     );
     tracing::info!(%addr, "apiserver ready");
-    if crate::store::broken::stale_reads() {
+    if let Some(mode) = crate::store::broken::mode() {
         tracing::warn!(
             variable = crate::store::broken::VARIABLE,
-            "serving some GETs stale on purpose (the linearizability checker's broken mode)"
+            mode,
+            "serving some reads wrong on purpose (the linearizability checker's broken mode)"
         );
     }
     Ok(Server { addr, api, done })

@@ -467,6 +467,44 @@ impl InitCluster {
         format!("https://{ip}:{}", self.port)
     }
 
+    /// One more apiserver alone (`minik8s apiserver`) on this machine, listening on
+    /// 127.0.0.1:`port`, on the cluster's etcd, with a copy of the control plane's PKI in a
+    /// folder of its own and `env` set (a stepped clock, say); logs to `apiserver-PORT.log`.
+    /// The caller stops it.
+    pub fn extra_apiserver(&self, port: u16, env: &[(&'static str, String)]) -> Child {
+        let at = self
+            .extra
+            .iter()
+            .position(|a| a == "--storage")
+            .expect("a cluster on etcd");
+        let dir = self.dir.path().join(format!("apiserver-{port}"));
+        std::fs::create_dir_all(&dir).expect("the apiserver's folder");
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(self.data_dir().join("pki"))
+            .arg(&dir)
+            .status()
+            .expect("cp runs");
+        assert!(copied.success(), "copying the PKI");
+        let log = std::fs::File::create(dir.with_extension("log")).expect("its log");
+        Command::new(bin("minik8s"))
+            .args([
+                "apiserver",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+            ])
+            .args(["--storage", &self.extra[at + 1], "--data-dir"])
+            .arg(&dir)
+            .env("RUST_LOG", "warn")
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("minik8s apiserver starts")
+    }
+
     /// Waits (up to `limit`) until Node `node`'s condition `condition` has status `want`.
     pub fn node_condition(&self, node: &str, condition: &str, want: &str, limit: Duration) {
         let path = format!("jsonpath={{.status.conditions[?(@.type==\"{condition}\")].status}}");

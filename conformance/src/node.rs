@@ -537,3 +537,21 @@ impl Drop for NodeProcess {
         let _ = rt.block_on(minik8s_kubelet::down::down(&self.cfg));
     }
 }
+
+/// The environment that runs a process on libfaketime's clock, read from `file` (written
+/// `+0` here; later `+300s`, `-300s` and so on step the wall clock; the monotonic clock is
+/// left alone).
+pub fn faketime(file: &std::path::Path) -> Vec<(&'static str, String)> {
+    let lib = std::fs::read_dir("/usr/lib")
+        .expect("/usr/lib")
+        .filter_map(|e| Some(e.ok()?.path().join("faketime/libfaketimeMT.so.1")))
+        .find(|p| p.exists())
+        .expect("libfaketime (hack/install-deps.sh installs it)");
+    std::fs::write(file, "+0\n").expect("the clock file");
+    vec![
+        ("LD_PRELOAD", lib.display().to_string()),
+        ("FAKETIME_TIMESTAMP_FILE", file.display().to_string()),
+        ("FAKETIME_NO_CACHE", "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1".into()),
+    ]
+}

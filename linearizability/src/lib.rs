@@ -12,10 +12,21 @@
 //! search with memoized states, as porcupine does); [`check`] also checks what spans keys:
 //! resourceVersions are unique and rise in real time, and a list is a snapshot no older than
 //! the writes acknowledged before it began.
+//!
+//! Watches are checked as etcd's robustness tests check theirs: each watcher is a chain of
+//! watch calls (an informer: a list, then watches that resume at the last resourceVersion
+//! seen, a new list after a 410). Its events must come in rising resourceVersion order after
+//! where it started, each must be a write that a call made (the acknowledged write at that
+//! resourceVersion, or a call whose answer was lost), one resourceVersion must be the same
+//! change in every watch, the events must be a possible life of each object from the list
+//! on (no ADDED of an object that exists, no MODIFIED or DELETED of one that does not), and a
+//! watch must deliver every acknowledged write between where it started and the last
+//! resourceVersion it reached. A lost write that a watch delivered did happen: the history's
+//! calls are checked with that answer.
 
 pub mod record;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Nanoseconds since the history began.
 pub type Time = u64;
@@ -78,6 +89,79 @@ pub struct List {
     pub ret: Time,
 }
 
+/// What a watch event said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+    /// A bookmark: everything up to its resourceVersion was sent.
+    Bookmark,
+}
+
+/// One event as a watcher received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchEvent {
+    pub kind: EventType,
+    /// The object's key (empty for a bookmark).
+    pub key: String,
+    pub rv: u64,
+    /// The object's value (for a deletion, its last; 0 for a bookmark).
+    pub value: u64,
+    /// When it arrived.
+    pub at: Time,
+}
+
+/// One watch call of a watcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watch {
+    /// The watcher it belongs to: its calls follow one another.
+    pub watcher: usize,
+    /// What it watches: every key under this prefix.
+    pub prefix: String,
+    /// The resourceVersion it started from.
+    pub from: u64,
+    /// The list it started from; `None` when it resumed where the watcher's call before it
+    /// ended.
+    pub listed: Option<List>,
+    pub events: Vec<WatchEvent>,
+    pub call: Time,
+}
+
+/// A recorded history: calls, lists and watches.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    pub ops: Vec<Operation>,
+    pub lists: Vec<List>,
+    pub watches: Vec<Watch>,
+}
+
+impl History {
+    /// Calls recorded (lists and watch calls included).
+    pub fn len(&self) -> usize {
+        self.ops.len() + self.lists.len() + self.watches.len()
+    }
+
+    /// Whether nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls that got no answer.
+    pub fn unanswered(&self) -> usize {
+        self.ops.iter().filter(|o| o.ret.is_none()).count()
+    }
+
+    /// Events the watches delivered (bookmarks not counted).
+    pub fn events(&self) -> usize {
+        self.watches
+            .iter()
+            .flat_map(|w| &w.events)
+            .filter(|e| e.kind != EventType::Bookmark)
+            .count()
+    }
+}
+
 /// Why a history is not linearizable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Violation {
@@ -99,6 +183,14 @@ pub enum Violation {
     StaleList {
         list: List,
         write: Option<Operation>,
+    },
+    /// A watch delivered something no history explains, or missed a write.
+    Watch {
+        watcher: usize,
+        /// Where the watch call started.
+        from: u64,
+        event: Option<WatchEvent>,
+        why: String,
     },
 }
 
@@ -126,6 +218,15 @@ impl std::fmt::Display for Violation {
                 f,
                 "a list of {} at resourceVersion {} misses {write:?}",
                 list.prefix, list.rv
+            ),
+            Violation::Watch {
+                watcher,
+                from,
+                event,
+                why,
+            } => write!(
+                f,
+                "watcher {watcher}'s watch from resourceVersion {from}: {why} ({event:?})"
             ),
         }
     }
@@ -341,8 +442,174 @@ fn check_key(ops: &[Operation]) -> Result<(), Operation> {
     }
 }
 
-/// Checks a history: each key's calls, then what spans keys. Empty when linearizable.
-pub fn check(ops: &[Operation], lists: &[List]) -> Vec<Violation> {
+/// Checks a history: its watches, each key's calls (with what the watches showed of lost
+/// writes), then what spans keys. Empty when linearizable.
+pub fn check(history: &History) -> Vec<Violation> {
+    let (mut violations, ops) = check_watches(&history.ops, &history.watches);
+    violations.extend(check_calls(&ops, &history.lists));
+    violations
+}
+
+/// The value a create or update wrote.
+fn written_value(input: &Input) -> Option<u64> {
+    match input {
+        Input::Create { value } | Input::Update { value, .. } => Some(*value),
+        _ => None,
+    }
+}
+
+/// Checks the watches against the calls; returns what is wrong, and the calls with each lost
+/// write that a watch delivered answered as written (at that resourceVersion, returned when
+/// the event arrived).
+fn check_watches(ops: &[Operation], watches: &[Watch]) -> (Vec<Violation>, Vec<Operation>) {
+    let mut violations = Vec::new();
+    let mut ops = ops.to_vec();
+    let acked: BTreeMap<u64, usize> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o.output {
+            Output::Written { rv } if o.ret.is_some() => Some((rv, i)),
+            _ => None,
+        })
+        .collect();
+    // Every write's value is its own: which call wrote a value.
+    let by_value: HashMap<(String, u64), usize> = ops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| Some(((o.key.clone(), written_value(&o.input)?), i)))
+        .collect();
+    let mut changes: HashMap<u64, (EventType, String, u64)> = HashMap::new();
+    let mut order: Vec<&Watch> = watches.iter().collect();
+    order.sort_by_key(|w| (w.watcher, w.call));
+    // Each watcher's view of the objects: key → (resourceVersion, value).
+    let mut views: HashMap<usize, BTreeMap<String, (u64, u64)>> = HashMap::new();
+    for w in order {
+        let view = views.entry(w.watcher).or_default();
+        if let Some(l) = &w.listed {
+            *view = l
+                .items
+                .iter()
+                .map(|(k, rv, v)| (k.clone(), (*rv, *v)))
+                .collect();
+        }
+        let mut bad = |event: Option<&WatchEvent>, why: String| {
+            violations.push(Violation::Watch {
+                watcher: w.watcher,
+                from: w.from,
+                event: event.cloned(),
+                why,
+            })
+        };
+        let mut last = w.from;
+        let mut delivered = HashSet::new();
+        for e in &w.events {
+            if e.kind == EventType::Bookmark {
+                if e.rv < last {
+                    bad(Some(e), format!("a bookmark went back from {last}"));
+                }
+                last = last.max(e.rv);
+                continue;
+            }
+            if e.rv <= last {
+                bad(Some(e), format!("not after resourceVersion {last}"));
+                continue;
+            }
+            last = e.rv;
+            delivered.insert(e.rv);
+            if !e.key.starts_with(&w.prefix) {
+                bad(Some(e), "an object it does not watch".into());
+            }
+            let change = (e.kind, e.key.clone(), e.value);
+            match changes.get(&e.rv) {
+                Some(other) if *other != change => bad(
+                    Some(e),
+                    format!("another watch delivered {other:?} at this resourceVersion"),
+                ),
+                Some(_) => {}
+                None => {
+                    changes.insert(e.rv, change);
+                }
+            }
+            // A possible life of the object from what the watcher knew.
+            let before = view.get(&e.key).copied();
+            match (e.kind, before) {
+                (EventType::Added, Some(_)) => bad(
+                    Some(e),
+                    "ADDED while it exists (a DELETED was missed)".into(),
+                ),
+                (EventType::Modified | EventType::Deleted, None) => bad(
+                    Some(e),
+                    "changed while it does not exist (an ADDED was missed)".into(),
+                ),
+                (EventType::Deleted, Some((_, v))) if v != e.value => bad(
+                    Some(e),
+                    format!("DELETED with another value than the last delivered, {v}"),
+                ),
+                _ => {}
+            }
+            if e.kind == EventType::Deleted {
+                view.remove(&e.key);
+            } else {
+                view.insert(e.key.clone(), (e.rv, e.value));
+            }
+            // A change some call made.
+            if e.kind == EventType::Deleted {
+                if acked.contains_key(&e.rv) {
+                    bad(
+                        Some(e),
+                        "a deletion at an acknowledged write's version".into(),
+                    );
+                }
+                let deleted = ops.iter().any(|o| {
+                    o.key == e.key
+                        && o.input == Input::Delete
+                        && o.call <= e.at
+                        && matches!(o.output, Output::Deleted | Output::Unknown)
+                });
+                if !deleted {
+                    bad(Some(e), "no delete call explains it".into());
+                }
+                continue;
+            }
+            let Some(&i) = by_value.get(&(e.key.clone(), e.value)) else {
+                bad(Some(e), "no call wrote this value".into());
+                continue;
+            };
+            let want = match ops[i].input {
+                Input::Create { .. } => EventType::Added,
+                _ => EventType::Modified,
+            };
+            if want != e.kind {
+                bad(Some(e), format!("the call was {:?}", ops[i].input));
+            }
+            match ops[i].output {
+                Output::Written { rv } if rv == e.rv => {}
+                Output::Unknown if ops[i].call <= e.at && !acked.contains_key(&e.rv) => {
+                    // The lost write happened, at this version, before the event arrived.
+                    ops[i].output = Output::Written { rv: e.rv };
+                    ops[i].ret = Some(ops[i].ret.map_or(e.at, |r| r.min(e.at)));
+                }
+                ref out => bad(Some(e), format!("the call that wrote it answered {out:?}")),
+            }
+        }
+        // Every acknowledged write it passed, delivered.
+        for (&rv, &i) in acked.range(w.from + 1..=last) {
+            if ops[i].key.starts_with(&w.prefix) && !delivered.contains(&rv) {
+                bad(
+                    None,
+                    format!(
+                        "missed {}'s write acknowledged at {rv} (it reached {last})",
+                        ops[i].key
+                    ),
+                );
+            }
+        }
+    }
+    (violations, ops)
+}
+
+/// Checks the calls and lists: each key's calls, then what spans keys.
+fn check_calls(ops: &[Operation], lists: &[List]) -> Vec<Violation> {
     let mut violations = Vec::new();
     let mut by_key: BTreeMap<&str, Vec<Operation>> = BTreeMap::new();
     for o in ops {
@@ -481,7 +748,7 @@ mod tests {
             op("a", Input::Get, Output::NotFound, 10, 11),
             op("a", create(4), Output::Written { rv: 20 }, 12, 13),
         ];
-        assert_eq!(check(&h, &[]), vec![]);
+        assert_eq!(check_calls(&h, &[]), vec![]);
     }
 
     #[test]
@@ -493,7 +760,7 @@ mod tests {
             op("a", Input::Get, Output::Found { rv: 10, value: 1 }, 3, 4),
             op("a", Input::Get, Output::Found { rv: 11, value: 2 }, 5, 6),
         ];
-        assert_eq!(check(&h, &[]), vec![]);
+        assert_eq!(check_calls(&h, &[]), vec![]);
     }
 
     #[test]
@@ -503,7 +770,7 @@ mod tests {
             op("a", update(2, 10), Output::Written { rv: 11 }, 2, 3),
             op("a", Input::Get, Output::Found { rv: 10, value: 1 }, 4, 5),
         ];
-        let v = check(&h, &[]);
+        let v = check_calls(&h, &[]);
         assert!(
             matches!(&v[..], [Violation::Key { key, .. }] if key == "a"),
             "{v:?}"
@@ -517,7 +784,7 @@ mod tests {
             op("a", update(2, 10), Output::Written { rv: 11 }, 2, 3),
             op("a", update(3, 10), Output::Written { rv: 12 }, 4, 5),
         ];
-        assert_eq!(check(&h, &[]).len(), 1);
+        assert_eq!(check_calls(&h, &[]).len(), 1);
     }
 
     #[test]
@@ -534,20 +801,20 @@ mod tests {
             lost(2),
             op("a", Input::Get, Output::Found { rv: 15, value: 2 }, 5, 6),
         ];
-        assert_eq!(check(&happened, &[]), vec![]);
+        assert_eq!(check_calls(&happened, &[]), vec![]);
         let did_not = [
             op("a", create(1), Output::Written { rv: 10 }, 0, 1),
             lost(2),
             op("a", Input::Get, Output::Found { rv: 10, value: 1 }, 5, 6),
         ];
-        assert_eq!(check(&did_not, &[]), vec![]);
+        assert_eq!(check_calls(&did_not, &[]), vec![]);
         // But not a value nobody wrote.
         let invented = [
             op("a", create(1), Output::Written { rv: 10 }, 0, 1),
             lost(2),
             op("a", Input::Get, Output::Found { rv: 15, value: 9 }, 5, 6),
         ];
-        assert_eq!(check(&invented, &[]).len(), 1);
+        assert_eq!(check_calls(&invented, &[]).len(), 1);
     }
 
     #[test]
@@ -557,7 +824,7 @@ mod tests {
             op("b", create(1), Output::Written { rv: 10 }, 2, 3),
         ];
         assert!(matches!(
-            &check(&dup, &[])[..],
+            &check_calls(&dup, &[])[..],
             [Violation::DuplicateVersion { rv: 10, .. }]
         ));
         let backwards = [
@@ -565,14 +832,14 @@ mod tests {
             op("b", create(1), Output::Written { rv: 15 }, 2, 3),
         ];
         assert!(matches!(
-            &check(&backwards, &[])[..],
+            &check_calls(&backwards, &[])[..],
             [Violation::VersionsBackwards { .. }]
         ));
         let concurrent = [
             op("a", create(1), Output::Written { rv: 20 }, 0, 5),
             op("b", create(1), Output::Written { rv: 15 }, 2, 6),
         ];
-        assert_eq!(check(&concurrent, &[]), vec![]);
+        assert_eq!(check_calls(&concurrent, &[]), vec![]);
     }
 
     #[test]
@@ -588,13 +855,13 @@ mod tests {
             call: 4,
             ret: 5,
         };
-        assert_eq!(check(&h, std::slice::from_ref(&good)), vec![]);
+        assert_eq!(check_calls(&h, std::slice::from_ref(&good)), vec![]);
         let stale = List {
             rv: 10,
             items: vec![("p/a".into(), 10, 1)],
             ..good
         };
-        assert!(!check(&h, &[stale]).is_empty());
+        assert!(!check_calls(&h, &[stale]).is_empty());
     }
 
     #[test]
@@ -639,11 +906,145 @@ mod tests {
             });
         }
         let started = std::time::Instant::now();
-        assert_eq!(check(&h, &[]), vec![]);
+        assert_eq!(check_calls(&h, &[]), vec![]);
         assert!(
             started.elapsed() < std::time::Duration::from_secs(5),
             "{:?}",
             started.elapsed()
         );
+    }
+
+    fn ev(kind: EventType, key: &str, rv: u64, value: u64, at: Time) -> WatchEvent {
+        WatchEvent {
+            kind,
+            key: key.into(),
+            rv,
+            value,
+            at,
+        }
+    }
+
+    /// Two creates, an update, a delete; and a watcher that listed before them.
+    fn writes() -> Vec<Operation> {
+        vec![
+            op("p/a", create(1), Output::Written { rv: 10 }, 0, 1),
+            op("p/b", create(2), Output::Written { rv: 11 }, 2, 3),
+            op("p/a", update(3, 10), Output::Written { rv: 12 }, 4, 5),
+            op("p/b", Input::Delete, Output::Deleted, 6, 7),
+        ]
+    }
+
+    fn watch(events: Vec<WatchEvent>) -> Watch {
+        Watch {
+            watcher: 0,
+            prefix: "p/".into(),
+            from: 9,
+            listed: Some(List {
+                prefix: "p/".into(),
+                rv: 9,
+                items: vec![],
+                call: 0,
+                ret: 0,
+            }),
+            events,
+            call: 0,
+        }
+    }
+
+    fn all_events() -> Vec<WatchEvent> {
+        vec![
+            ev(EventType::Added, "p/a", 10, 1, 2),
+            ev(EventType::Added, "p/b", 11, 2, 4),
+            ev(EventType::Modified, "p/a", 12, 3, 6),
+            ev(EventType::Deleted, "p/b", 13, 2, 8),
+        ]
+    }
+
+    #[test]
+    fn a_watch_that_delivers_every_change_in_order_passes() {
+        let mut events = all_events();
+        events.push(ev(EventType::Bookmark, "", 13, 0, 9));
+        let h = History {
+            ops: writes(),
+            lists: vec![],
+            watches: vec![watch(events)],
+        };
+        assert_eq!(check(&h), vec![]);
+    }
+
+    #[test]
+    fn a_watch_that_skips_reorders_or_invents_a_change_is_caught() {
+        let cases: Vec<(&str, Vec<WatchEvent>)> = vec![
+            ("skipped a write", {
+                let mut e = all_events();
+                e.remove(2);
+                e
+            }),
+            ("skipped a deletion", {
+                let mut e = all_events();
+                e.remove(3);
+                e.push(ev(EventType::Added, "p/b", 14, 2, 9));
+                e
+            }),
+            ("reordered", {
+                let mut e = all_events();
+                e.swap(0, 1);
+                e
+            }),
+            ("invented a value", {
+                let mut e = all_events();
+                e[2].value = 99;
+                e
+            }),
+            ("twice", {
+                let mut e = all_events();
+                e.insert(1, e[0].clone());
+                e
+            }),
+        ];
+        for (what, events) in cases {
+            let h = History {
+                ops: writes(),
+                lists: vec![],
+                watches: vec![watch(events)],
+            };
+            assert!(!check(&h).is_empty(), "{what}: passed");
+        }
+    }
+
+    #[test]
+    fn a_lost_write_a_watch_delivered_happened() {
+        // The update's answer was lost; the watch saw it at 12. A read of the old version
+        // after the event arrived is then stale.
+        let mut ops = writes();
+        ops.truncate(3);
+        ops[2].output = Output::Unknown;
+        ops[2].ret = None;
+        ops.push(op(
+            "p/a",
+            Input::Get,
+            Output::Found { rv: 10, value: 1 },
+            20,
+            21,
+        ));
+        let mut events = all_events();
+        events.truncate(3);
+        let h = History {
+            ops: ops.clone(),
+            lists: vec![],
+            watches: vec![watch(events)],
+        };
+        assert!(
+            matches!(&check(&h)[..], [Violation::Key { .. }]),
+            "{:?}",
+            check(&h)
+        );
+        // Without the watch, it may not have happened.
+        let h = History {
+            ops,
+            lists: vec![],
+            watches: vec![],
+        };
+        assert_eq!(check(&h), vec![]);
     }
 }

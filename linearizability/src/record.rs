@@ -2,13 +2,17 @@
 //! update conditional on the version they last saw, delete, list) and write down each call
 //! with when it started and returned and what it answered, as [`check`](crate::check) reads
 //! histories. A call that fails without an answer (a time-out, a refused or broken
-//! connection) is recorded as never returning: it may have happened or not.
+//! connection) is recorded as never returning: it may have happened or not. Watchers follow
+//! the ConfigMaps as informers do (a list, then watches resumed at the last resourceVersion
+//! seen, a new list after a 410) and write down every event with when it arrived.
 
-use crate::{Input, List, Operation, Output, Time};
+use crate::{EventType, History, Input, List, Operation, Output, Time, Watch, WatchEvent};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, WatchParams};
 use rand::Rng;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +24,8 @@ pub const LABEL: &str = "minik8s.io/linearizability";
 pub struct Workload {
     /// Concurrent clients.
     pub clients: usize,
+    /// Concurrent watchers.
+    pub watchers: usize,
     /// ConfigMaps they share (`lin-0`, `lin-1`, …).
     pub keys: usize,
     /// Their namespace.
@@ -32,6 +38,7 @@ impl Default for Workload {
     fn default() -> Self {
         Workload {
             clients: 4,
+            watchers: 2,
             keys: 3,
             namespace: "default".into(),
             call_timeout: Duration::from_secs(5),
@@ -39,35 +46,15 @@ impl Default for Workload {
     }
 }
 
-/// A recorded history.
-#[derive(Debug, Default)]
-pub struct History {
-    pub ops: Vec<Operation>,
-    pub lists: Vec<List>,
-}
-
-impl History {
-    /// Calls recorded (lists included).
-    pub fn len(&self) -> usize {
-        self.ops.len() + self.lists.len()
-    }
-
-    /// Whether nothing was recorded.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Calls that got no answer.
-    pub fn unanswered(&self) -> usize {
-        self.ops.iter().filter(|o| o.ret.is_none()).count()
-    }
-}
-
-/// The shared recorder: a clock and the history so far.
+/// The shared recorder: a clock, the history so far, and the numbers of the clients and
+/// watchers it started (several [`Recorder::run`]s may share it, each through its own
+/// server).
 #[derive(Clone)]
 pub struct Recorder {
     start: Instant,
     history: Arc<Mutex<History>>,
+    clients: Arc<AtomicU64>,
+    watchers: Arc<AtomicUsize>,
 }
 
 impl Default for Recorder {
@@ -75,6 +62,8 @@ impl Default for Recorder {
         Recorder {
             start: Instant::now(),
             history: Arc::default(),
+            clients: Arc::default(),
+            watchers: Arc::default(),
         }
     }
 }
@@ -92,12 +81,22 @@ impl Recorder {
     /// Runs `w`'s clients through `client` until `until`; each call is recorded.
     pub async fn run(&self, client: kube::Client, w: &Workload, until: Instant) {
         let mut tasks = Vec::new();
-        for c in 0..w.clients {
+        for _ in 0..w.clients {
+            let c = self.clients.fetch_add(1, Ordering::Relaxed);
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), &w.namespace);
             let me = self.clone();
             let w = w.clone();
             tasks.push(minik8s_task::spawn("linearizability-client", async move {
-                me.client(c as u64, api, &w, until).await;
+                me.client(c, api, &w, until).await;
+            }));
+        }
+        for _ in 0..w.watchers {
+            let watcher = self.watchers.fetch_add(1, Ordering::Relaxed);
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &w.namespace);
+            let me = self.clone();
+            let w = w.clone();
+            tasks.push(minik8s_task::spawn("linearizability-watcher", async move {
+                me.watcher(watcher, api, &w, until).await;
             }));
         }
         for t in tasks {
@@ -182,6 +181,99 @@ impl Recorder {
                 call,
                 ret,
             });
+        }
+    }
+
+    /// One watcher until `until`: a list, then watches from the last resourceVersion it saw,
+    /// each ended by the server after 5 to 15 s (or by its going away); a new list after a
+    /// 410 or a watch that could not start.
+    async fn watcher(&self, watcher: usize, api: Api<ConfigMap>, w: &Workload, until: Instant) {
+        let mut resume: Option<u64> = None;
+        while Instant::now() < until {
+            let call = self.now();
+            let (from, listed) = match resume {
+                Some(rv) => (rv, None),
+                None => match self.list(&api, w, call).await {
+                    Some(l) => (l.rv, Some(l)),
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let seconds = rand::rng().random_range(5..15);
+            let params = WatchParams::default().labels(LABEL).timeout(seconds);
+            let stream =
+                match tokio::time::timeout(w.call_timeout, api.watch(&params, &from.to_string()))
+                    .await
+                {
+                    Ok(Ok(stream)) => stream,
+                    _ => {
+                        // Not started: nothing was delivered; a list begins the next one.
+                        resume = None;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+            let mut watch = Watch {
+                watcher,
+                prefix: format!("{}/lin-", w.namespace),
+                from,
+                listed,
+                events: Vec::new(),
+                call,
+            };
+            let mut last = from;
+            let mut gone = false;
+            let mut stream = std::pin::pin!(stream);
+            let deadline = tokio::time::Instant::from_std(until);
+            while let Ok(Some(event)) = tokio::time::timeout_at(deadline, stream.next()).await {
+                let at = self.now();
+                let (kind, cm) = match event {
+                    Ok(kube::api::WatchEvent::Added(cm)) => (EventType::Added, cm),
+                    Ok(kube::api::WatchEvent::Modified(cm)) => (EventType::Modified, cm),
+                    Ok(kube::api::WatchEvent::Deleted(cm)) => (EventType::Deleted, cm),
+                    Ok(kube::api::WatchEvent::Bookmark(b)) => {
+                        let Ok(rv) = b.metadata.resource_version.parse() else {
+                            continue;
+                        };
+                        last = last.max(rv);
+                        watch.events.push(WatchEvent {
+                            kind: EventType::Bookmark,
+                            key: String::new(),
+                            rv,
+                            value: 0,
+                            at,
+                        });
+                        continue;
+                    }
+                    Ok(kube::api::WatchEvent::Error(s)) => {
+                        gone = s.code == 410;
+                        break;
+                    }
+                    Err(_) => break,
+                };
+                let (Some(name), Some(rv), Some(value)) = (
+                    cm.metadata.name.as_deref(),
+                    cm.metadata
+                        .resource_version
+                        .as_deref()
+                        .and_then(|rv| rv.parse::<u64>().ok()),
+                    value_of(&cm),
+                ) else {
+                    continue;
+                };
+                last = last.max(rv);
+                watch.events.push(WatchEvent {
+                    kind,
+                    key: format!("{}/{name}", w.namespace),
+                    rv,
+                    value,
+                    at,
+                });
+            }
+            self.history.lock().expect("history").watches.push(watch);
+            resume = (!gone).then_some(last);
         }
     }
 

@@ -467,6 +467,9 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
                     }
                     Some(Ok(ev)) => {
                         last_rv = ev.revision();
+                        if crate::store::broken::drop_event() {
+                            continue;
+                        }
                         let line = transform(&api.watch_cache, &encoder.res, &selectors, &ev)
                             .and_then(|t| t.map(|(kind, obj)| encoder.shared(kind, &obj)).transpose());
                         match line {

@@ -1,8 +1,9 @@
-//! A deliberately broken mode, for the linearizability checker's own test that it can fail:
+//! Deliberately broken modes, for the linearizability checker's own test that it can fail:
 //! with `MINIK8S_TEST_BREAK_READS=stale` in the apiserver's environment, about one GET in
 //! five of an object that changed since it was last served is answered with the version
-//! served before, as a stale cache would. Off unless that variable says so; the apiserver
-//! warns at its start when it is on.
+//! served before, as a stale cache would; with `MINIK8S_TEST_BREAK_READS=drop-events`, a
+//! watch leaves out about one event in twenty, as a lossy fan-out would. Off unless that
+//! variable says so; the apiserver warns at its start when one is on.
 
 use minik8s_storage::KeyValue;
 use std::collections::HashMap;
@@ -11,10 +12,25 @@ use std::sync::{Mutex, OnceLock};
 /// The environment variable that turns it on.
 pub const VARIABLE: &str = "MINIK8S_TEST_BREAK_READS";
 
+/// The broken mode asked for, if any.
+pub fn mode() -> Option<&'static str> {
+    static MODE: OnceLock<Option<String>> = OnceLock::new();
+    MODE.get_or_init(|| {
+        std::env::var(VARIABLE)
+            .ok()
+            .filter(|v| v == "stale" || v == "drop-events")
+    })
+    .as_deref()
+}
+
 /// Whether GETs may be served stale.
-pub fn stale_reads() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var(VARIABLE).is_ok_and(|v| v == "stale"))
+fn stale_reads() -> bool {
+    mode() == Some("stale")
+}
+
+/// Whether a watch leaves this event out.
+pub fn drop_event() -> bool {
+    mode() == Some("drop-events") && rand::random_range(0..20) == 0
 }
 
 /// What a GET of `fresh` serves: `fresh`, or in the broken mode sometimes the version of the
