@@ -3,7 +3,8 @@
 # here): the clients minik8s is tested with and the suite it is measured by.
 #
 #   bash hack/upstream.sh TOOL...     TOOL: kubectl helm k9s kn e2e ginkgo agnhost nnp
-#                                     sample-apiserver (or all)
+#                                     sample-apiserver kube-apiserver kube-controller-manager
+#                                     kube-scheduler etcd (or all)
 #
 # kubectl, e2e.test, ginkgo and the programs of the suite's images (agnhost, nnp,
 # sample-apiserver) are Kubernetes v1.34's, through the wrapper module in
@@ -11,6 +12,9 @@
 # at the versions below from their own modules; Knative's `kn` through the module in
 # conformance/kn (its go.sum pins every module; the checksum database has no record of the
 # client-pkg pseudo-version kn v0.42.0 names, so that one is checked against go.sum alone).
+# Upstream's control plane for the scale benchmark: kube-apiserver, kube-controller-manager and
+# kube-scheduler of v1.34 through the same wrapper module, and etcd 3.6.4 (the version v1.34
+# ships) through bench/upstream/etcd.
 # Binaries land in BIN (default
 # target/upstream/bin); a binary already there is kept (remove it to rebuild). The Go build and
 # module caches are the machine's (~/.cache/go-build, ~/go/pkg/mod).
@@ -43,20 +47,24 @@ build_one() {
     agnhost) (cd "$MODULE" && go build -trimpath -ldflags "-s -w" -o "$out" k8s.io/kubernetes/test/images/agnhost) ;;
     nnp) (cd "$MODULE" && go build -trimpath -ldflags "-s -w" -o "$out" k8s.io/kubernetes/test/images/nonewprivs) ;;
     sample-apiserver) (cd "$MODULE" && go build -trimpath -ldflags "-s -w" -o "$out" k8s.io/sample-apiserver) ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler)
+      (cd "$MODULE" && go build -trimpath -ldflags "$kube_ldflags" -o "$out" "k8s.io/kubernetes/cmd/$tool") ;;
+    etcd) (cd "$ROOT/bench/upstream/etcd" && go build -trimpath -ldflags "-s -w" -o "$out" .) ;;
     helm) GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" ;;
     kn) (cd "$ROOT/conformance/kn" && GONOSUMDB=knative.dev/client-pkg GOFLAGS=-mod=mod go build -trimpath \
           -ldflags "-s -w -X knative.dev/client/pkg/kn/commands/version.Version=v0.42.0" -o "$out" knative.dev/client/cmd/kn) ;;
     k9s) GOBIN="$BIN" go install -trimpath -ldflags "-s -w -X github.com/derailed/k9s/cmd.version=$K9S_VERSION" "github.com/derailed/k9s@$K9S_VERSION" ;;
-    *) die "unknown tool $tool (known: kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver all)" ;;
+    *) die "unknown tool $tool (known: kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver kube-apiserver kube-controller-manager kube-scheduler etcd all)" ;;
   esac
   [ -x "$out" ] || die "$tool did not build"
   log "$tool built in $((SECONDS - start)) s"
 }
 
-[ $# -gt 0 ] || die "usage: hack/upstream.sh TOOL... (kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver all)"
+[ $# -gt 0 ] || die "usage: hack/upstream.sh TOOL... (kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver kube-apiserver kube-controller-manager kube-scheduler etcd all)"
 for tool in "$@"; do
   if [ "$tool" = all ]; then
-    for t in kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver; do build_one "$t"; done
+    for t in kubectl helm k9s kn e2e ginkgo agnhost nnp sample-apiserver \
+      kube-apiserver kube-controller-manager kube-scheduler etcd; do build_one "$t"; done
   else
     build_one "$tool"
   fi

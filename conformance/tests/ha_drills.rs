@@ -428,7 +428,7 @@ impl Drill {
             .expect("a client");
         self.record(
             "lin-partition",
-            &[(balanced.clone(), 3, 1), (cp3, 2, 1)],
+            &[(balanced.clone(), 5, 1), (cp3, 2, 1)],
             length,
             at,
             calls,

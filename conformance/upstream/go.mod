@@ -174,6 +174,9 @@ require (
 	k8s.io/kube-openapi v0.0.0-20250710124328-f3f2b991d03b // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
+	k8s.io/endpointslice v0.0.0 // indirect
+	k8s.io/externaljwt v0.0.0 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	k8s.io/kubelet v0.34.4 // indirect
 	k8s.io/metrics v0.34.4 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
@@ -214,6 +217,8 @@ replace (
 	k8s.io/kube-proxy => k8s.io/kube-proxy v0.34.4
 	k8s.io/kube-scheduler => k8s.io/kube-scheduler v0.34.4
 	k8s.io/kubectl => k8s.io/kubectl v0.34.4
+	k8s.io/endpointslice => k8s.io/endpointslice v0.34.4
+	k8s.io/externaljwt => k8s.io/externaljwt v0.34.4
 	k8s.io/kubelet => k8s.io/kubelet v0.34.4
 	k8s.io/metrics => k8s.io/metrics v0.34.4
 	k8s.io/mount-utils => k8s.io/mount-utils v0.34.4
