@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Fuzzes every target in fuzz/ (cargo fuzz: libFuzzer with coverage, on the nightly
 # toolchain) for SECONDS each (default 600), on a working copy of its seed corpus, and
-# prints per target the executions, coverage and what it found. An input that crashes a
-# target is left in fuzz/artifacts/<target>/; keep it under fuzz/regressions/<target>/ with
-# the fix (tests/corpus.rs replays it in the test suite).
+# prints per target the executions, coverage and what it found. The targets are those with a
+# seed corpus (fuzz/corpus/<target>/; minik8s_fuzz::TARGETS lists them), all run by the one
+# fuzz binary (MINIK8S_FUZZ_TARGET picks). An input that crashes a target is left in
+# fuzz/artifacts/<target>/; keep it under fuzz/regressions/<target>/ with the fix
+# (tests/corpus.rs replays it in the test suite).
 #
 #   hack/fuzz.sh [SECONDS] [TARGET...]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -17,20 +19,20 @@ command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 
 targets=("$@")
 if [ "${#targets[@]}" = 0 ]; then
-  mapfile -t targets < <(cargo +nightly fuzz list --fuzz-dir fuzz)
+  mapfile -t targets < <(ls fuzz/corpus)
 fi
 # The fuzzers' own copies: the checked-in corpus stays the small seed set.
 work="$ROOT/target/fuzz-corpus"
 log "building the fuzz targets (nightly, sanitizer coverage)"
-cargo +nightly fuzz build --fuzz-dir fuzz -O
+cargo +nightly fuzz build --fuzz-dir fuzz -O fuzz
 failed=0
 for t in "${targets[@]}"; do
-  mkdir -p "$work/$t"
+  mkdir -p "$work/$t" "$ROOT/fuzz/artifacts/$t"
   cp -n "$ROOT/fuzz/corpus/$t/"* "$work/$t/" 2>/dev/null || true
   out="$work/$t.log"
   log "fuzzing $t for ${seconds}s"
-  if cargo +nightly fuzz run --fuzz-dir fuzz -O "$t" "$work/$t" -- \
-      -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 >"$out" 2>&1; then
+  if MINIK8S_FUZZ_TARGET="$t" cargo +nightly fuzz run --fuzz-dir fuzz -O fuzz "$work/$t" -- \
+      -artifact_prefix="$ROOT/fuzz/artifacts/$t/" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 >"$out" 2>&1; then
     status=ok
   else
     status=CRASH

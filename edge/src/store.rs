@@ -251,6 +251,14 @@ impl Store {
             .uid()
             .filter(|u| !u.is_empty())
             .ok_or_else(|| StoreError::Invalid("the pod has no uid".into()))?;
+        // The uid names the pod's file: one plain name, as the apiserver's UUIDs are.
+        if uid.starts_with('.')
+            || !uid
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        {
+            return Err(StoreError::Invalid(format!("invalid pod uid {uid:?}")));
+        }
         if pod.metadata.name.as_deref().unwrap_or_default().is_empty() {
             return Err(StoreError::Invalid("the pod has no name".into()));
         }
@@ -601,11 +609,15 @@ impl Store {
                     .to_vec(),
             );
         }
+        // Every key checked before anything is written: a refused object leaves nothing.
+        if let Some(key) = want
+            .keys()
+            .find(|k| k.is_empty() || *k == "." || k.contains('/') || k.starts_with(".."))
+        {
+            return Err(StoreError::Invalid(format!("invalid data key {key:?}")));
+        }
         std::fs::create_dir_all(&files).map_err(io(&files))?;
         for (key, bytes) in &want {
-            if key.contains('/') || key.starts_with("..") || key == "." {
-                return Err(StoreError::Invalid(format!("invalid data key {key:?}")));
-            }
             write_atomic(&files.join(key), bytes)?;
         }
         if let Ok(list) = std::fs::read_dir(&files) {
@@ -836,5 +848,24 @@ mod tests {
         );
         assert!(s.put_volume("configmaps", "..", "x", json!({}), 1).is_err());
         assert!(s.put_volume("pods", "default", "x", json!({}), 1).is_err());
+    }
+
+    #[test]
+    fn a_uid_or_data_key_that_is_no_plain_name_is_refused_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("store");
+        let s = Store::open(&store).unwrap();
+        for uid in ["../../escape", "a/b", ".hidden", "x\0y"] {
+            assert!(s.put_pod(pod(uid), 1, true).is_err(), "{uid:?}");
+        }
+        let cm = json!({"metadata": {"name": "cfg"}, "data": {"a": "1", "../b": "2"}});
+        assert!(s.put_volume("configmaps", "default", "cfg", cm, 1).is_err());
+        assert!(!store.join("volumes/configmaps/default/cfg").exists());
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["store"]);
+        assert!(s.pods().is_empty());
     }
 }

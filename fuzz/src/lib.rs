@@ -12,6 +12,26 @@ use minik8s_types::{FieldSelector, LabelSelector};
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 
+/// A fuzz target: arbitrary bytes in, a panic only when a promise is broken.
+pub type Target = fn(&[u8]);
+
+/// Every target by name: the fuzz binary runs the one `MINIK8S_FUZZ_TARGET` names, and the
+/// tests replay and briefly fuzz each.
+pub const TARGETS: [(&str, Target); 7] = [
+    ("bodies", bodies),
+    ("patches", patches),
+    ("queries", queries),
+    ("cel", cel),
+    ("store_recovery", store_recovery),
+    ("edge_messages", edge_messages),
+    ("edge_store", edge_store),
+];
+
+/// The target named `name`.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
 /// The built-in kinds, once.
 fn kinds() -> &'static [Arc<ResourceInfo>] {
     static KINDS: OnceLock<Vec<Arc<ResourceInfo>>> = OnceLock::new();
@@ -245,4 +265,109 @@ pub fn edge_messages(data: &[u8]) {
             let _ = proto::HeartbeatRequest::decode(bytes);
         }
     }
+}
+
+/// The cloud's messages as the edgelet applies them to its crash-safe store, then the store
+/// reopened as after a crash, and the registry's reading of the node status the edge reports.
+/// The input is a list of changes, each a byte that picks it, a length byte and that many
+/// bytes: pods created, updated and deleted (JSON as the cloud sends them), shipped objects
+/// put and removed, node statuses (protobuf), events and status patches. Every pod the store
+/// holds must be there as it was after the reopen, and nothing may be written outside the
+/// store's folder.
+pub fn edge_store(data: &[u8]) {
+    use k8s_openapi::api::core::v1::Pod;
+    use minik8s_edge::store::{KINDS, Store};
+    use prost::Message;
+    let tmp = tempfile::tempdir().expect("a temporary folder");
+    let dir = tmp.path().join("edge").join("store");
+    let store = Store::open(&dir).expect("an empty store opens");
+    let mut rest = data;
+    let mut seq = 0u64;
+    while let Some((which, r)) = pick(rest) {
+        let Some((len, r)) = pick(r) else { break };
+        let (bytes, r) = r.split_at(usize::from(len).min(r.len()));
+        rest = r;
+        seq += 1;
+        let text = String::from_utf8_lossy(bytes);
+        // Three names from one text: `kind/namespace/name`.
+        let mut parts = text.splitn(3, '/');
+        let (a, b, c) = (
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+            parts.next().unwrap_or_default(),
+        );
+        let kind = KINDS[usize::from(which >> 4) % KINDS.len()];
+        match which % 8 {
+            0 | 1 => {
+                if let Ok(pod) = serde_json::from_slice::<Pod>(bytes) {
+                    let _ = store.put_pod(pod, seq, which % 8 == 0);
+                }
+            }
+            2 => {
+                let _ = store.delete_pod(&text, i64::from(len % 4));
+            }
+            3 => {
+                // An object with its data after the first newline.
+                let (key, object) = text.split_once('\n').unwrap_or((&text, "{}"));
+                let mut parts = key.splitn(2, '/');
+                let (ns, name) = (
+                    parts.next().unwrap_or_default(),
+                    parts.next().unwrap_or_default(),
+                );
+                if let Ok(object) = serde_json::from_str(object) {
+                    let _ = store.put_volume(kind, ns, name, object, seq);
+                }
+            }
+            4 => {
+                let _ = store.remove_volume(a, b, c);
+            }
+            5 => {
+                if let Ok(status) = minik8s_edge::proto::NodeStatusReply::decode(bytes) {
+                    let _ = minik8s_edge::cloud::node_status(&status);
+                    store.set_node(status);
+                }
+            }
+            6 => {
+                if let Ok(event) = serde_json::from_slice(bytes) {
+                    store.push_event(event);
+                }
+            }
+            _ => {
+                let (key, status) = text.split_once('\n').unwrap_or((&text, "{}"));
+                let mut parts = key.splitn(2, '/');
+                let (ns, name) = (
+                    parts.next().unwrap_or_default(),
+                    parts.next().unwrap_or_default(),
+                );
+                if let Ok(status) = serde_json::from_str(status) {
+                    let _ = store.patch_status(ns, name, None, &status);
+                }
+            }
+        }
+        let _ = store.changes_since(seq / 2);
+        let _ = store.objects(kind, Some(b));
+    }
+    let sorted = |pods: Vec<Pod>| {
+        let mut v: Vec<Value> = pods
+            .iter()
+            .map(|p| serde_json::to_value(p).expect("a pod serializes"))
+            .collect();
+        v.sort_by_key(|p| p["metadata"]["uid"].to_string());
+        v
+    };
+    let before = sorted(store.pods());
+    drop(store);
+    let outside: Vec<_> = std::fs::read_dir(tmp.path().join("edge"))
+        .expect("the folder")
+        .chain(std::fs::read_dir(tmp.path()).expect("the folder"))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n != "store" && n != "edge")
+        .collect();
+    assert!(outside.is_empty(), "written outside the store: {outside:?}");
+    let reopened = Store::open(&dir).expect("the store reopens");
+    assert_eq!(
+        sorted(reopened.pods()),
+        before,
+        "the pods after the reopen differ"
+    );
 }

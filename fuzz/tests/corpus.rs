@@ -4,17 +4,6 @@
 
 use std::path::Path;
 
-type Target = fn(&[u8]);
-
-const TARGETS: [(&str, Target); 6] = [
-    ("bodies", minik8s_fuzz::bodies),
-    ("patches", minik8s_fuzz::patches),
-    ("queries", minik8s_fuzz::queries),
-    ("cel", minik8s_fuzz::cel),
-    ("store_recovery", minik8s_fuzz::store_recovery),
-    ("edge_messages", minik8s_fuzz::edge_messages),
-];
-
 fn inputs(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map(|d| {
@@ -32,7 +21,7 @@ fn inputs(dir: &Path) -> Vec<std::path::PathBuf> {
 fn every_corpus_input_and_every_past_crash_runs_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut ran = 0;
-    for (name, target) in TARGETS {
+    for (name, target) in minik8s_fuzz::TARGETS {
         let seeds = inputs(&root.join("corpus").join(name));
         assert!(!seeds.is_empty(), "{name} has no seed corpus");
         for file in seeds
