@@ -19,4 +19,10 @@ fn chosen() -> minik8s_fuzz::Target {
     })
 }
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| chosen()(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    // For a crash libFuzzer cannot catch (a stack overflow): each input written first.
+    if let Some(path) = std::env::var_os("MINIK8S_FUZZ_LAST") {
+        let _ = std::fs::write(path, data);
+    }
+    chosen()(data)
+});

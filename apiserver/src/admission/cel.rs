@@ -78,8 +78,7 @@ impl Input {
 
     /// Evaluates `expression` against the request.
     pub(crate) fn eval(&self, expression: &str) -> Result<cel::Value, RuleError> {
-        let program =
-            cel::Program::compile(expression).map_err(|e| RuleError::Compile(e.to_string()))?;
+        let program = crate::registry::rules::program(expression)?;
         let mut context = crate::registry::rules::library()?;
         for (name, v) in [
             ("object", &self.object),

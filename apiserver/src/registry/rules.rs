@@ -26,11 +26,63 @@ pub fn is_transition(rule: &str) -> bool {
     rule.contains("oldSelf")
 }
 
+/// The longest expression, in code points (cel-go's default limit).
+const MAX_CODE_POINTS: usize = 100_000;
+/// The most nested brackets plus operators and selectors an expression may have. The parser
+/// recurses once for each bracket level and each operator of a chain, with large frames (a
+/// debug build overflowed an 8 MiB stack at 250 terms of `1+1+…`); cel-go's own limit is a
+/// recursion depth of 250.
+const MAX_DEPTH: usize = 100;
+/// The most nested brackets: each level of a list, map or call costs the parser some fifteen
+/// frames (67 nested `{` overflowed 8 MiB in a debug build).
+const MAX_NESTING: usize = 32;
+
+/// Parses a CEL expression within the limits cel-go sets: a deeply nested expression is
+/// refused, never a crash of the parser's recursion.
+pub fn program(expression: &str) -> Result<cel::Program, RuleError> {
+    let size = expression.chars().count();
+    if size > MAX_CODE_POINTS {
+        return Err(RuleError::Compile(format!(
+            "expression code point size exceeds limit: size: {size}, limit {MAX_CODE_POINTS}"
+        )));
+    }
+    let (mut depth, mut deepest, mut operators, mut quote) = (0usize, 0usize, 0usize, None);
+    let mut chars = expression.chars();
+    while let Some(c) = chars.next() {
+        match (quote, c) {
+            (Some(_), '\\') => {
+                chars.next();
+            }
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '(' | '[' | '{') => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            (None, ')' | ']' | '}') => depth = depth.saturating_sub(1),
+            (None, '+' | '-' | '*' | '/' | '%' | '&' | '|' | '=' | '<' | '>' | '?' | '.' | '!') => {
+                operators += 1
+            }
+            _ => {}
+        }
+    }
+    if deepest > MAX_NESTING {
+        return Err(RuleError::Compile(format!(
+            "max recursion depth exceeded: brackets nested {deepest} deep, limit {MAX_NESTING}"
+        )));
+    }
+    if deepest + operators > MAX_DEPTH {
+        return Err(RuleError::Compile(format!(
+            "max recursion depth exceeded: {deepest} nested brackets and {operators} operators, limit {MAX_DEPTH} together"
+        )));
+    }
+    cel::Program::compile(expression).map_err(|e| RuleError::Compile(e.to_string()))
+}
+
 /// Compiles a rule (to check it when a CRD is written).
 pub fn compile(rule: &str) -> Result<(), RuleError> {
-    cel::Program::compile(rule)
-        .map(|_| ())
-        .map_err(|e| RuleError::Compile(e.to_string()))
+    program(rule).map(|_| ())
 }
 
 /// Evaluates `rule` with `self` bound to `value`.
@@ -49,8 +101,7 @@ fn evaluate(rule: &str, value: &Value, old: Option<&Value>) -> Result<bool, Rule
 
 /// The value of CEL `expression` with `self` bound to `value` (and `oldSelf` to `old`).
 fn run(expression: &str, value: &Value, old: Option<&Value>) -> Result<cel::Value, RuleError> {
-    let program =
-        cel::Program::compile(expression).map_err(|e| RuleError::Compile(e.to_string()))?;
+    let program = program(expression)?;
     let mut context = library()?;
     context.add_variable_from_value("self", to_cel(value));
     if let Some(old) = old {
@@ -256,6 +307,19 @@ pub fn causes(schema: &Value, value: &Value, path: &str) -> Vec<Cause> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_deeply_nested_rule_is_refused_not_a_crash() {
+        // The cel fuzz target's find: these overflowed the parser's stack.
+        for rule in [
+            format!("{}1{}", "(".repeat(3000), ")".repeat(3000)),
+            format!("{}{}", "[".repeat(3000), "]".repeat(3000)),
+            vec!["1"; 3000].join("+"),
+        ] {
+            let e = compile(&rule).unwrap_err().to_string();
+            assert!(e.contains("max recursion depth exceeded"), "{e}");
+        }
+    }
 
     #[test]
     fn lists_sum_as_upstreams_list_library() {
