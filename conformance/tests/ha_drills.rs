@@ -344,12 +344,8 @@ impl Drill {
         let started = Instant::now();
         let violations = minik8s_linearizability::check(&history);
         let line = format!(
-            "{name}: {} calls ({} lists, {} watch calls delivering {} events, {} unanswered), checked in {:.1} s: {}",
-            history.len(),
-            history.lists.len(),
-            history.watches.len(),
-            history.events(),
-            history.unanswered(),
+            "{name}: {}, checked in {:.1} s: {}",
+            history.summary(),
             started.elapsed().as_secs_f64(),
             if violations.is_empty() {
                 "linearizable".to_owned()
@@ -361,11 +357,7 @@ impl Drill {
         assert!(
             violations.is_empty(),
             "{name}: not linearizable:\n{}",
-            violations
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
+            minik8s_linearizability::describe(&violations)
         );
         assert!(
             history.len() >= calls,

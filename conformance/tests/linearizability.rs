@@ -123,12 +123,8 @@ fn checked(what: &str, history: &History, linearizable: bool) {
     let started = Instant::now();
     let violations = minik8s_linearizability::check(history);
     println!(
-        "{what}: {} calls ({} lists, {} watch calls delivering {} events, {} unanswered), {} violations, checked in {:?}{}",
-        history.len(),
-        history.lists.len(),
-        history.watches.len(),
-        history.events(),
-        history.unanswered(),
+        "{what}: {}, {} violations, checked in {:?}{}",
+        history.summary(),
         violations.len(),
         started.elapsed(),
         violations
@@ -140,11 +136,7 @@ fn checked(what: &str, history: &History, linearizable: bool) {
         assert!(
             violations.is_empty(),
             "{what}: not linearizable: {}",
-            violations
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("\n")
+            minik8s_linearizability::describe(&violations)
         );
         assert!(
             history

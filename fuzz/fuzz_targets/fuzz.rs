@@ -21,7 +21,8 @@ fn chosen() -> minik8s_fuzz::Target {
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     // For a crash libFuzzer cannot catch (a stack overflow): each input written first.
-    if let Some(path) = std::env::var_os("MINIK8S_FUZZ_LAST") {
+    static LAST: OnceLock<Option<std::ffi::OsString>> = OnceLock::new();
+    if let Some(path) = LAST.get_or_init(|| std::env::var_os("MINIK8S_FUZZ_LAST")) {
         let _ = std::fs::write(path, data);
     }
     chosen()(data)

@@ -152,6 +152,19 @@ impl History {
         self.ops.iter().filter(|o| o.ret.is_none()).count()
     }
 
+    /// What was recorded, in one line: calls, lists, watch calls and their events, and calls
+    /// unanswered.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} calls ({} lists, {} watch calls delivering {} events, {} unanswered)",
+            self.len(),
+            self.lists.len(),
+            self.watches.len(),
+            self.events(),
+            self.unanswered()
+        )
+    }
+
     /// Events the watches delivered (bookmarks not counted).
     pub fn events(&self) -> usize {
         self.watches
@@ -230,6 +243,15 @@ impl std::fmt::Display for Violation {
             ),
         }
     }
+}
+
+/// Violations, one a line.
+pub fn describe(violations: &[Violation]) -> String {
+    violations
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// One key's state in the model: its current version (a resourceVersion not known when it
