@@ -615,7 +615,13 @@ fn check_watches(ops: &[Operation], watches: &[Watch]) -> (Vec<Violation>, Vec<O
             }
         }
         // Every acknowledged write it passed, delivered.
-        for (&rv, &i) in acked.range(w.from + 1..=last) {
+        // (A watch that saw nothing passed nothing: `from + 1..=from` is no range.)
+        let passed = if last > w.from {
+            acked.range(w.from + 1..=last)
+        } else {
+            acked.range(1..1)
+        };
+        for (&rv, &i) in passed {
             if ops[i].key.starts_with(&w.prefix) && !delivered.contains(&rv) {
                 bad(
                     None,
@@ -990,6 +996,17 @@ mod tests {
             ops: writes(),
             lists: vec![],
             watches: vec![watch(events)],
+        };
+        assert_eq!(check(&h), vec![]);
+    }
+
+    #[test]
+    fn a_watch_that_saw_nothing_passes() {
+        // Cut off at once (the HA drill's partition): no event, no bookmark.
+        let h = History {
+            ops: writes(),
+            lists: vec![],
+            watches: vec![watch(vec![])],
         };
         assert_eq!(check(&h), vec![]);
     }
