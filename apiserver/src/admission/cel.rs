@@ -78,21 +78,19 @@ impl Input {
 
     /// Evaluates `expression` against the request.
     pub(crate) fn eval(&self, expression: &str) -> Result<cel::Value, RuleError> {
-        let program = crate::registry::rules::program(expression)?;
-        let mut context = crate::registry::rules::library()?;
-        for (name, v) in [
-            ("object", &self.object),
-            ("oldObject", &self.old_object),
-            ("request", &self.request),
-            ("namespaceObject", &self.namespace_object),
-            ("params", &self.params),
-        ] {
-            context.add_variable_from_value(name, crate::registry::rules::to_cel(v));
-        }
-        context.add_variable_from_value("variables", self.variables.clone());
-        program
-            .execute(&context)
-            .map_err(|e| RuleError::Execute(e.to_string()))
+        let variables = self.variables.clone();
+        Ok(minik8s_cel::eval_with(expression, |context| {
+            for (name, v) in [
+                ("object", &self.object),
+                ("oldObject", &self.old_object),
+                ("request", &self.request),
+                ("namespaceObject", &self.namespace_object),
+                ("params", &self.params),
+            ] {
+                context.add_variable_from_value(name, minik8s_cel::to_cel(v));
+            }
+            context.add_variable_from_value("variables", variables);
+        })?)
     }
 
     /// Evaluates a boolean expression.

@@ -153,38 +153,22 @@ fn chain(
     })
 }
 
-fn compile(expr: &str) -> Result<cel::Program, String> {
-    cel::Program::compile(expr).map_err(|e| e.to_string().trim().to_owned())
+/// A CEL error as a step reports it: the parser's text, or the evaluation's.
+fn cel_error(e: minik8s_cel::Error) -> String {
+    match e {
+        minik8s_cel::Error::Compile(m) => m.trim().to_owned(),
+        minik8s_cel::Error::Execute(m) => m,
+    }
+}
+
+fn compile(expr: &str) -> Result<(), String> {
+    minik8s_cel::compile(expr).map_err(cel_error)
 }
 
 /// Evaluates a CEL expression with `input` bound to the step's input.
 pub fn eval(expr: &str, input: &Value) -> Result<Value, String> {
-    let program = compile(expr)?;
-    let mut context = cel::Context::default();
-    context.add_variable_from_value("input", to_cel(input));
-    let v = program.execute(&context).map_err(|e| e.to_string())?;
+    let v = minik8s_cel::eval(expr, &[("input", input)]).map_err(cel_error)?;
     v.json().map_err(|e| e.to_string())
-}
-
-/// A JSON value as CEL sees it in Kubernetes: integers are `int` (not `uint`), so
-/// `input.sum * 2` and `input.n + 1` work on what functions answer.
-fn to_cel(v: &Value) -> cel::Value {
-    match v {
-        Value::Null => cel::Value::Null,
-        Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => cel::Value::Int(i),
-            (None, Some(u)) => cel::Value::UInt(u),
-            _ => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => cel::Value::from(s.as_str()),
-        Value::Array(a) => cel::Value::from(a.iter().map(to_cel).collect::<Vec<_>>()),
-        Value::Object(o) => cel::Value::from(
-            o.iter()
-                .map(|(k, v)| (k.clone(), to_cel(v)))
-                .collect::<HashMap<_, _>>(),
-        ),
-    }
 }
 
 /// An error a step ended with: a name and an explanation (`{"error", "cause"}`).
