@@ -131,13 +131,14 @@ impl Allocator {
                 }
                 ("None", _) => "None".into(),
                 ("", None) => {
-                    let free = (1..self.size - 1)
-                        .map(|i| Ipv4Addr::from(self.base + i))
-                        .find(|ip| !used_ips.contains(&ip.to_string()))
-                        .ok_or_else(|| {
-                            ApiError::internal("failed to allocate a serviceIP: range is full")
-                        })?;
-                    free.to_string()
+                    let band = static_band(self.size, 16, 256);
+                    let free = pick_free(1, self.size - 1, band, |i| {
+                        !used_ips.contains(&Ipv4Addr::from(self.base + i).to_string())
+                    })
+                    .ok_or_else(|| {
+                        ApiError::internal("failed to allocate a serviceIP: range is full")
+                    })?;
+                    Ipv4Addr::from(self.base + free).to_string()
                 }
                 (g, _) => {
                     let ip: Ipv4Addr = g.parse().map_err(|_| {
@@ -221,18 +222,20 @@ impl Allocator {
                         }
                         n as u16
                     }
-                    None => {
-                        match previous {
-                            Some(n) => n as u16,
-                            None => self.ports.clone().find(|n| !taken.contains(n)).ok_or_else(
-                                || {
+                    None => match previous {
+                        Some(n) => n as u16,
+                        None => {
+                            let (lo, hi) =
+                                (u32::from(*self.ports.start()), u32::from(*self.ports.end()));
+                            let band = static_band(hi + 1 - lo, 32, 128);
+                            pick_free(lo, hi + 1, band, |n| !taken.contains(&(n as u16)))
+                                .ok_or_else(|| {
                                     ApiError::internal(
                                         "failed to allocate a nodePort: range is full",
                                     )
-                                },
-                            )?,
+                                })? as u16
                         }
-                    }
+                    },
                 };
                 taken.insert(chosen);
                 p["nodePort"] = json!(chosen);
@@ -240,6 +243,35 @@ impl Allocator {
         }
         Ok(())
     }
+}
+
+/// The static band of a range of `size` values, as upstream reserves it (KEP-3070 for
+/// ClusterIPs: a 16th of the range, 16 to 256; KEP-3668 for NodePorts: a 32nd, 16 to 128):
+/// the lower values, which dynamic allocation takes only once the rest is full, so that a
+/// chosen one (the cluster DNS's `10.96.0.10`) stays free however many Services came first.
+fn static_band(size: u32, step: u32, max: u32) -> u32 {
+    if size < 16 {
+        0
+    } else {
+        (size / step).clamp(16, max)
+    }
+}
+
+/// A free value of `lo..hi` for a dynamic allocation, as upstream's allocators pick: from a
+/// random place above the static `band` (wrapping within it), then within the band.
+fn pick_free(lo: u32, hi: u32, band: u32, free: impl Fn(u32) -> bool) -> Option<u32> {
+    let split = lo.saturating_add(band).min(hi);
+    let upper = hi - split;
+    if upper > 0 {
+        let start = rand::random_range(0..upper);
+        if let Some(v) = (0..upper)
+            .map(|i| split + (start + i) % upper)
+            .find(|v| free(*v))
+        {
+            return Some(v);
+        }
+    }
+    (lo..split).find(|v| free(*v))
 }
 
 /// The ClusterIPs and NodePorts of every stored Service except the one at `key`.
@@ -281,5 +313,26 @@ mod tests {
         assert!(a.contains(Ipv4Addr::new(10, 111, 255, 254)));
         assert!(!a.contains(Ipv4Addr::new(10, 112, 0, 1)));
         assert!(Allocator::new("10.96.0.0", 1..=2).is_err());
+    }
+
+    #[test]
+    fn dynamic_allocation_leaves_the_static_band_until_the_rest_is_full() {
+        assert_eq!(static_band(1 << 20, 16, 256), 256);
+        assert_eq!(static_band(256, 16, 256), 16);
+        assert_eq!(static_band(8, 16, 256), 0);
+        assert_eq!(static_band(2768, 32, 128), 86);
+        // A /24: addresses 1..255, the band 1..17.
+        let mut taken = HashSet::new();
+        for _ in 0..(255 - 17) {
+            let v = pick_free(1, 255, 16, |v| !taken.contains(&v)).unwrap();
+            assert!(v >= 17, "{v} is in the static band");
+            taken.insert(v);
+        }
+        let v = pick_free(1, 255, 16, |v| !taken.contains(&v)).unwrap();
+        assert!(v < 17);
+        for v in 1..17 {
+            taken.insert(v);
+        }
+        assert_eq!(pick_free(1, 255, 16, |v| !taken.contains(&v)), None);
     }
 }
