@@ -39,7 +39,12 @@ pub struct SimConfig {
     pub memory: String,
     /// Allocatable pods per node.
     pub pods: u32,
+    /// How often each node reports its status (its Lease is renewed every 10 s).
+    pub status_every: Duration,
 }
+
+/// How often each node's Lease is renewed (the kubelet's default).
+const LEASE_EVERY: Duration = Duration::from_secs(10);
 
 impl Default for SimConfig {
     fn default() -> Self {
@@ -49,6 +54,7 @@ impl Default for SimConfig {
             cpu: "4".into(),
             memory: "8Gi".into(),
             pods: 110,
+            status_every: Duration::from_secs(60),
         }
     }
 }
@@ -69,53 +75,103 @@ fn node_names(cfg: &SimConfig) -> Vec<String> {
         .collect()
 }
 
+/// How many of the nodes' registration, status and Lease writes are in flight at once.
+const PARALLEL: usize = 16;
+
+/// A node's status as a kubelet reports it: capacity, addresses, the Ready condition (ready
+/// since `since`, last heard from now) and what it runs.
+fn node_status(cfg: &SimConfig, i: usize, name: &str, since: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+        "status": {
+            "capacity": {"cpu": cfg.cpu, "memory": cfg.memory, "pods": cfg.pods.to_string()},
+            "allocatable": {"cpu": cfg.cpu, "memory": cfg.memory, "pods": cfg.pods.to_string()},
+            "addresses": [{"type": "InternalIP", "address": format!("10.255.{}.{}", i / 250, i % 250 + 1)},
+                          {"type": "Hostname", "address": name}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "simulated node is ready", "lastHeartbeatTime": now(), "lastTransitionTime": since}],
+            "nodeInfo": {"kubeletVersion": "v1.33.0-minik8s-sim", "containerRuntimeVersion": "sim://0",
+                "kernelVersion": "", "osImage": "simulated", "operatingSystem": "linux", "architecture": "amd64",
+                "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
+        },
+    })
+}
+
+/// Runs `write` for every node, [`PARALLEL`] at a time; the first error.
+async fn each_node<F, Fut>(cfg: &SimConfig, write: F) -> Result<()>
+where
+    F: Fn(usize, String) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut writes = futures::stream::iter(node_names(cfg).into_iter().enumerate())
+        .map(|(i, name)| write(i, name))
+        .buffer_unordered(PARALLEL);
+    let mut first = Ok(());
+    while let Some(r) = writes.next().await {
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
+
 /// Creates or refreshes the nodes and their Leases.
-async fn register(client: &Client, cfg: &SimConfig) -> Result<()> {
+async fn register(client: &Client, cfg: &SimConfig, since: &str) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(MANAGER).force();
-    for (i, name) in node_names(cfg).iter().enumerate() {
-        let node = json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "labels": {
-                "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64", SIM_LABEL: "true"}},
-            "spec": {},
-        });
-        nodes.patch(name, &pp, &Patch::Apply(&node)).await?;
-        let status = json!({
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-            "status": {
-                "capacity": {"cpu": cfg.cpu, "memory": cfg.memory, "pods": cfg.pods.to_string()},
-                "allocatable": {"cpu": cfg.cpu, "memory": cfg.memory, "pods": cfg.pods.to_string()},
-                "addresses": [{"type": "InternalIP", "address": format!("10.255.{}.{}", i / 250, i % 250 + 1)},
-                              {"type": "Hostname", "address": name}],
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "simulated node is ready", "lastHeartbeatTime": now(), "lastTransitionTime": now()}],
-                "nodeInfo": {"kubeletVersion": "v1.33.0-minik8s-sim", "containerRuntimeVersion": "sim://0",
-                    "kernelVersion": "", "osImage": "simulated", "operatingSystem": "linux", "architecture": "amd64",
-                    "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""},
-            },
-        });
-        nodes
-            .patch_status(name, &pp, &Patch::Apply(&status))
-            .await?;
-    }
+    each_node(cfg, |_, name| {
+        let (nodes, pp) = (&nodes, &pp);
+        async move {
+            let node = json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64", SIM_LABEL: "true"}},
+                "spec": {},
+            });
+            nodes.patch(&name, pp, &Patch::Apply(&node)).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    report_status(client, cfg, since).await?;
     renew(client, cfg).await
+}
+
+/// Writes every node's status (the heartbeat a kubelet sends every `status_every`).
+async fn report_status(client: &Client, cfg: &SimConfig, since: &str) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams::apply(MANAGER).force();
+    each_node(cfg, |i, name| {
+        let (nodes, pp) = (&nodes, &pp);
+        async move {
+            let status = node_status(cfg, i, &name, since);
+            nodes
+                .patch_status(&name, pp, &Patch::Apply(&status))
+                .await?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 /// Renews every node's Lease in `kube-node-lease`.
 async fn renew(client: &Client, cfg: &SimConfig) -> Result<()> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let pp = PatchParams::apply(MANAGER).force();
-    for name in node_names(cfg) {
-        let lease = json!({
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": "kube-node-lease"},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
-        });
-        leases.patch(&name, &pp, &Patch::Apply(&lease)).await?;
-    }
-    Ok(())
+    each_node(cfg, |_, name| {
+        let (leases, pp) = (&leases, &pp);
+        async move {
+            let lease = json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": "kube-node-lease"},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
+            });
+            leases.patch(&name, pp, &Patch::Apply(&lease)).await?;
+            Ok(())
+        }
+    })
+    .await
 }
 
 struct Sim {
@@ -249,9 +305,11 @@ fn error_policy(_: Arc<Pod>, e: &crate::Error, _: Arc<Sim>) -> Action {
     Action::requeue(Duration::from_millis(500))
 }
 
-/// Registers the nodes, then renews leases and plays kubelet until `shutdown`.
+/// Registers the nodes, then renews their Leases every 10 s and reports their status every
+/// `status_every` (as kubelets do), and plays kubelet until `shutdown`.
 pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) -> Result<()> {
-    register(&client, &cfg).await?;
+    let since = now();
+    register(&client, &cfg, &since).await?;
     let sim = Arc::new(Sim {
         client: client.clone(),
         nodes: node_names(&cfg).into_iter().collect(),
@@ -261,13 +319,20 @@ pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) ->
         let cfg = cfg.clone();
         let shutdown = shutdown.clone();
         async move {
+            let mut reported = std::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(10)) => {}
+                    _ = tokio::time::sleep(LEASE_EVERY) => {}
                 }
                 if let Err(e) = renew(&client, &cfg).await {
                     tracing::warn!(error = %e, "renewing simulated node leases");
+                }
+                if reported.elapsed() >= cfg.status_every {
+                    reported = std::time::Instant::now();
+                    if let Err(e) = report_status(&client, &cfg, &since).await {
+                        tracing::warn!(error = %e, "reporting simulated node status");
+                    }
                 }
             }
         }

@@ -25,6 +25,9 @@ struct Args {
     /// Allocatable pods per node.
     #[arg(long, default_value_t = 110)]
     pods: u32,
+    /// Seconds between each node's status reports (Leases are renewed every 10 s).
+    #[arg(long, default_value_t = 60)]
+    status_every: u64,
 }
 
 #[tokio::main]
@@ -39,6 +42,7 @@ async fn main() -> anyhow::Result<()> {
         cpu: a.cpu,
         memory: a.memory,
         pods: a.pods,
+        status_every: std::time::Duration::from_secs(a.status_every),
     };
     run(client, cfg, shutdown).await?;
     Ok(())
