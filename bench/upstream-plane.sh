@@ -5,7 +5,8 @@
 # PORT+1 (peers PORT+2), the apiserver on PORT, the controller manager's and scheduler's
 # health on PORT+3 and PORT+4. The certificates are `minik8s pki init`'s (the same CA, serving
 # certificate and component identities minik8s's own control plane gets); the service-account
-# key comes from openssl.
+# key comes from openssl. The controller manager and scheduler talk to the apiserver at 100
+# requests/s (burst 100), as upstream's scalability jobs configure them (their default is 20).
 #
 #   bench/upstream-plane.sh up DIR [PORT]   start them (default PORT 46443); prints the admin
 #                                           kubeconfig once the apiserver is ready
@@ -76,12 +77,13 @@ up() {
     --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
     --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
     --use-service-account-credentials=true --leader-elect=false \
-    --service-cluster-ip-range 10.96.0.0/12 --v=1
+    --service-cluster-ip-range 10.96.0.0/12 --kube-api-qps 100 --kube-api-burst 100 --v=1
   start kube-scheduler "$BIN/kube-scheduler" \
     --kubeconfig "$pki/scheduler.kubeconfig" \
     --authentication-kubeconfig "$pki/scheduler.kubeconfig" \
     --authorization-kubeconfig "$pki/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$((port + 4))" --leader-elect=false --v=1
+    --bind-address 127.0.0.1 --secure-port "$((port + 4))" --leader-elect=false \
+    --kube-api-qps 100 --kube-api-burst 100 --v=1
   sleep 2
   for c in "${COMPONENTS[@]}"; do
     kill -0 "$(cat "$DIR/$c.pid")" 2>/dev/null || { tail -20 "$DIR/$c.log" >&2; die "$c exited"; }

@@ -84,9 +84,71 @@ pub fn memory(pid: u32) -> Value {
     })
 }
 
+/// A memory cgroup of its own for a process under measure (cgroup v2, or v1's memory
+/// controller where only that is mounted), removed on drop once its processes are gone.
+pub struct Cgroup(std::path::PathBuf);
+
+impl Cgroup {
+    /// `<memory hierarchy>/<name>`; `None` where there is no memory controller to write.
+    pub fn create(name: &str) -> Option<Cgroup> {
+        let v2 = Path::new("/sys/fs/cgroup");
+        let root = if v2.join("cgroup.controllers").exists() {
+            let enabled = std::fs::read_to_string(v2.join("cgroup.subtree_control")).ok()?;
+            if !enabled.split_whitespace().any(|c| c == "memory") {
+                std::fs::write(v2.join("cgroup.subtree_control"), "+memory").ok()?;
+            }
+            v2.to_owned()
+        } else {
+            let v1 = v2.join("memory");
+            if !v1.join("memory.usage_in_bytes").exists() {
+                return None;
+            }
+            v1
+        };
+        let path = root.join(name);
+        std::fs::create_dir_all(&path).ok()?;
+        Some(Cgroup(path))
+    }
+
+    /// Its `cgroup.procs`: a process id written there moves the process in.
+    pub fn procs(&self) -> std::path::PathBuf {
+        self.0.join("cgroup.procs")
+    }
+
+    /// Its folder.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Its memory usage in MiB: anonymous memory and the page cache its processes' reads and
+    /// writes brought in.
+    pub fn memory_mib(&self) -> f64 {
+        cgroup_memory_mib(&self.0)
+    }
+}
+
+/// A cgroup folder's memory usage in MiB, one decimal (`memory.current`, or v1's
+/// `memory.usage_in_bytes`; 0 if neither reads).
+pub fn cgroup_memory_mib(cgroup: &Path) -> f64 {
+    let bytes: f64 = ["memory.current", "memory.usage_in_bytes"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(cgroup.join(f)).ok())
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    (bytes / 1048576.0 * 10.0).round() / 10.0
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
 /// A `minik8s up` child process, killed on drop.
 pub struct Server {
     child: Child,
+    /// The command that started it (`sh -c` around it when it starts in a cgroup).
+    command: Vec<std::ffi::OsString>,
     /// Its admin kubeconfig.
     pub kubeconfig: std::path::PathBuf,
     /// Seconds from spawn until it answered.
@@ -96,7 +158,12 @@ pub struct Server {
 impl Server {
     /// Starts `minik8s up` on a free port with a fresh data folder and waits until it answers.
     pub async fn start(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
-        Self::start_with(binary, dir, &["--no-node"]).await
+        Self::start_with(binary, dir, &["--no-node"], None).await
+    }
+
+    /// As [`Server::start`], with the process in `cgroup` from its first instruction.
+    pub async fn start_in(binary: &Path, dir: &Path, cgroup: &Cgroup) -> anyhow::Result<Self> {
+        Self::start_with(binary, dir, &["--no-node"], Some(cgroup)).await
     }
 
     /// Starts `minik8s up` with this machine's node (kubelet, containerd, proxy) and its local
@@ -124,54 +191,99 @@ impl Server {
                 "--gateway",
                 &gateway.to_string(),
             ],
+            None,
         )
         .await
     }
 
-    async fn start_with(binary: &Path, dir: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+    async fn start_with(
+        binary: &Path,
+        dir: &Path,
+        extra: &[&str],
+        cgroup: Option<&Cgroup>,
+    ) -> anyhow::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
+        let mut command: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(cg) = cgroup {
+            // Into the cgroup before it starts, so that everything it allocates counts there.
+            command.extend([
+                "sh".into(),
+                "-c".into(),
+                r#"echo $$ > "$0" && exec "$@""#.into(),
+            ]);
+            command.push(cg.procs().into());
+        }
+        command.push(binary.into());
+        command.push("up".into());
+        command.extend(extra.iter().map(Into::into));
+        command.push("--data-dir".into());
+        command.push(dir.into());
+        for a in ["--port", &port.to_string(), "--audit-level", "None"] {
+            command.push(a.into());
+        }
         let started = Instant::now();
-        let child = Command::new(binary)
-            .arg("up")
-            .args(extra)
-            .arg("--data-dir")
-            .arg(dir)
-            .args(["--port", &port.to_string(), "--audit-level", "None"])
-            // MINIK8S_BENCH_LOG sets the server's log filter (for a profile); warnings otherwise.
-            .env(
-                "RUST_LOG",
-                std::env::var("MINIK8S_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()?;
+        let child = spawn(&command)?;
         let kubeconfig = dir.join("admin.kubeconfig");
+        let mut server = Server {
+            ready_after: Duration::ZERO,
+            child,
+            command,
+            kubeconfig,
+        };
+        server.wait_ready(Duration::from_secs(30)).await?;
+        server.ready_after = started.elapsed();
+        Ok(server)
+    }
+
+    /// Waits until it answers, at most `limit`.
+    async fn wait_ready(&self, limit: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
         loop {
-            if kubeconfig.exists()
-                && let Ok(client) = minik8s_kubeconfig::client(&kubeconfig).await
+            if self.kubeconfig.exists()
+                && let Ok(client) = minik8s_kubeconfig::client(&self.kubeconfig).await
                 && client.apiserver_version().await.is_ok()
             {
-                break;
+                return Ok(());
             }
             anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(30),
-                "minik8s up did not answer in 30 s"
+                started.elapsed() < limit,
+                "minik8s up did not answer in {limit:?}"
             );
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        Ok(Server {
-            ready_after: started.elapsed(),
-            child,
-            kubeconfig,
-        })
+    }
+
+    /// SIGKILLs it and starts it again on the same data folder and port; the time from the
+    /// kill until it answered (at most `limit`).
+    pub async fn kill_and_restart(&mut self, limit: Duration) -> anyhow::Result<Duration> {
+        let killed = Instant::now();
+        self.child.kill()?;
+        self.child.wait()?;
+        self.child = spawn(&self.command)?;
+        self.wait_ready(limit).await?;
+        Ok(killed.elapsed())
     }
 
     /// The server's process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// Starts `command` with the server's environment: warnings only on stderr, unless
+/// `MINIK8S_BENCH_LOG` sets the log filter (for a profile).
+fn spawn(command: &[std::ffi::OsString]) -> std::io::Result<Child> {
+    Command::new(&command[0])
+        .args(&command[1..])
+        .env(
+            "RUST_LOG",
+            std::env::var("MINIK8S_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
 }
 
 impl Drop for Server {

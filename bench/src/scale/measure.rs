@@ -1,0 +1,313 @@
+//! What the scale harness measures: API call latencies from the client's side and from the
+//! server's `apiserver_request_duration_seconds`, the SLOs of Kubernetes' scalability SIG over
+//! them, and 5xx answers from `apiserver_request_total`.
+
+use crate::bench::percentiles;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A call's class: (verb, resource, scope), as upstream's metrics label it.
+pub type Call = (String, String, String);
+
+/// Latencies of the calls the harness makes itself, and the errors they met.
+#[derive(Default)]
+pub struct Client {
+    latencies: Mutex<BTreeMap<Call, Vec<Duration>>>,
+    errors: Mutex<BTreeMap<(Call, u16), u64>>,
+    paused: std::sync::atomic::AtomicBool,
+}
+
+impl Client {
+    /// Stops (or resumes) recording: while the server is down on purpose.
+    pub fn pause(&self, paused: bool) {
+        self.paused
+            .store(paused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Times `call`, recorded under `verb`, `resource` and `scope` (`resource`, `namespace`
+    /// or `cluster`).
+    pub async fn time<T>(
+        &self,
+        (verb, resource, scope): (&str, &str, &str),
+        call: impl Future<Output = kube::Result<T>>,
+    ) -> kube::Result<T> {
+        let t = Instant::now();
+        let out = call.await;
+        let took = t.elapsed();
+        if self.paused.load(std::sync::atomic::Ordering::Relaxed) {
+            return out;
+        }
+        let key = (verb.to_owned(), resource.to_owned(), scope.to_owned());
+        match &out {
+            Ok(_) => self
+                .latencies
+                .lock()
+                .expect("latencies")
+                .entry(key)
+                .or_default()
+                .push(took),
+            Err(e) => {
+                let code = match e {
+                    kube::Error::Api(s) => s.code,
+                    _ => 0,
+                };
+                *self
+                    .errors
+                    .lock()
+                    .expect("errors")
+                    .entry((key, code))
+                    .or_default() += 1;
+            }
+        }
+        out
+    }
+
+    /// Each class's count and p50/p99 in milliseconds.
+    pub fn report(&self) -> Vec<Value> {
+        let mut out = Vec::new();
+        for ((verb, resource, scope), samples) in
+            self.latencies.lock().expect("latencies").iter_mut()
+        {
+            let mut row = percentiles(samples);
+            row["verb"] = json!(verb);
+            row["resource"] = json!(resource);
+            row["scope"] = json!(scope);
+            row["count"] = json!(samples.len());
+            out.push(row);
+        }
+        out
+    }
+
+    /// Errors by class and code (0: no HTTP answer).
+    pub fn errors(&self) -> Vec<Value> {
+        self.errors
+            .lock()
+            .expect("errors")
+            .iter()
+            .map(|((c, code), n)| {
+                json!({"verb": c.0, "resource": c.1, "scope": c.2, "code": code, "count": n})
+            })
+            .collect()
+    }
+}
+
+/// A metric's labels and value, from one line of Prometheus' text format.
+fn sample(line: &str) -> Option<(&str, BTreeMap<&str, &str>, f64)> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let (head, value) = line.rsplit_once(' ')?;
+    let value = value.parse().ok()?;
+    let (name, labels) = match head.split_once('{') {
+        Some((name, rest)) => (name, rest.strip_suffix('}')?),
+        None => (head, ""),
+    };
+    let mut map = BTreeMap::new();
+    // Label values here never hold `",`.
+    for pair in labels.split("\",") {
+        if let Some((k, v)) = pair.split_once("=\"") {
+            map.insert(k, v.trim_end_matches('"'));
+        }
+    }
+    Some((name, map, value))
+}
+
+/// One histogram series: cumulative counts by upper bound.
+type Buckets = Vec<(f64, f64)>;
+
+/// What a `/metrics` scrape holds of requests: latency histograms by (verb, resource,
+/// subresource, scope), and answers by (verb, resource, code).
+#[derive(Default, Clone)]
+pub struct Scrape {
+    latency: BTreeMap<(String, String, String, String), Buckets>,
+    answers: BTreeMap<(String, String, String), f64>,
+}
+
+impl Scrape {
+    /// What a scrape's text holds of requests.
+    pub fn parse(text: &str) -> Scrape {
+        let mut s = Scrape::default();
+        for line in text.lines() {
+            let Some((name, labels, value)) = sample(line) else {
+                continue;
+            };
+            let get = |k: &str| labels.get(k).copied().unwrap_or("").to_owned();
+            match name {
+                "apiserver_request_duration_seconds_bucket" => {
+                    let le = match labels.get("le") {
+                        Some(&"+Inf") => f64::INFINITY,
+                        Some(le) => le.parse().unwrap_or(f64::INFINITY),
+                        None => continue,
+                    };
+                    s.latency
+                        .entry((
+                            get("verb"),
+                            get("resource"),
+                            get("subresource"),
+                            get("scope"),
+                        ))
+                        .or_default()
+                        .push((le, value));
+                }
+                "apiserver_request_total" => {
+                    *s.answers
+                        .entry((get("verb"), get("resource"), get("code")))
+                        .or_default() += value;
+                }
+                _ => {}
+            }
+        }
+        for b in s.latency.values_mut() {
+            b.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        s
+    }
+
+    /// What happened between `before` and `self`.
+    pub fn since(&self, before: &Scrape) -> Scrape {
+        let mut out = self.clone();
+        for (k, buckets) in out.latency.iter_mut() {
+            if let Some(old) = before.latency.get(k) {
+                for (b, o) in buckets.iter_mut().zip(old) {
+                    b.1 -= o.1;
+                }
+            }
+        }
+        for (k, v) in out.answers.iter_mut() {
+            *v -= before.answers.get(k).copied().unwrap_or(0.0);
+        }
+        out
+    }
+
+    /// 5xx answers by (verb, resource, code).
+    pub fn server_errors(&self) -> Vec<Value> {
+        self.answers
+            .iter()
+            .filter(|((_, _, code), n)| code.starts_with('5') && **n > 0.0)
+            .map(|((verb, resource, code), n)| {
+                json!({"verb": verb, "resource": resource, "code": code, "count": n})
+            })
+            .collect()
+    }
+}
+
+/// The `q` quantile of a cumulative histogram, interpolated within its bucket as Prometheus'
+/// `histogram_quantile` does (the upper bound of the last finite bucket beyond it).
+fn quantile(buckets: &Buckets, q: f64) -> f64 {
+    let total = buckets.last().map_or(0.0, |b| b.1);
+    if total <= 0.0 {
+        return 0.0;
+    }
+    let rank = q * total;
+    let (mut lower, mut below) = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return lower;
+            }
+            let width = count - below;
+            return if width > 0.0 {
+                lower + (le - lower) * (rank - below) / width
+            } else {
+                le
+            };
+        }
+        (lower, below) = (le, count);
+    }
+    lower
+}
+
+/// The SLO a call class falls under, as the scalability SIG states them: mutating calls of
+/// single objects and reads of single objects p99 ≤ 1 s; LISTs in a namespace p99 ≤ 5 s,
+/// cluster-wide p99 ≤ 30 s. Watches and long-running calls have none.
+pub fn slo(verb: &str, scope: &str) -> Option<(&'static str, f64)> {
+    match (verb, scope) {
+        ("POST" | "PUT" | "PATCH" | "APPLY" | "DELETE", "resource" | "namespace") => {
+            Some(("mutating", 1.0))
+        }
+        ("GET", "resource") => Some(("read", 1.0)),
+        ("LIST", "namespace") => Some(("list-namespace", 5.0)),
+        ("LIST", "cluster") => Some(("list-cluster", 30.0)),
+        _ => None,
+    }
+}
+
+/// Each server-side class with calls: count, p50 and p99 (ms, interpolated in the bucket)
+/// and its SLO; and what broke an SLO.
+pub fn server_latencies(diff: &Scrape) -> (Vec<Value>, Vec<String>) {
+    let (mut rows, mut broken) = (Vec::new(), Vec::new());
+    for ((verb, resource, sub, scope), buckets) in &diff.latency {
+        let count = buckets.last().map_or(0.0, |b| b.1);
+        if count <= 0.0 {
+            continue;
+        }
+        let Some((class, limit)) = slo(verb, scope) else {
+            continue;
+        };
+        let (p50, p99) = (quantile(buckets, 0.5), quantile(buckets, 0.99));
+        let what = if sub.is_empty() {
+            resource.clone()
+        } else {
+            format!("{resource}/{sub}")
+        };
+        if p99 > limit {
+            broken.push(format!(
+                "server {verb} {what} ({scope}): p99 {:.0} ms > {limit} s",
+                p99 * 1e3
+            ));
+        }
+        rows.push(json!({"verb": verb, "resource": what, "scope": scope, "count": count,
+            "slo": class, "p50_ms": (p50 * 1e4).round() / 10.0, "p99_ms": (p99 * 1e4).round() / 10.0}));
+    }
+    (rows, broken)
+}
+
+/// What broke an SLO among the client's own calls.
+pub fn client_broken(rows: &[Value]) -> Vec<String> {
+    rows.iter()
+        .filter_map(|r| {
+            let (verb, scope) = (r["verb"].as_str()?, r["scope"].as_str()?);
+            let (_, limit) = slo(verb, scope)?;
+            let p99 = r["p99_ms"].as_f64()? / 1e3;
+            (p99 > limit).then(|| {
+                format!(
+                    "client {verb} {} ({scope}): p99 {:.0} ms > {limit} s",
+                    r["resource"].as_str().unwrap_or(""),
+                    p99 * 1e3
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = r#"# HELP apiserver_request_duration_seconds x
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1",le="0.1"} 90
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1",le="1"} 99
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1",le="2"} 100
+apiserver_request_duration_seconds_bucket{component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="POST",version="v1",le="+Inf"} 100
+apiserver_request_total{code="201",component="apiserver",resource="pods",verb="POST"} 100
+apiserver_request_total{code="503",component="apiserver",resource="pods",verb="POST"} 2
+"#;
+
+    #[test]
+    fn quantiles_and_errors_come_from_the_difference_of_two_scrapes() {
+        let after = Scrape::parse(TEXT);
+        let (rows, broken) = server_latencies(&after.since(&Scrape::default()));
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0]["p50_ms"], 55.6);
+        assert_eq!(rows[0]["p99_ms"], 1000.0);
+        assert!(broken.is_empty());
+        let (rows, _) = server_latencies(&after.since(&after));
+        assert!(rows.is_empty());
+        assert_eq!(after.server_errors().len(), 1);
+        let worse = Scrape::parse(&TEXT.replace("} 99\n", "} 98\n"));
+        let (_, broken) = server_latencies(&worse.since(&Scrape::default()));
+        assert_eq!(broken.len(), 1, "{broken:?}");
+    }
+}

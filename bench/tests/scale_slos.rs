@@ -1,0 +1,52 @@
+//! The scale harness at CI's size: 200 simulated nodes and ClusterLoader2's load of 600 pods
+//! at its default pace of 10 pods/s (Deployments of three sizes, Services, ConfigMaps,
+//! Secrets; scaled, a quarter rolled, all deleted) against `minik8s up` as this build makes
+//! it, with a SIGKILL at the peak. Every SLO of the scalability SIG must hold (API call
+//! latencies from both sides, LISTs, pod start-up), no 5xx, no watch loss, nothing lost to
+//! the kill; within 3 minutes.
+//!
+//! The suite's build is a debug build, about ten times slower than a release build here: at
+//! 2,000 pods and 50 pods/s it broke the SLOs (POST pods p99 3 s, both cores busy) where the
+//! release build holds them with a p99 of 97 ms (`bench/scale`, docs/benchmarks.md). Hence
+//! the smaller load in CI.
+
+use minik8s_bench::scale::{Options, Plane, run};
+use std::time::{Duration, Instant};
+
+#[test]
+fn two_hundred_nodes_and_six_hundred_pods_meet_the_slos() {
+    let t = Instant::now();
+    let rt = tokio::runtime::Runtime::new().expect("a runtime");
+    let report = rt
+        .block_on(run(
+            Plane::Minik8s {
+                binary: minik8s_conformance::node::bin("minik8s"),
+            },
+            Options {
+                nodes: 200,
+                pods: 600,
+                limit: Duration::from_secs(60),
+                configmaps: 1000,
+                kill: true,
+                pod_rate: 10.0,
+            },
+        ))
+        .expect("the load ran");
+    let took = t.elapsed();
+    let brief = serde_json::json!({
+        "phases": report["phases"],
+        "pod_startup": report["pod_startup"],
+        "watch": report["watch"],
+        "restart": report["restart"]["answered_after_kill_s"],
+        "memory_peak": report["memory"]["peak"],
+        "slo_violations": report["slo_violations"],
+    });
+    println!("{}", serde_json::to_string_pretty(&brief).expect("json"));
+    assert_eq!(
+        report["slo_violations"],
+        serde_json::json!([]),
+        "SLOs broken (the report above)"
+    );
+    assert_eq!(report["restart"]["nodes_renewed"], 200);
+    assert!(took < Duration::from_secs(180), "took {took:?}");
+}
