@@ -491,7 +491,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         Plane::External(_) => None,
     };
     let mut server = None;
-    let (name, kubeconfig, pids, cgroup, data) = match plane {
+    let (name, kubeconfig, mut pids, cgroup, data) = match plane {
         Plane::Minik8s { binary } => {
             let s = match &own_cgroup {
                 Some(cg) => Server::start_in(&binary, dir.path(), cg).await?,
@@ -672,6 +672,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             rec.pause(true);
             let answered = server.kill_and_restart(Duration::from_secs(600)).await?;
             rec.pause(false);
+            pids = vec![("minik8s".to_owned(), server.pid())];
             let t = Instant::now();
             let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
             let renewed = loop {
