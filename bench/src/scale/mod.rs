@@ -216,45 +216,32 @@ async fn sample_reads(
         tick += 1;
         let d = &plan[tick as usize % plan.len()];
         let node = format!("sim-{}", tick as usize % nodes);
-        let _ = rec
-            .time(
+        let reads = [
+            (
+                1,
                 ("LIST", "pods", "namespace"),
-                sampled_get(&client, &format!("/api/v1/namespaces/{}/pods", d.namespace)),
-            )
-            .await;
-        let _ = rec
-            .time(
+                format!("/api/v1/namespaces/{}/pods", d.namespace),
+            ),
+            (
+                1,
                 ("GET", "nodes", "resource"),
-                sampled_get(&client, &format!("/api/v1/nodes/{node}")),
-            )
-            .await;
-        let _ = rec
-            .time(
+                format!("/api/v1/nodes/{node}"),
+            ),
+            (
+                1,
                 ("GET", "deployments", "resource"),
-                sampled_get(
-                    &client,
-                    &format!(
-                        "/apis/apps/v1/namespaces/{}/deployments/{}",
-                        d.namespace, d.name
-                    ),
+                format!(
+                    "/apis/apps/v1/namespaces/{}/deployments/{}",
+                    d.namespace, d.name
                 ),
-            )
-            .await;
-        if tick.is_multiple_of(2) {
-            let _ = rec
-                .time(
-                    ("LIST", "nodes", "cluster"),
-                    sampled_get(&client, "/api/v1/nodes"),
-                )
-                .await;
-        }
-        if tick.is_multiple_of(6) {
-            let _ = rec
-                .time(
-                    ("LIST", "pods", "cluster"),
-                    sampled_get(&client, "/api/v1/pods"),
-                )
-                .await;
+            ),
+            (2, ("LIST", "nodes", "cluster"), "/api/v1/nodes".to_owned()),
+            (6, ("LIST", "pods", "cluster"), "/api/v1/pods".to_owned()),
+        ];
+        for (every, class, path) in reads {
+            if tick.is_multiple_of(every) {
+                let _ = rec.time(class, sampled_get(&client, &path)).await;
+            }
         }
     }
 }
@@ -474,11 +461,33 @@ async fn create(
     } else {
         "/api/v1"
     };
-    let req = http::Request::post(format!("{group}/namespaces/{ns}/{resource}"))
+    let path = format!("{group}/namespaces/{ns}/{resource}");
+    post(client, rec, &path, ("POST", resource, "namespace"), object).await
+}
+
+/// Creates a cluster-scoped `object` (of the core group), timed.
+async fn create_cluster(
+    client: &Client,
+    rec: &measure::Client,
+    resource: &'static str,
+    object: Value,
+) -> anyhow::Result<()> {
+    let path = format!("/api/v1/{resource}");
+    post(client, rec, &path, ("POST", resource, "cluster"), object).await
+}
+
+/// POSTs `object` to `path`, timed as `class`.
+async fn post(
+    client: &Client,
+    rec: &measure::Client,
+    path: &str,
+    class: (&str, &str, &str),
+    object: Value,
+) -> anyhow::Result<()> {
+    let req = http::Request::post(path)
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&object)?)?;
-    rec.time(("POST", resource, "namespace"), client.request_text(req))
-        .await?;
+    rec.time(class, client.request_text(req)).await?;
     Ok(())
 }
 
@@ -895,21 +904,6 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
 
 fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
-}
-
-/// Creates a cluster-scoped `object` (of the core group), timed.
-async fn create_cluster(
-    client: &Client,
-    rec: &measure::Client,
-    resource: &'static str,
-    object: Value,
-) -> anyhow::Result<()> {
-    let req = http::Request::post(format!("/api/v1/{resource}"))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&object)?)?;
-    rec.time(("POST", resource, "cluster"), client.request_text(req))
-        .await?;
-    Ok(())
 }
 
 /// Merge-patches each Deployment of `plan` with `patch(d)`, timed, evenly over `spread`
