@@ -758,3 +758,119 @@ fn the_kubernetes_service_has_endpoints_and_an_endpointslice() {
     assert_eq!(slice, ep);
     assert!(ep.starts_with("127.0.0.1:"), "{ep}");
 }
+
+/// A kubelet's watch of its node's pods (`fieldSelector=spec.nodeName=<node>`, indexed in
+/// the store: `store::watchindex`) sees every change of its node's pods, pods bound to it
+/// included, and nothing of other nodes'; the watch of unscheduled pods (`spec.nodeName=`)
+/// sees a pod leave when it is bound. On the embedded store (indexed) and on etcd (not).
+#[test]
+fn a_watch_of_one_nodes_pods_sees_its_pods_and_only_them() {
+    for c in [Cluster::start(), Cluster::start_etcd()] {
+        node_watch_sees_its_pods(&c);
+    }
+}
+
+fn node_watch_sees_its_pods(c: &Cluster) {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+    use serde_json::json;
+
+    let client = c.client();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod = |name: &str, node: Option<&str>| -> Pod {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+        if let Some(n) = node {
+            p["spec"]["nodeName"] = json!(n);
+        }
+        serde_json::from_value(p).unwrap()
+    };
+    c.block_on(async {
+        let pending = pods
+            .create(&PostParams::default(), &pod("pending", None))
+            .await
+            .unwrap();
+        let from = pending.metadata.resource_version.unwrap();
+        let watch = |selector: &str| {
+            let wp = WatchParams::default().fields(selector).timeout(20);
+            let pods = pods.clone();
+            let from = from.clone();
+            async move { pods.watch(&wp, &from).await.unwrap().boxed() }
+        };
+        let mut n1 = watch("spec.nodeName=n1").await;
+        let mut unscheduled = watch("spec.nodeName=").await;
+
+        pods.create(&PostParams::default(), &pod("a", Some("n1")))
+            .await
+            .unwrap();
+        pods.create(&PostParams::default(), &pod("b", Some("n2")))
+            .await
+            .unwrap();
+        // Bound as the scheduler binds: onto n1, off the unscheduled pods.
+        let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "pending"},
+            "target": {"kind": "Node", "name": "n1"}});
+        let req = http::Request::post("/api/v1/namespaces/default/pods/pending/binding")
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&binding).unwrap())
+            .unwrap();
+        client.request_text(req).await.unwrap();
+        pods.patch_status(
+            "b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+        pods.patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Running"}})),
+        )
+        .await
+        .unwrap();
+        pods.delete("a", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+
+        let mut seen = Vec::new();
+        while seen.len() < 4 {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(10), n1.try_next())
+                .await
+                .expect("n1's watch hands over its pods' changes")
+                .unwrap()
+                .expect("the watch goes on");
+            match ev {
+                WatchEvent::Added(p) => seen.push(format!("ADDED {}", p.metadata.name.unwrap())),
+                WatchEvent::Modified(p) => {
+                    seen.push(format!("MODIFIED {}", p.metadata.name.unwrap()))
+                }
+                WatchEvent::Deleted(p) => {
+                    seen.push(format!("DELETED {}", p.metadata.name.unwrap()))
+                }
+                WatchEvent::Bookmark(_) => {}
+                WatchEvent::Error(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(
+            seen,
+            ["ADDED a", "ADDED pending", "MODIFIED a", "DELETED a"],
+            "n1's watch: its pods' changes in order, none of n2's"
+        );
+        let left = tokio::time::timeout(std::time::Duration::from_secs(5), unscheduled.next())
+            .await
+            .expect("the unscheduled pods' watch sees the bound pod leave")
+            .unwrap()
+            .unwrap();
+        match left {
+            WatchEvent::Deleted(p) => assert_eq!(p.metadata.name.as_deref(), Some("pending")),
+            other => panic!("expected the bound pod to leave the unscheduled pods: {other:?}"),
+        }
+        pods.delete("b", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+        pods.delete("pending", &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    });
+}

@@ -79,6 +79,15 @@ impl Selectors {
         self.label.is_empty() && self.field.is_empty()
     }
 
+    /// The value the field selector requires `field` to equal (`field=value`), if it does.
+    pub fn equal(&self, field: &str) -> Option<&str> {
+        self.field
+            .terms
+            .iter()
+            .find(|(f, _, equal)| f == field && *equal)
+            .map(|(_, v, _)| v.as_str())
+    }
+
     /// Whether an object matches both selectors.
     pub fn matches(&self, obj: &Value) -> bool {
         self.label.matches_json(object::meta(obj).get("labels"))
@@ -427,7 +436,13 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
         requested.unwrap_or(0) + 1
     };
 
-    let mut events = match ctx.api.store.watch(&prefix, start).await {
+    // A watch of one value of the kind's indexed field (a kubelet's, of its node's pods) is
+    // woken only by that value's changes (`store::watchindex`).
+    let opened = match ctx.res.watch_index.and_then(|f| selectors.equal(f)) {
+        Some(value) => ctx.api.store.watch_where(&prefix, start, value).await,
+        None => ctx.api.store.watch(&prefix, start).await,
+    };
+    let mut events = match opened {
         Ok(events) => events,
         // Upstream answers a watch from a compacted revision with 200 and one ERROR event.
         Err(e @ minik8s_storage::Error::Compacted { .. }) => {

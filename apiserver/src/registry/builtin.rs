@@ -93,6 +93,7 @@ struct Extra {
     generation: bool,
     keep_status: bool,
     fields: &'static [&'static str],
+    watch_index: Option<&'static str>,
 }
 
 fn row<K>(strategy: &'static dyn Strategy, extra: Extra) -> ResourceInfo
@@ -128,6 +129,7 @@ where
         schema: Some(|g| g.subschema_for::<K>()),
         strategic_merge: true,
         field_selectors: extra.fields.iter().map(|s| s.to_string()).collect(),
+        watch_index: extra.watch_index,
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
@@ -164,6 +166,7 @@ fn unstored(
         schema: None,
         strategic_merge: false,
         field_selectors: vec![],
+        watch_index: None,
         storage: None,
         printer_columns: vec![],
         crd_schema: None,
@@ -249,6 +252,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
                     "status.podIP",
                     "status.nominatedNodeName",
                 ],
+                // Every kubelet watches its node's pods.
+                watch_index: Some("spec.nodeName"),
                 ..Default::default()
             },
         ),

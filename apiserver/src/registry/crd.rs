@@ -109,6 +109,7 @@ pub fn rows(crd: &Value) -> Vec<ResourceInfo> {
                     .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
                     .map(|p| p.trim_start_matches('.').to_owned())
                     .collect(),
+                watch_index: None,
                 // With several versions, every version converts what it reads: objects may be
                 // stored in a version other than today's storage version.
                 storage: (version != storage || versions.len() > 1)

@@ -100,6 +100,9 @@ pub struct ResourceInfo {
     pub strategic_merge: bool,
     /// Fields other than `metadata.name`/`metadata.namespace` that field selectors may use.
     pub field_selectors: Vec<String>,
+    /// The field its watches are indexed by (pods: `spec.nodeName`, as upstream's watch cache
+    /// indexes them): a watch selecting one value of it is woken only by that value's changes.
+    pub watch_index: Option<&'static str>,
     /// When another version holds the objects: its apiVersion and storage key prefix.
     pub storage: Option<(String, String)>,
     /// Table columns declared by a CRD (`additionalPrinterColumns`); empty for built-ins.

@@ -4,7 +4,8 @@
 use crate::etcd::EtcdTls;
 use crate::metrics;
 use crate::{
-    Deleted, Embedded, Error, Etcd, KeyValue, RangeRequest, RangeResult, Result, Store, WatchStream,
+    Deleted, Embedded, Error, Etcd, KeyValue, RangeRequest, RangeResult, Result, Store, WatchIndex,
+    WatchStream,
 };
 use bytes::Bytes;
 use std::path::PathBuf;
@@ -151,6 +152,20 @@ impl Store for Storage {
     }
     async fn compact(&self, revision: i64) -> Result<()> {
         dispatch!(self, s => s.compact(revision))
+    }
+    fn index_watches(&self, prefix: &str, index: WatchIndex) {
+        match self {
+            Storage::Embedded(s) => s.index_watches(prefix, index),
+            Storage::Etcd(s) => s.index_watches(prefix, index),
+        }
+    }
+    async fn watch_where(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        value: &str,
+    ) -> Result<WatchStream> {
+        dispatch!(self, s => s.watch_where(prefix, start_revision, value))
     }
 }
 

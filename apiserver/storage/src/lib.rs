@@ -27,7 +27,9 @@ pub use backend::{Endpoint, Storage};
 pub use embedded::{DEFAULT_CACHE_BYTES, Embedded, EmbeddedOptions, Stats};
 pub use error::{Error, Result};
 pub use etcd::{Etcd, EtcdTls};
-pub use types::{Deleted, Event, EventKind, KeyValue, RangeRequest, RangeResult, WatchStream};
+pub use types::{
+    Deleted, Event, EventKind, KeyValue, RangeRequest, RangeResult, WatchIndex, WatchStream,
+};
 
 use bytes::Bytes;
 use std::future::Future;
@@ -76,6 +78,26 @@ pub trait Store: Send + Sync + 'static {
 
     /// Drops the history before `revision`: later reads and watches before it are `Compacted`.
     fn compact(&self, revision: i64) -> impl Future<Output = Result<()>> + Send;
+
+    /// Indexes the watches of keys under `prefix` by what `index` reads from a changed value
+    /// (before and after the change): a watch opened with [`Store::watch_where`] is then woken
+    /// only by the changes of its value. A backend without indexes (the default) ignores it.
+    fn index_watches(&self, prefix: &str, index: WatchIndex) {
+        let _ = (prefix, index);
+    }
+
+    /// [`Store::watch`] for a watcher that wants only the changes whose value, before or
+    /// after, an index reads as `value`. It may still be handed other changes under the prefix
+    /// (always, without an index for it): the caller filters them.
+    fn watch_where(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        value: &str,
+    ) -> impl Future<Output = Result<WatchStream>> + Send {
+        let _ = value;
+        self.watch(prefix, start_revision)
+    }
 }
 
 /// The exclusive upper end of the key range that holds every key starting with `prefix`

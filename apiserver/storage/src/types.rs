@@ -56,6 +56,10 @@ impl Event {
 /// A stream of watch events in revision order; an error ends it.
 pub type WatchStream = BoxStream<'static, crate::Result<Event>>;
 
+/// What a watch index reads from a stored value: the value its watches are found by (a pod's
+/// node name), if any. See [`Store::index_watches`](crate::Store::index_watches).
+pub type WatchIndex = std::sync::Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
+
 /// A read of the keys under a prefix.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RangeRequest {

@@ -103,6 +103,60 @@ async fn a_watcher_that_falls_behind_catches_up_from_history_without_gaps() {
     }
 }
 
+/// An indexed watch (a kubelet's of its node's pods) is handed its value's changes, live
+/// and, once it fell behind, from history: every one, in order. Others it may be handed too
+/// (from history, or in a batch with its own), for its caller to filter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_indexed_watch_gets_every_change_of_its_value_live_and_after_falling_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = EmbeddedOptions {
+        watch_buffer: 16,
+        ..Default::default()
+    };
+    let store = Embedded::open_with(dir.path(), opts).unwrap();
+    // The value is the text before the first ':' ("node:rest").
+    store.index_watches(
+        "/p/",
+        std::sync::Arc::new(|v: &[u8]| {
+            let s = std::str::from_utf8(v).ok()?;
+            Some(s.split_once(':')?.0.to_owned())
+        }),
+    );
+    let mut live = store.watch_where("/p/", 0, "n1").await.unwrap();
+    let mut behind = store.watch_where("/p/", 0, "n1").await.unwrap();
+    let mut wanted = Vec::new();
+    for i in 0..400 {
+        let node = if i % 4 == 0 { "n1" } else { "n2" };
+        let kv = store
+            .create(&format!("/p/{i:05}"), b(&format!("{node}:x")))
+            .await
+            .unwrap();
+        if node == "n1" {
+            wanted.push(kv.mod_revision);
+            // Read as they come: nothing of n2's is handed over.
+            let e = tokio::time::timeout(Duration::from_secs(10), live.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert_eq!(e.kv.mod_revision, kv.mod_revision);
+        }
+    }
+    // `behind` read nothing while 100 of its changes came: it lagged, and catches up.
+    let mut got = Vec::new();
+    while got.len() < wanted.len() {
+        let e = tokio::time::timeout(Duration::from_secs(10), behind.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        if e.kv.value.starts_with(b"n1:") {
+            got.push(e.kv.mod_revision);
+        }
+    }
+    assert_eq!(got, wanted);
+}
+
 #[tokio::test]
 async fn closing_ends_watches_and_fails_later_calls() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,17 +1,22 @@
 //! Routing of committed batches to the store's watches by key prefix: the writer hands a batch
 //! only to the watches with a changed key under their prefix, so a commit wakes the watches it
 //! concerns rather than every watch of the store (about 60 with the controller-manager's
-//! informers). Each watch has a bounded queue; one that falls behind is flagged and told, and
-//! catches up from the history table, as it did when it lagged behind a broadcast channel.
+//! informers). Watches of an indexed prefix (pods by node name: every kubelet's watch) are
+//! found by the value their changes read as, as upstream's watch cache finds its "indexed
+//! triggers": a pod's change wakes its node's watch, not the thousands of others. Each watch
+//! has a bounded queue; one that falls behind is flagged and told, and catches up from the
+//! history table, as it did when it lagged behind a broadcast channel.
 
-use crate::Event;
+use crate::{Event, WatchIndex};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc};
 
 /// One watch's end of the hub.
 pub(super) struct Subscription {
-    /// The batches with a key under the watch's prefix, in commit order.
+    /// The batches with a key under the watch's prefix (and, indexed, a change that reads as
+    /// its value), in commit order.
     pub batches: mpsc::Receiver<Arc<[Event]>>,
     /// Set when a batch was dropped because the queue was full; `lag` is signalled then.
     pub lagged: Arc<AtomicBool>,
@@ -25,61 +30,246 @@ struct Sub {
     lag: Arc<Notify>,
 }
 
+impl Sub {
+    /// Hands the batch over; false once the watch is gone.
+    fn send(&self, batch: &Arc<[Event]>) -> bool {
+        match self.tx.try_send(batch.clone()) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.lagged.store(true, Ordering::Release);
+                self.lag.notify_one();
+                true
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+/// The watches of an indexed prefix, by the value they want.
+struct Indexed {
+    prefix: String,
+    index: WatchIndex,
+    by_value: HashMap<String, Vec<Sub>>,
+}
+
+#[derive(Default)]
+struct Subs {
+    plain: Vec<Sub>,
+    indexed: Vec<Indexed>,
+}
+
 /// The watches of one store; `None` once the store is closed.
 pub(super) struct Hub {
-    subs: Mutex<Option<Vec<Sub>>>,
+    subs: Mutex<Option<Subs>>,
+}
+
+fn new_sub(prefix: &str, buffer: usize) -> (Sub, Subscription) {
+    let (tx, batches) = mpsc::channel(buffer.max(1));
+    let lagged = Arc::new(AtomicBool::new(false));
+    let lag = Arc::new(Notify::new());
+    let sub = Sub {
+        prefix: prefix.to_owned(),
+        tx,
+        lagged: lagged.clone(),
+        lag: lag.clone(),
+    };
+    (
+        sub,
+        Subscription {
+            batches,
+            lagged,
+            lag,
+        },
+    )
 }
 
 impl Hub {
     pub fn new() -> Self {
         Hub {
-            subs: Mutex::new(Some(Vec::new())),
+            subs: Mutex::new(Some(Subs::default())),
         }
     }
 
-    /// A new watch of `prefix` with room for `buffer` batches; `None` once closed.
-    pub fn subscribe(&self, prefix: &str, buffer: usize) -> Option<Subscription> {
-        let (tx, batches) = mpsc::channel(buffer.max(1));
-        let lagged = Arc::new(AtomicBool::new(false));
-        let lag = Arc::new(Notify::new());
-        self.subs.lock().expect("hub lock").as_mut()?.push(Sub {
+    /// Indexes the watches of keys under `prefix` (one index a prefix; a later one replaces
+    /// it for later watches).
+    pub fn index(&self, prefix: &str, index: WatchIndex) {
+        let mut guard = self.subs.lock().expect("hub lock");
+        let Some(subs) = guard.as_mut() else { return };
+        subs.indexed.retain(|i| i.prefix != prefix);
+        subs.indexed.push(Indexed {
             prefix: prefix.to_owned(),
-            tx,
-            lagged: lagged.clone(),
-            lag: lag.clone(),
+            index,
+            by_value: HashMap::new(),
         });
-        Some(Subscription {
-            batches,
-            lagged,
-            lag,
-        })
+    }
+
+    /// A new watch of `prefix` with room for `buffer` batches; with `value`, one that only
+    /// changes reading as that value wake when an index covers the prefix (else every change
+    /// under it wakes it); `None` once closed.
+    pub fn subscribe_where(
+        &self,
+        prefix: &str,
+        value: Option<&str>,
+        buffer: usize,
+    ) -> Option<Subscription> {
+        let (sub, subscription) = new_sub(prefix, buffer);
+        let mut guard = self.subs.lock().expect("hub lock");
+        let subs = guard.as_mut()?;
+        let indexed = value.and_then(|v| {
+            let i = subs
+                .indexed
+                .iter_mut()
+                .find(|i| prefix.starts_with(&i.prefix))?;
+            Some((i, v))
+        });
+        match indexed {
+            Some((i, v)) => {
+                let watches = i.by_value.entry(v.to_owned()).or_default();
+                watches.retain(|s| !s.tx.is_closed());
+                watches.push(sub);
+            }
+            None => subs.plain.push(sub),
+        }
+        Some(subscription)
     }
 
     /// Hands a committed batch to every watch it concerns; forgets watches that are gone.
     pub fn publish(&self, batch: &Arc<[Event]>) {
         let mut guard = self.subs.lock().expect("hub lock");
         let Some(subs) = guard.as_mut() else { return };
-        subs.retain(|s| {
+        subs.plain.retain(|s| {
             if s.tx.is_closed() {
                 return false;
             }
             if !batch.iter().any(|e| e.kv.key.starts_with(&s.prefix)) {
                 return true;
             }
-            match s.tx.try_send(batch.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    s.lagged.store(true, Ordering::Release);
-                    s.lag.notify_one();
-                    true
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            }
+            s.send(batch)
         });
+        for i in &mut subs.indexed {
+            if i.by_value.is_empty() {
+                continue;
+            }
+            // What the batch's changes under the prefix read as, before and after.
+            let mut values: Vec<(String, &str)> = Vec::new();
+            for e in batch.iter().filter(|e| e.kv.key.starts_with(&i.prefix)) {
+                let before = e.prev.as_ref().and_then(|p| (i.index)(&p.value));
+                let after = (!e.kv.value.is_empty())
+                    .then(|| (i.index)(&e.kv.value))
+                    .flatten();
+                for v in [before, after].into_iter().flatten() {
+                    if !values.iter().any(|(w, k)| *w == v && *k == e.kv.key) {
+                        values.push((v, &e.kv.key));
+                    }
+                }
+            }
+            let mut woken: Vec<&str> = Vec::new();
+            for (v, _) in &values {
+                if woken.contains(&v.as_str()) {
+                    continue;
+                }
+                woken.push(v);
+                let Some(watches) = i.by_value.get_mut(v) else {
+                    continue;
+                };
+                watches.retain(|s| {
+                    let concerns = values
+                        .iter()
+                        .any(|(w, key)| w == v && key.starts_with(&s.prefix));
+                    !concerns || s.send(batch)
+                });
+                if watches.is_empty() {
+                    i.by_value.remove(v);
+                }
+            }
+        }
     }
 
     /// Ends every watch (their queues close once drained).
     pub fn close(&self) {
         self.subs.lock().expect("hub lock").take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EventKind, KeyValue};
+    use bytes::Bytes;
+
+    fn put(key: &str, value: &str, prev: Option<&str>) -> Event {
+        let kv = |v: &str| KeyValue {
+            key: key.into(),
+            value: Bytes::copy_from_slice(v.as_bytes()),
+            create_revision: 1,
+            mod_revision: 2,
+        };
+        Event {
+            kind: EventKind::Put,
+            kv: kv(value),
+            prev: prev.map(kv),
+        }
+    }
+
+    fn delete(key: &str, prev: &str) -> Event {
+        let mut e = put(key, "", Some(prev));
+        e.kind = EventKind::Delete;
+        e
+    }
+
+    /// The index of the tests: a value's text up to its first ':' ("node:rest").
+    fn by_node() -> WatchIndex {
+        Arc::new(|v: &[u8]| {
+            let s = std::str::from_utf8(v).ok()?;
+            s.split_once(':').map(|(n, _)| n.to_owned())
+        })
+    }
+
+    fn got(s: &mut Subscription) -> usize {
+        let mut n = 0;
+        while s.batches.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn an_indexed_watch_is_woken_only_by_changes_of_its_value() {
+        let hub = Hub::new();
+        hub.index("/pods/", by_node());
+        let mut n1 = hub.subscribe_where("/pods/", Some("n1"), 8).unwrap();
+        let mut n2 = hub.subscribe_where("/pods/", Some("n2"), 8).unwrap();
+        let mut n1_in_b = hub.subscribe_where("/pods/b/", Some("n1"), 8).unwrap();
+        let mut all = hub.subscribe_where("/pods/", None, 8).unwrap();
+        // Unindexed prefix: the value is ignored, every change under it wakes the watch.
+        let mut other = hub.subscribe_where("/nodes/", Some("n1"), 8).unwrap();
+
+        hub.publish(&Arc::from(vec![put("/pods/a/p", "n1:x", None)]));
+        hub.publish(&Arc::from(vec![put("/pods/a/q", "n2:x", Some(":pending"))]));
+        // Bound to n2 from nothing, and deleted from n1: both wake their node's watch.
+        hub.publish(&Arc::from(vec![delete("/pods/b/r", "n1:x")]));
+        hub.publish(&Arc::from(vec![put("/pods/a/s", ":pending", None)]));
+        hub.publish(&Arc::from(vec![put("/nodes/n9", "n9:x", None)]));
+
+        assert_eq!(
+            got(&mut n1),
+            2,
+            "n1's pod created, and its pod in b deleted"
+        );
+        assert_eq!(got(&mut n2), 1);
+        assert_eq!(got(&mut n1_in_b), 1, "only the change under its own prefix");
+        assert_eq!(got(&mut all), 4);
+        assert_eq!(got(&mut other), 1);
+    }
+
+    #[test]
+    fn closed_indexed_watches_are_forgotten() {
+        let hub = Hub::new();
+        hub.index("/pods/", by_node());
+        let gone = hub.subscribe_where("/pods/", Some("n1"), 8).unwrap();
+        drop(gone);
+        hub.publish(&Arc::from(vec![put("/pods/a/p", "n1:x", None)]));
+        let subs = hub.subs.lock().unwrap();
+        assert!(subs.as_ref().unwrap().indexed[0].by_value.is_empty());
     }
 }

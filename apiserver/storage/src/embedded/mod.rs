@@ -10,8 +10,8 @@ mod wal;
 mod writer;
 
 use crate::{
-    Deleted, Error, Event, KeyValue, RangeRequest, RangeResult, Result, Store, WatchStream,
-    prefix_end,
+    Deleted, Error, Event, KeyValue, RangeRequest, RangeResult, Result, Store, WatchIndex,
+    WatchStream, prefix_end,
 };
 use bytes::Bytes;
 use futures::StreamExt;
@@ -217,6 +217,35 @@ impl Embedded {
                 published,
             }),
         })
+    }
+
+    /// A watch of `prefix` from `start_revision` (0: the next write); with `value`, woken
+    /// only by the changes an index of the prefix reads as that value.
+    fn watch_from(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        value: Option<&str>,
+    ) -> Result<WatchStream> {
+        // Subscribe before reading history, so nothing committed in between is missed.
+        let live = self
+            .inner
+            .hub
+            .subscribe_where(prefix, value, self.inner.watch_buffer)
+            .ok_or(Error::Closed)?;
+        let next = match start_revision {
+            0 => self.inner.published.revision.load(Ordering::Acquire) + 1,
+            r => r,
+        };
+        let (tx, rx) = mpsc::channel(256);
+        let watcher = Watcher {
+            store: self.clone(),
+            prefix: prefix.to_owned(),
+            next,
+            tx,
+        };
+        minik8s_task::spawn("store-watch", watcher.run(live));
+        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
     }
 
     /// Flushes queued writes, ends every watch and closes the file, for all clones.
@@ -446,27 +475,21 @@ impl Store for Embedded {
     }
 
     async fn watch(&self, prefix: &str, start_revision: i64) -> Result<WatchStream> {
-        // Subscribe before reading history, so nothing committed in between is missed.
-        let live = self
-            .inner
-            .hub
-            .subscribe(prefix, self.inner.watch_buffer)
-            .ok_or(Error::Closed)?;
-        let next = match start_revision {
-            0 => self.inner.published.revision.load(Ordering::Acquire) + 1,
-            r => r,
-        };
-        let (tx, rx) = mpsc::channel(256);
-        let watcher = Watcher {
-            store: self.clone(),
-            prefix: prefix.to_owned(),
-            next,
-            tx,
-        };
-        minik8s_task::spawn("store-watch", watcher.run(live));
-        Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
+        self.watch_from(prefix, start_revision, None)
     }
 
+    fn index_watches(&self, prefix: &str, index: WatchIndex) {
+        self.inner.hub.index(prefix, index);
+    }
+
+    async fn watch_where(
+        &self,
+        prefix: &str,
+        start_revision: i64,
+        value: &str,
+    ) -> Result<WatchStream> {
+        self.watch_from(prefix, start_revision, Some(value))
+    }
     async fn compact(&self, revision: i64) -> Result<()> {
         let current = self.current_revision().await?;
         if revision > current {

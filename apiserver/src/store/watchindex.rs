@@ -1,0 +1,50 @@
+//! Watches found by a field's value (upstream's "indexed triggers"): every kubelet watches the
+//! pods of its node (`fieldSelector=spec.nodeName=<node>`), and without an index each pod's
+//! change would wake every one of those watches, thousands at a scale upstream supports, to
+//! be filtered and dropped. The store indexes the watches of a kind whose registry row names
+//! a `watch_index` field by that field's text in the stored object (before and after each
+//! change), and a watch whose field selector asks for one value of it is woken only by the
+//! changes of that value. The watch still filters what it is handed (a batch may carry other
+//! changes; the etcd backend has no index and hands it everything).
+
+use crate::Api;
+use minik8s_storage::Store;
+use std::sync::Arc;
+
+/// Indexes the store's watches of every kind whose registry row names a watch index.
+pub fn register(api: &Api) {
+    for res in api.registry.all() {
+        let Some(field) = res.watch_index else {
+            continue;
+        };
+        if !res.stored_as_served() {
+            continue;
+        }
+        api.store.index_watches(
+            &res.scope_prefix(None),
+            Arc::new(move |stored: &[u8]| index_value(stored, field)),
+        );
+    }
+}
+
+/// The field's text in a stored object, as a field selector reads it ("" when unset: the
+/// unscheduled pods' watches, `spec.nodeName=`, are indexed too).
+fn index_value(stored: &[u8], field: &str) -> Option<String> {
+    let partial = crate::object::decode_paths(stored, &[field])?;
+    Some(crate::object::field_text(&partial, field))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pods_node_name_is_read_from_its_stored_bytes() {
+        let bound =
+            br#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"nodeName":"n1","containers":[]}}"#;
+        let pending = br#"{"kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[]}}"#;
+        assert_eq!(index_value(bound, "spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(index_value(pending, "spec.nodeName").as_deref(), Some(""));
+        assert_eq!(index_value(b"not json", "spec.nodeName"), None);
+    }
+}
