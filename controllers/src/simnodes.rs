@@ -306,7 +306,7 @@ fn error_policy(_: Arc<Pod>, e: &crate::Error, _: Arc<Sim>) -> Action {
 }
 
 /// Registers the nodes, then renews their Leases every 10 s and reports their status every
-/// `status_every` (as kubelets do), and plays kubelet until `shutdown`.
+/// `status_every` (as kubelets do), and plays kubelet for each node until `shutdown`.
 pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) -> Result<()> {
     let since = now();
     register(&client, &cfg, &since).await?;
@@ -337,11 +337,20 @@ pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) ->
             }
         }
     };
-    let pods: Api<Pod> = Api::all(client);
-    let kubelet = Controller::new(pods, watcher::Config::default())
-        .graceful_shutdown_on(async move { shutdown.cancelled().await })
-        .run(reconcile, error_policy, sim)
-        .for_each(|_| async {});
-    tokio::join!(renewer, kubelet);
+    // One kubelet a node, each watching its own node's pods as a kubelet does
+    // (`fieldSelector=spec.nodeName=<node>`): the API sees one pod watch a node.
+    let mut kubelets = tokio::task::JoinSet::new();
+    for node in node_names(&cfg) {
+        let pods: Api<Pod> = Api::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+        let shutdown = shutdown.clone();
+        let kubelet = Controller::new(pods, config)
+            .graceful_shutdown_on(async move { shutdown.cancelled().await })
+            .run(reconcile, error_policy, sim.clone())
+            .for_each(|_| async {});
+        kubelets.spawn(kubelet);
+    }
+    let kubelets = async move { while kubelets.join_next().await.is_some() {} };
+    tokio::join!(renewer, kubelets);
     Ok(())
 }
