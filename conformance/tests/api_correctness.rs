@@ -800,6 +800,12 @@ fn node_watch_sees_its_pods(c: &Cluster) {
         };
         let mut n1 = watch("spec.nodeName=n1").await;
         let mut unscheduled = watch("spec.nodeName=").await;
+        // A node none of the pods is on: its watch ends after 4 s with a bookmark.
+        let mut quiet = {
+            let mut wp = WatchParams::default().fields("spec.nodeName=n9").timeout(4);
+            wp.bookmarks = true;
+            pods.watch(&wp, &from).await.unwrap().boxed()
+        };
 
         pods.create(&PostParams::default(), &pod("a", Some("n1")))
             .await
@@ -822,13 +828,20 @@ fn node_watch_sees_its_pods(c: &Cluster) {
         )
         .await
         .unwrap();
-        pods.patch_status(
-            "a",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"phase": "Running"}})),
-        )
-        .await
-        .unwrap();
+        let a_running = pods
+            .patch_status(
+                "a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Running"}})),
+            )
+            .await
+            .unwrap();
+        let a_running: u64 = a_running
+            .metadata
+            .resource_version
+            .unwrap()
+            .parse()
+            .unwrap();
         pods.delete("a", &DeleteParams::default().grace_period(0))
             .await
             .unwrap();
@@ -865,6 +878,23 @@ fn node_watch_sees_its_pods(c: &Cluster) {
         match left {
             WatchEvent::Deleted(p) => assert_eq!(p.metadata.name.as_deref(), Some("pending")),
             other => panic!("expected the bound pod to leave the unscheduled pods: {other:?}"),
+        }
+        // The quiet watch's last word is a bookmark at least as recent as the changes made
+        // while it watched (indexed, it was handed none of them: the store told it its
+        // progress), so a client starting again from it is not sent back to list.
+        let mut last = None;
+        while let Some(ev) = tokio::time::timeout(std::time::Duration::from_secs(10), quiet.next())
+            .await
+            .expect("the watch ends at its timeout")
+        {
+            last = Some(ev.unwrap());
+        }
+        match last {
+            Some(WatchEvent::Bookmark(b)) => {
+                let rv: u64 = b.metadata.resource_version.parse().unwrap();
+                assert!(rv >= a_running, "bookmark {rv} older than {a_running}");
+            }
+            other => panic!("expected a last bookmark: {other:?}"),
         }
         pods.delete("b", &DeleteParams::default().grace_period(0))
             .await

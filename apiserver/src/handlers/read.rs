@@ -317,6 +317,7 @@ fn transform(
             let ok = selectors.is_empty() || selectors.matches(old.selectable(res)?);
             Ok(ok.then_some(("DELETED", old)))
         }
+        EventKind::Progress => Ok(None),
     }
 }
 
@@ -469,7 +470,14 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
         tick.tick().await;
         loop {
             let line = tokio::select! {
-                _ = &mut deadline => return,
+                _ = &mut deadline => {
+                    // As upstream's watch cache: a last bookmark before the end, so the client
+                    // watches again from a recent resourceVersion (one its history still has).
+                    if bookmarks {
+                        let _ = tx.send(Ok(encoder.bookmark(last_rv, false))).await;
+                    }
+                    return;
+                }
                 _ = shutdown.cancelled() => return,
                 _ = tx.closed() => return,
                 _ = tick.tick(), if bookmarks => encoder.bookmark(last_rv, false),
@@ -482,6 +490,9 @@ pub async fn watch(ctx: Ctx) -> ApiResult<Response> {
                     }
                     Some(Ok(ev)) => {
                         last_rv = ev.revision();
+                        if ev.kind == EventKind::Progress {
+                            continue;
+                        }
                         if crate::store::broken::drop_event() {
                             continue;
                         }

@@ -211,6 +211,7 @@ pub async fn sync(api: Arc<Api>) {
                             sync_apiservices(&api, s(&prev, "/spec/group")).await;
                         }
                     }
+                    EventKind::Progress => {}
                 },
                 // The watch ended (compaction, store restart): list again.
                 _ => break,

@@ -32,6 +32,12 @@ pub enum EventKind {
     Put,
     /// The key was deleted.
     Delete,
+    /// No change: the watch has been handed every change it wants up to `kv.mod_revision`
+    /// (the key is empty). Only watches opened with
+    /// [`Store::watch_where`](crate::Store::watch_where) get these, while their value is
+    /// quiet, so that their resourceVersion (bookmarks, a watch started again) stays recent
+    /// although they see few of the prefix's changes (etcd's progress notifications).
+    Progress,
 }
 
 /// One change seen by a watch.

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use futures::StreamExt;
-use minik8s_storage::{Embedded, EmbeddedOptions, Error, RangeRequest, Store};
+use minik8s_storage::{Embedded, EmbeddedOptions, Error, EventKind, RangeRequest, Store};
 use std::time::Duration;
 
 fn b(s: &str) -> Bytes {
@@ -155,6 +155,38 @@ async fn an_indexed_watch_gets_every_change_of_its_value_live_and_after_falling_
         }
     }
     assert_eq!(got, wanted);
+}
+
+/// An indexed watch whose value stays quiet tells its progress: how far it has been handed
+/// everything it wants (so its resourceVersion stays recent).
+#[tokio::test]
+async fn a_quiet_indexed_watch_tells_its_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::open(dir.path()).unwrap();
+    store.index_watches(
+        "/p/",
+        std::sync::Arc::new(|v: &[u8]| {
+            let s = std::str::from_utf8(v).ok()?;
+            Some(s.split_once(':')?.0.to_owned())
+        }),
+    );
+    let mut quiet = store.watch_where("/p/", 0, "n1").await.unwrap();
+    let mut last = 0;
+    for i in 0..20 {
+        last = store
+            .create(&format!("/p/{i}"), b("n2:x"))
+            .await
+            .unwrap()
+            .mod_revision;
+    }
+    let e = tokio::time::timeout(Duration::from_secs(10), quiet.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.kind, EventKind::Progress);
+    assert_eq!(e.revision(), last);
+    assert!(e.kv.key.is_empty());
 }
 
 #[tokio::test]

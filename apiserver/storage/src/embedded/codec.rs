@@ -41,6 +41,7 @@ pub(super) fn encode_event(event: &Event) -> Vec<u8> {
     out.push(match event.kind {
         EventKind::Put => PUT,
         EventKind::Delete => DELETE,
+        EventKind::Progress => unreachable!("a watch's progress is never stored"),
     });
     out.extend_from_slice(&kv.create_revision.to_le_bytes());
     put_bytes(&mut out, kv.key.as_bytes());

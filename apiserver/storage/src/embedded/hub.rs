@@ -9,7 +9,7 @@
 
 use crate::{Event, WatchIndex};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, mpsc};
 
@@ -61,6 +61,8 @@ struct Subs {
 /// The watches of one store; `None` once the store is closed.
 pub(super) struct Hub {
     subs: Mutex<Option<Subs>>,
+    /// The revision of the last batch handed to every watch it concerns.
+    published: AtomicI64,
 }
 
 fn new_sub(prefix: &str, buffer: usize) -> (Sub, Subscription) {
@@ -87,6 +89,7 @@ impl Hub {
     pub fn new() -> Self {
         Hub {
             subs: Mutex::new(Some(Subs::default())),
+            published: AtomicI64::new(0),
         }
     }
 
@@ -133,61 +136,77 @@ impl Hub {
         Some(subscription)
     }
 
+    /// The revision through which every committed batch is in the queues of the watches it
+    /// concerns (or flagged as dropped): a watch that drained its queue after reading it, and
+    /// is not flagged, has been handed everything it wants up to it.
+    pub fn published(&self) -> i64 {
+        self.published.load(Ordering::Acquire)
+    }
+
     /// Hands a committed batch to every watch it concerns; forgets watches that are gone.
     pub fn publish(&self, batch: &Arc<[Event]>) {
         let mut guard = self.subs.lock().expect("hub lock");
         let Some(subs) = guard.as_mut() else { return };
-        subs.plain.retain(|s| {
-            if s.tx.is_closed() {
-                return false;
-            }
-            if !batch.iter().any(|e| e.kv.key.starts_with(&s.prefix)) {
-                return true;
-            }
-            s.send(batch)
-        });
-        for i in &mut subs.indexed {
-            if i.by_value.is_empty() {
-                continue;
-            }
-            // What the batch's changes under the prefix read as, before and after.
-            let mut values: Vec<(String, &str)> = Vec::new();
-            for e in batch.iter().filter(|e| e.kv.key.starts_with(&i.prefix)) {
-                let before = e.prev.as_ref().and_then(|p| (i.index)(&p.value));
-                let after = (!e.kv.value.is_empty())
-                    .then(|| (i.index)(&e.kv.value))
-                    .flatten();
-                for v in [before, after].into_iter().flatten() {
-                    if !values.iter().any(|(w, k)| *w == v && *k == e.kv.key) {
-                        values.push((v, &e.kv.key));
-                    }
-                }
-            }
-            let mut woken: Vec<&str> = Vec::new();
-            for (v, _) in &values {
-                if woken.contains(&v.as_str()) {
-                    continue;
-                }
-                woken.push(v);
-                let Some(watches) = i.by_value.get_mut(v) else {
-                    continue;
-                };
-                watches.retain(|s| {
-                    let concerns = values
-                        .iter()
-                        .any(|(w, key)| w == v && key.starts_with(&s.prefix));
-                    !concerns || s.send(batch)
-                });
-                if watches.is_empty() {
-                    i.by_value.remove(v);
-                }
-            }
+        hand_out(subs, batch);
+        // Only once every queue has the batch (still under the lock: in commit order).
+        if let Some(last) = batch.last() {
+            self.published.fetch_max(last.revision(), Ordering::Release);
         }
     }
 
     /// Ends every watch (their queues close once drained).
     pub fn close(&self) {
         self.subs.lock().expect("hub lock").take();
+    }
+}
+
+/// Hands a batch to the watches it concerns; forgets watches that are gone.
+fn hand_out(subs: &mut Subs, batch: &Arc<[Event]>) {
+    subs.plain.retain(|s| {
+        if s.tx.is_closed() {
+            return false;
+        }
+        if !batch.iter().any(|e| e.kv.key.starts_with(&s.prefix)) {
+            return true;
+        }
+        s.send(batch)
+    });
+    for i in &mut subs.indexed {
+        if i.by_value.is_empty() {
+            continue;
+        }
+        // What the batch's changes under the prefix read as, before and after.
+        let mut values: Vec<(String, &str)> = Vec::new();
+        for e in batch.iter().filter(|e| e.kv.key.starts_with(&i.prefix)) {
+            let before = e.prev.as_ref().and_then(|p| (i.index)(&p.value));
+            let after = (!e.kv.value.is_empty())
+                .then(|| (i.index)(&e.kv.value))
+                .flatten();
+            for v in [before, after].into_iter().flatten() {
+                if !values.iter().any(|(w, k)| *w == v && *k == e.kv.key) {
+                    values.push((v, &e.kv.key));
+                }
+            }
+        }
+        let mut woken: Vec<&str> = Vec::new();
+        for (v, _) in &values {
+            if woken.contains(&v.as_str()) {
+                continue;
+            }
+            woken.push(v);
+            let Some(watches) = i.by_value.get_mut(v) else {
+                continue;
+            };
+            watches.retain(|s| {
+                let concerns = values
+                    .iter()
+                    .any(|(w, key)| w == v && key.starts_with(&s.prefix));
+                !concerns || s.send(batch)
+            });
+            if watches.is_empty() {
+                i.by_value.remove(v);
+            }
+        }
     }
 }
 

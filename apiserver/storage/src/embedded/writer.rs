@@ -371,6 +371,7 @@ fn apply(
             prev: event.prev.clone().expect("a delete has a previous value"),
             revision,
         }),
+        EventKind::Progress => unreachable!("a write is a put or a delete"),
     };
     Ok((reply, Some(event)))
 }
@@ -393,6 +394,7 @@ pub(super) fn store_event(
         EventKind::Delete => {
             kv.remove(event.kv.key.as_bytes())?;
         }
+        EventKind::Progress => unreachable!("a watch's progress is never stored"),
     }
     log.insert(
         event.kv.mod_revision as u64,
