@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -93,6 +93,9 @@ struct Ctx {
     nodes: Store<Node>,
     /// Blocks handed out, by node, until the cache shows them.
     given: Mutex<BTreeMap<String, String>>,
+    /// Nodes told that no block is left (told once, not at each of their status updates).
+    told: Mutex<BTreeSet<String>>,
+    recorder: minik8s_events::Recorder,
 }
 
 /// Runs the allocator until `shutdown`: a node is looked at when it changes, one at a time.
@@ -104,10 +107,12 @@ pub async fn run(
 ) {
     let driver = Driver::<Node>::new("nodeipam", &informers).await;
     let ctx = Arc::new(Ctx {
+        recorder: minik8s_events::Recorder::new(client.clone(), "node-ipam-controller", None),
         client,
         cfg,
         nodes: driver.store(),
         given: Mutex::default(),
+        told: Mutex::default(),
     });
     driver.one_at_a_time().run(allocate, ctx, shutdown).await;
 }
@@ -142,9 +147,20 @@ async fn allocate(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
             .collect()
     };
     let Some(block) = next_free(&ctx.cfg, &used) else {
-        tracing::error!(node = %node.name_any(), "no pod CIDR left in the cluster CIDR");
+        // As upstream's range allocator: the node's status, as an event, once.
+        let name = node.name_any();
+        if ctx.told.lock().expect("nodeipam").insert(name.clone()) {
+            let cidr = format!("{}/{}", ctx.cfg.network, ctx.cfg.prefix);
+            tracing::warn!(node = %name, %cidr, "no pod CIDR left in the cluster CIDR");
+            ctx.recorder.normal(
+                &node.object_ref(&()),
+                "CIDRNotAvailable",
+                format!("Node {name} status is now: CIDRNotAvailable"),
+            );
+        }
         return Ok(Action::await_change());
     };
+    ctx.told.lock().expect("nodeipam").remove(&node.name_any());
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": node.resource_version()},
         "spec": {"podCIDR": block, "podCIDRs": [block]},
