@@ -696,11 +696,12 @@ impl Watcher {
                             return;
                         }
                     }
-                    if live.lagged.swap(false, Ordering::AcqRel)
-                        && let Err(e) = self.catch_up().await
-                    {
-                        let _ = self.tx.send(Err(e)).await;
-                        return;
+                    if live.lagged.swap(false, Ordering::AcqRel) {
+                        tracing::warn!(prefix = %self.prefix, from = self.next, "a watch fell behind its queue; catching up from history");
+                        if let Err(e) = self.catch_up().await {
+                            let _ = self.tx.send(Err(e)).await;
+                            return;
+                        }
                     }
                     continue;
                 }
