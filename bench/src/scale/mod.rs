@@ -487,8 +487,11 @@ async fn post(
     let req = http::Request::post(path)
         .header("content-type", "application/json")
         .body(serde_json::to_vec(&object)?)?;
-    rec.time(class, client.request_text(req)).await?;
-    Ok(())
+    match rec.time(class, client.request_text(req)).await {
+        // The client retried a create whose first answer (a 504) came after it was stored.
+        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => Ok(()),
+        other => other.map(drop).map_err(Into::into),
+    }
 }
 
 /// Runs the load against `plane` and returns the report.
