@@ -10,7 +10,7 @@ use crate::util::{self, owner_ref};
 use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
@@ -104,6 +104,9 @@ pub fn group(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Resolved, Vec<Value>>
 struct Ctx {
     client: Client,
     pods: Store<Pod>,
+    /// The cluster's EndpointSlices (the shared informer's), to find a service's stale ones
+    /// without a LIST at each reconcile, as upstream's controller reads its lister.
+    slices: Store<EndpointSlice>,
 }
 
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
@@ -158,13 +161,20 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
             .patch(&slice_name, &pp, &Patch::Apply(&slice))
             .await?;
     }
-    let stale = slices
-        .list_metadata(&ListParams::default().labels(&format!("{SERVICE_LABEL}={name}")))
-        .await?;
-    for s in stale.items {
-        let n = s.name_any();
-        if !wanted.contains(&n) {
-            let _ = slices.delete(&n, &DeleteParams::background()).await;
+    let stale: Vec<String> = ctx
+        .slices
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|s| s.labels().get(SERVICE_LABEL) == Some(&name))
+        .map(|s| s.name_any())
+        .filter(|n| !wanted.contains(n))
+        .collect();
+    for n in stale {
+        match slices.delete(&n, &DeleteParams::background()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
     }
     // The Endpoints object.
@@ -250,6 +260,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let pods = informers.all::<Pod>().await;
+    let slices = informers.all::<EndpointSlice>().await;
     let driver = Driver::<Service>::new("endpoints", &informers).await;
     let services = driver.store();
     // A deleted Service's Endpoints go with it (its slices are owned by it and collected).
@@ -266,6 +277,7 @@ pub async fn run(
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,
+        slices,
     });
     driver
         .watches::<Pod, _>(move |pod: Arc<Pod>| {
@@ -310,20 +322,21 @@ mod tests {
                     "conditions": [{"type": "Ready", "status": ready}]}}))
             .unwrap()
         };
-        // Listing the service's existing slices finds none.
-        let m = crate::testing::mock(|c| match c.method.as_str() {
-            "GET" => (
-                200,
-                json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {}, "items": []}),
-            ),
-            _ => crate::testing::echo(c),
-        });
+        // The service has one slice of an earlier set of ports, which goes.
+        let m = crate::testing::mock(crate::testing::echo);
         let calls = m.calls.clone();
         let ctx = Arc::new(Ctx {
             client: m.client.clone(),
             pods: crate::testing::store(vec![
                 pod("a", "10.0.0.1", "True"),
                 pod("b", "10.0.0.2", "False"),
+            ]),
+            slices: crate::testing::store(vec![
+                serde_json::from_value(json!({
+                    "metadata": {"name": "web-old", "namespace": "default",
+                        "labels": {SERVICE_LABEL: "web"}},
+                    "addressType": "IPv4", "endpoints": []}))
+                .unwrap(),
             ]),
         });
         m.run(reconcile(Arc::new(svc), ctx)).unwrap();
@@ -351,6 +364,13 @@ mod tests {
             ]
         );
         assert_eq!(slice.body["ports"][0]["port"], 8080);
+        let deleted = crate::testing::matching(&calls, "DELETE", "");
+        assert_eq!(deleted.len(), 1);
+        assert!(deleted[0].path.ends_with("/endpointslices/web-old"));
+        assert!(
+            crate::testing::matching(&calls, "GET", "").is_empty(),
+            "no LIST: the slices come from the informer"
+        );
     }
 
     #[test]
