@@ -15,7 +15,6 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -176,14 +175,16 @@ async fn renew(client: &Client, cfg: &SimConfig) -> Result<()> {
 
 struct Sim {
     client: Client,
-    nodes: HashSet<String>,
 }
 
 async fn reconcile(pod: Arc<Pod>, sim: Arc<Sim>) -> Result<Action> {
-    let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
-        return Ok(Action::await_change());
-    };
-    if !sim.nodes.contains(&node) {
+    // Each node's kubelet watches only its own pods: one without a node is not yet anyone's.
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_ref())
+        .is_none()
+    {
         return Ok(Action::await_change());
     }
     let ns = pod.namespace().unwrap_or_default();
@@ -312,7 +313,6 @@ pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) ->
     register(&client, &cfg, &since).await?;
     let sim = Arc::new(Sim {
         client: client.clone(),
-        nodes: node_names(&cfg).into_iter().collect(),
     });
     let renewer = {
         let client = client.clone();

@@ -103,6 +103,17 @@ async fn a_watcher_that_falls_behind_catches_up_from_history_without_gaps() {
     }
 }
 
+/// Indexes the watches of `/p/` by a value's text before its first ':' ("node:rest").
+fn index_by_node(store: &Embedded) {
+    store.index_watches(
+        "/p/",
+        std::sync::Arc::new(|v: &[u8]| {
+            let s = std::str::from_utf8(v).ok()?;
+            Some(s.split_once(':')?.0.to_owned())
+        }),
+    );
+}
+
 /// An indexed watch (a kubelet's of its node's pods) is handed its value's changes, live
 /// and, once it fell behind, from history: every one, in order. Others it may be handed too
 /// (from history, or in a batch with its own), for its caller to filter.
@@ -114,14 +125,7 @@ async fn an_indexed_watch_gets_every_change_of_its_value_live_and_after_falling_
         ..Default::default()
     };
     let store = Embedded::open_with(dir.path(), opts).unwrap();
-    // The value is the text before the first ':' ("node:rest").
-    store.index_watches(
-        "/p/",
-        std::sync::Arc::new(|v: &[u8]| {
-            let s = std::str::from_utf8(v).ok()?;
-            Some(s.split_once(':')?.0.to_owned())
-        }),
-    );
+    index_by_node(&store);
     let mut live = store.watch_where("/p/", 0, "n1").await.unwrap();
     let mut behind = store.watch_where("/p/", 0, "n1").await.unwrap();
     let mut wanted = Vec::new();
@@ -163,13 +167,7 @@ async fn an_indexed_watch_gets_every_change_of_its_value_live_and_after_falling_
 async fn a_quiet_indexed_watch_tells_its_progress() {
     let dir = tempfile::tempdir().unwrap();
     let store = Embedded::open(dir.path()).unwrap();
-    store.index_watches(
-        "/p/",
-        std::sync::Arc::new(|v: &[u8]| {
-            let s = std::str::from_utf8(v).ok()?;
-            Some(s.split_once(':')?.0.to_owned())
-        }),
-    );
+    index_by_node(&store);
     let mut quiet = store.watch_where("/p/", 0, "n1").await.unwrap();
     let mut last = 0;
     for i in 0..20 {

@@ -175,36 +175,25 @@ fn hand_out(subs: &mut Subs, batch: &Arc<[Event]>) {
         if i.by_value.is_empty() {
             continue;
         }
-        // What the batch's changes under the prefix read as, before and after.
-        let mut values: Vec<(String, &str)> = Vec::new();
+        // The keys of the batch's changes under the prefix by what they read as, before and
+        // after.
+        let mut keys: HashMap<String, Vec<&str>> = HashMap::new();
         for e in batch.iter().filter(|e| e.kv.key.starts_with(&i.prefix)) {
             let before = e.prev.as_ref().and_then(|p| (i.index)(&p.value));
             let after = (!e.kv.value.is_empty())
                 .then(|| (i.index)(&e.kv.value))
                 .flatten();
             for v in [before, after].into_iter().flatten() {
-                if !values.iter().any(|(w, k)| *w == v && *k == e.kv.key) {
-                    values.push((v, &e.kv.key));
-                }
+                keys.entry(v).or_default().push(&e.kv.key);
             }
         }
-        let mut woken: Vec<&str> = Vec::new();
-        for (v, _) in &values {
-            if woken.contains(&v.as_str()) {
-                continue;
-            }
-            woken.push(v);
-            let Some(watches) = i.by_value.get_mut(v) else {
+        for (v, keys) in keys {
+            let Some(watches) = i.by_value.get_mut(&v) else {
                 continue;
             };
-            watches.retain(|s| {
-                let concerns = values
-                    .iter()
-                    .any(|(w, key)| w == v && key.starts_with(&s.prefix));
-                !concerns || s.send(batch)
-            });
+            watches.retain(|s| !keys.iter().any(|k| k.starts_with(&s.prefix)) || s.send(batch));
             if watches.is_empty() {
-                i.by_value.remove(v);
+                i.by_value.remove(&v);
             }
         }
     }
