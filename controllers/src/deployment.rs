@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 use std::sync::Arc;
@@ -209,7 +208,7 @@ fn available(rs: &ReplicaSet) -> i32 {
 
 struct Ctx {
     client: Client,
-    sets: Store<ReplicaSet>,
+    sets: crate::informer::Namespaced<ReplicaSet>,
     recorder: minik8s_events::Recorder,
 }
 
@@ -271,12 +270,7 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
     let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
     // Adopt orphan ReplicaSets the selector matches, release those it no longer does
     // (upstream's ClaimReplicaSets).
-    let in_ns: Vec<Arc<ReplicaSet>> = ctx
-        .sets
-        .state()
-        .into_iter()
-        .filter(|rs| rs.namespace().as_deref() == Some(ns.as_str()))
-        .collect();
+    let in_ns: Vec<Arc<ReplicaSet>> = ctx.sets.list(&ns);
     let selector = util::Selector::new(&spec.selector);
     let mut sets: Vec<Arc<ReplicaSet>> =
         util::claim(&api, in_ns, &selector, owner_ref(d.as_ref()), |_| true)
@@ -714,7 +708,7 @@ pub async fn run(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let sets = informers.all::<ReplicaSet>().await;
+    let sets = informers.namespaced::<ReplicaSet>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         sets,
@@ -838,7 +832,7 @@ mod tests {
         let calls = m.calls.clone();
         let ctx = Arc::new(Ctx {
             client: m.client.clone(),
-            sets: crate::testing::store(Vec::<ReplicaSet>::new()),
+            sets: crate::testing::namespaced(Vec::<ReplicaSet>::new()),
             recorder: minik8s_events::Recorder::new(
                 m.client.clone(),
                 "deployment-controller",

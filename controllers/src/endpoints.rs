@@ -6,8 +6,9 @@
 
 use crate::Result;
 use crate::driver::Driver;
+use crate::informer::Namespaced;
 use crate::util::{self, owner_ref};
-use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service, ServicePort};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -103,10 +104,53 @@ pub fn group(svc: &Service, pods: &[Arc<Pod>]) -> BTreeMap<Resolved, Vec<Value>>
 
 struct Ctx {
     client: Client,
-    pods: Store<Pod>,
-    /// The cluster's EndpointSlices (the shared informer's), to find a service's stale ones
-    /// without a LIST at each reconcile, as upstream's controller reads its lister.
-    slices: Store<EndpointSlice>,
+    pods: Namespaced<Pod>,
+    /// The cluster's EndpointSlices and Endpoints (the shared informers'): a service's stale
+    /// slices are found, and an unchanged object is left unwritten, without a request, as
+    /// upstream's controllers read their listers and write only a difference.
+    slices: Namespaced<EndpointSlice>,
+    endpoints: Store<Endpoints>,
+}
+
+/// Whether `have` already says what `want` (the object this controller would apply) says:
+/// its labels and owners among `have`'s, and the same content (`fields`; absent and empty
+/// lists alike, as the API stores them).
+fn unchanged<K: serde::Serialize + kube::Resource>(
+    have: &K,
+    want: &Value,
+    fields: &[&str],
+) -> bool {
+    let Ok(have_json) = serde_json::to_value(have) else {
+        return false;
+    };
+    let meta = have.meta();
+    let labels_kept = want["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| {
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .map(|s| s.as_str())
+                == v.as_str()
+        });
+    let owners_kept = want["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|o| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .any(|h| Some(h.uid.as_str()) == o["uid"].as_str())
+        });
+    let empty = |v: &Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty);
+    let same = fields.iter().all(|f| {
+        let (h, w) = (&have_json[*f], &want[*f]);
+        (empty(h) && empty(w)) || h == w
+    });
+    labels_kept && owners_kept && same
 }
 
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
@@ -125,9 +169,8 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     let name = svc.name_any();
     let pods: Vec<Arc<Pod>> = ctx
         .pods
-        .state()
+        .list(&ns)
         .into_iter()
-        .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))
         .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
         .collect();
     let groups = group(&svc, &pods);
@@ -140,6 +183,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
         labels["service.kubernetes.io/headless"] = json!("");
     }
     let mut wanted: Vec<String> = Vec::new();
+    let ours = ctx.slices.list(&ns);
     // A service without endpoints still gets one (empty) slice, as upstream.
     let groups: Vec<(Resolved, Vec<Value>)> = if groups.is_empty() {
         vec![(Vec::new(), Vec::new())]
@@ -157,15 +201,19 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
             "endpoints": endpoints,
             "ports": ports.iter().map(|(n, p, proto)| json!({"name": n, "port": p, "protocol": proto})).collect::<Vec<_>>(),
         });
+        let slice = normalized::<EndpointSlice>(slice)?;
+        if ours.iter().any(|s| {
+            s.name_any() == slice_name
+                && unchanged(s.as_ref(), &slice, &["addressType", "endpoints", "ports"])
+        }) {
+            continue;
+        }
         slices
             .patch(&slice_name, &pp, &Patch::Apply(&slice))
             .await?;
     }
-    let stale: Vec<String> = ctx
-        .slices
-        .state()
+    let stale: Vec<String> = ours
         .iter()
-        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
         .filter(|s| s.labels().get(SERVICE_LABEL) == Some(&name))
         .map(|s| s.name_any())
         .filter(|n| !wanted.contains(n))
@@ -208,7 +256,15 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
         "metadata": {"name": name, "namespace": ns, "labels": ep_labels},
         "subsets": subsets,
     });
-    let api: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(ctx.client.clone(), &ns);
+    let endpoints = normalized::<Endpoints>(endpoints)?;
+    if ctx
+        .endpoints
+        .get(&ObjectRef::new(&name).within(&ns))
+        .is_some_and(|have| unchanged(have.as_ref(), &endpoints, &["subsets"]))
+    {
+        return Ok(Action::await_change());
+    }
+    let api: Api<Endpoints> = Api::namespaced(ctx.client.clone(), &ns);
     api.patch(
         &name,
         &PatchParams::apply("endpoint-controller").force(),
@@ -216,6 +272,15 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     )
     .await?;
     Ok(Action::await_change())
+}
+
+/// `object` as its typed form serializes it (no nulls), to compare with what the informer
+/// holds.
+fn normalized<K: serde::de::DeserializeOwned + serde::Serialize>(object: Value) -> Result<Value> {
+    let typed: K = serde_json::from_value(object)
+        .map_err(|e| crate::Error::Invalid(format!("an object this controller built: {e}")))?;
+    serde_json::to_value(typed)
+        .map_err(|e| crate::Error::Invalid(format!("an object this controller built: {e}")))
 }
 
 /// Deletes the Endpoints of each Service that `changes` shows gone from `services`, as
@@ -240,7 +305,7 @@ async fn remove_orphaned(
             continue;
         }
         let (ns, name) = (svc.namespace().unwrap_or_default(), svc.name_any());
-        let api: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(client.clone(), &ns);
+        let api: Api<Endpoints> = Api::namespaced(client.clone(), &ns);
         match api.delete(&name, &DeleteParams::background()).await {
             Ok(_) => {
                 tracing::info!(namespace = %ns, service = %name, "deleted the Endpoints of a deleted Service")
@@ -259,8 +324,10 @@ pub async fn run(
     informers: crate::informer::Informers,
     shutdown: CancellationToken,
 ) {
-    let pods = informers.all::<Pod>().await;
-    let slices = informers.all::<EndpointSlice>().await;
+    let pods = informers.namespaced::<Pod>().await;
+    let slices = informers.namespaced::<EndpointSlice>().await;
+    let endpoints = informers.all::<Endpoints>().await;
+    let by_namespace = informers.namespaced::<Service>().await;
     let driver = Driver::<Service>::new("endpoints", &informers).await;
     let services = driver.store();
     // A deleted Service's Endpoints go with it (its slices are owned by it and collected).
@@ -278,16 +345,15 @@ pub async fn run(
         client: client.clone(),
         pods,
         slices,
+        endpoints,
     });
     driver
         .watches::<Pod, _>(move |pod: Arc<Pod>| {
             // A pod change concerns the services of its namespace that select it.
-            let ns = pod.namespace();
-            let labels = pod.labels().clone();
-            services
-                .state()
+            let labels = pod.labels();
+            by_namespace
+                .list(&pod.namespace().unwrap_or_default())
                 .into_iter()
-                .filter(|s| s.namespace() == ns)
                 .filter(|s| {
                     s.spec
                         .as_ref()
@@ -327,11 +393,12 @@ mod tests {
         let calls = m.calls.clone();
         let ctx = Arc::new(Ctx {
             client: m.client.clone(),
-            pods: crate::testing::store(vec![
+            pods: crate::testing::namespaced(vec![
                 pod("a", "10.0.0.1", "True"),
                 pod("b", "10.0.0.2", "False"),
             ]),
-            slices: crate::testing::store(vec![
+            endpoints: crate::testing::store(vec![]),
+            slices: crate::testing::namespaced(vec![
                 serde_json::from_value(json!({
                     "metadata": {"name": "web-old", "namespace": "default",
                         "labels": {SERVICE_LABEL: "web"}},
@@ -370,6 +437,76 @@ mod tests {
         assert!(
             crate::testing::matching(&calls, "GET", "").is_empty(),
             "no LIST: the slices come from the informer"
+        );
+    }
+
+    #[test]
+    fn a_second_reconcile_of_what_the_informers_already_hold_writes_nothing() {
+        let svc: Arc<Service> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default", "uid": "s1", "labels": {"app": "web"}},
+                "spec": {"selector": {"app": "web"}, "clusterIP": "10.96.0.10",
+                    "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]}}))
+            .unwrap(),
+        );
+        let pods = || {
+            crate::testing::namespaced(vec![
+                serde_json::from_value::<Pod>(json!({
+                    "metadata": {"name": "a", "namespace": "default", "uid": "p1", "labels": {"app": "web"}},
+                    "spec": {"nodeName": "n1", "containers": []},
+                    "status": {"phase": "Running", "podIP": "10.0.0.1",
+                        "conditions": [{"type": "Ready", "status": "True"}]}}))
+                .unwrap(),
+            ])
+        };
+        let first = crate::testing::mock(crate::testing::echo);
+        let calls = first.calls.clone();
+        first
+            .run(reconcile(
+                svc.clone(),
+                Arc::new(Ctx {
+                    client: first.client.clone(),
+                    pods: pods(),
+                    slices: crate::testing::namespaced(vec![]),
+                    endpoints: crate::testing::store(vec![]),
+                }),
+            ))
+            .unwrap();
+        let applied = crate::testing::matching(&calls, "PATCH", "");
+        assert_eq!(applied.len(), 2, "a slice and the Endpoints are written");
+        // The informers now hold what was applied, as the apiserver stores it.
+        let stored = |path: &str| {
+            let mut o = applied
+                .iter()
+                .find(|c| c.path.contains(path))
+                .unwrap()
+                .body
+                .clone();
+            o["metadata"]["uid"] = json!("x");
+            o["metadata"]["resourceVersion"] = json!("7");
+            o
+        };
+        let second = crate::testing::mock(crate::testing::echo);
+        let calls = second.calls.clone();
+        second
+            .run(reconcile(
+                svc,
+                Arc::new(Ctx {
+                    client: second.client.clone(),
+                    pods: pods(),
+                    slices: crate::testing::namespaced(vec![
+                        serde_json::from_value(stored("/endpointslices/")).unwrap(),
+                    ]),
+                    endpoints: crate::testing::store(vec![
+                        serde_json::from_value(stored("/endpoints/")).unwrap(),
+                    ]),
+                }),
+            ))
+            .unwrap();
+        assert!(
+            calls.lock().unwrap().is_empty(),
+            "nothing changed, nothing written: {:?}",
+            calls.lock().unwrap()
         );
     }
 

@@ -5,16 +5,20 @@
 //! reads and which is most of a stored object's memory. Controllers also subscribe to a
 //! kind's changes ([`Informers::subscribe`]) instead of opening watches of their own, so one
 //! pod change costs the apiserver one watch event, not one per controller.
+//!
+//! Each shared store also keeps its objects' names by namespace ([`Namespaced`]), as
+//! client-go's informers keep their `NamespaceIndex`: a controller reads one namespace's
+//! pods without walking every pod of the cluster.
 
 use futures::{Stream, StreamExt};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::any::{Any, TypeId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,14 +36,22 @@ where
     start_with(api, config, tasks, shutdown, None)
 }
 
-/// [`start`], also sending every changed or deleted object (after the store has it) to
-/// `changes`.
+/// What a shared informer keeps beside its store: the names by namespace, its readiness
+/// (the store and the index both hold a full listing) and its change feed.
+struct Shared<K> {
+    names: Arc<RwLock<Names>>,
+    ready: tokio::sync::watch::Sender<bool>,
+    changes: broadcast::Sender<Arc<K>>,
+}
+
+/// [`start`], also keeping `shared`: the index is updated after the store and before the
+/// change is sent, so a subscriber woken by a change finds it in both.
 fn start_with<K>(
     api: Api<K>,
     config: watcher::Config,
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
-    changes: Option<broadcast::Sender<Arc<K>>>,
+    shared: Option<Shared<K>>,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -50,15 +62,21 @@ where
         .default_backoff()
         .reflect(writer)
         .for_each(move |ev| {
+            if let (Ok(e), Some(shared)) = (&ev, &shared) {
+                let synced = shared.names.write().expect("names").apply(e);
+                if synced {
+                    shared.ready.send_replace(true);
+                }
+            }
             match ev {
                 Ok(
                     watcher::Event::Apply(o)
                     | watcher::Event::InitApply(o)
                     | watcher::Event::Delete(o),
                 ) => {
-                    if let Some(tx) = &changes {
+                    if let Some(shared) = &shared {
                         // No subscriber yet is fine: they start from the store.
-                        let _ = tx.send(Arc::new(o));
+                        let _ = shared.changes.send(Arc::new(o));
                     }
                 }
                 Ok(_) => {}
@@ -82,11 +100,129 @@ where
 const CHANGES_BUFFER: usize = 1_024;
 
 /// One kind's shared store, its readiness and its change feed.
-type Entry<K> = (
-    Store<K>,
-    tokio::sync::watch::Receiver<bool>,
-    broadcast::Sender<Arc<K>>,
-);
+struct Entry<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store: Store<K>,
+    names: Arc<RwLock<Names>>,
+    ready: tokio::sync::watch::Receiver<bool>,
+    changes: broadcast::Sender<Arc<K>>,
+}
+
+impl<K> Clone for Entry<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn clone(&self) -> Self {
+        Entry {
+            store: self.store.clone(),
+            names: self.names.clone(),
+            ready: self.ready.clone(),
+            changes: self.changes.clone(),
+        }
+    }
+}
+
+/// The names of a kind's objects by namespace ("" for cluster-scoped ones), following the
+/// watch as kube-runtime's store does: a relist is gathered apart and swapped in whole.
+#[derive(Default)]
+struct Names {
+    live: HashMap<String, HashSet<String>>,
+    relist: HashMap<String, HashSet<String>>,
+}
+
+impl Names {
+    /// Applies a watch event; true when a listing is complete.
+    fn apply<K: Resource>(&mut self, event: &watcher::Event<K>) -> bool {
+        let key = |o: &K| {
+            (
+                o.meta().namespace.clone().unwrap_or_default(),
+                o.meta().name.clone().unwrap_or_default(),
+            )
+        };
+        match event {
+            watcher::Event::Apply(o) => {
+                let (ns, name) = key(o);
+                self.live.entry(ns).or_default().insert(name);
+            }
+            watcher::Event::Delete(o) => {
+                let (ns, name) = key(o);
+                if let Some(names) = self.live.get_mut(&ns) {
+                    names.remove(&name);
+                    if names.is_empty() {
+                        self.live.remove(&ns);
+                    }
+                }
+            }
+            watcher::Event::Init => self.relist = HashMap::new(),
+            watcher::Event::InitApply(o) => {
+                let (ns, name) = key(o);
+                self.relist.entry(ns).or_default().insert(name);
+            }
+            watcher::Event::InitDone => {
+                self.live = std::mem::take(&mut self.relist);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// A kind's shared store read by namespace.
+pub struct Namespaced<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    store: Store<K>,
+    names: Arc<RwLock<Names>>,
+}
+
+impl<K> Clone for Namespaced<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn clone(&self) -> Self {
+        Namespaced {
+            store: self.store.clone(),
+            names: self.names.clone(),
+        }
+    }
+}
+
+impl<K> Namespaced<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The objects of namespace `ns`, as the store holds them.
+    pub fn list(&self, ns: &str) -> Vec<Arc<K>> {
+        let names = self.names.read().expect("names");
+        names.live.get(ns).map_or_else(Vec::new, |names| {
+            names
+                .iter()
+                .filter_map(|n| self.store.get(&ObjectRef::new(n).within(ns)))
+                .collect()
+        })
+    }
+
+    /// `store` read by namespace, its index built from `events` (for tests).
+    #[cfg(test)]
+    pub(crate) fn following(store: Store<K>, events: &[watcher::Event<K>]) -> Self {
+        let mut names = Names::default();
+        for e in events {
+            names.apply(e);
+        }
+        Namespaced {
+            store,
+            names: Arc::new(RwLock::new(names)),
+        }
+    }
+
+    /// The whole store.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+}
 
 /// Cluster-wide informers shared by the controllers of one manager: the first request for a
 /// kind starts its watch, later ones get the same store.
@@ -115,17 +251,31 @@ impl Informers {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let (store, mut ready, _) = self.entry::<K>();
+        self.namespaced::<K>().await.store
+    }
+
+    /// The shared store of every `K`, read by namespace, once it has listed them (or at
+    /// shutdown).
+    pub async fn namespaced<K>(&self) -> Namespaced<K>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let Entry {
+            store,
+            names,
+            mut ready,
+            ..
+        } = self.entry::<K>();
         tokio::select! {
             _ = ready.wait_for(|r| *r) => {}
             _ = self.shutdown.cancelled() => {}
         }
-        store
+        Namespaced { store, names }
     }
 
     /// The store of `K` and its readiness, starting its watch on first use. Readiness is
-    /// relayed through a watch channel: kube-runtime's `Store::wait_until_ready` wakes only
-    /// one of several concurrent waiters.
+    /// relayed through a watch channel set when both the store and its index hold a full
+    /// listing (kube-runtime's `Store::wait_until_ready` wakes only one of several waiters).
     fn entry<K>(&self) -> Entry<K>
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -138,21 +288,25 @@ impl Informers {
             return entry.clone();
         }
         let (changes, _) = broadcast::channel(CHANGES_BUFFER);
+        let (tx, ready) = tokio::sync::watch::channel(false);
+        let names = Arc::new(RwLock::new(Names::default()));
         let store = start_with(
             Api::<K>::all(self.client.clone()),
             watcher::Config::default(),
             &self.tasks,
             &self.shutdown,
-            Some(changes.clone()),
+            Some(Shared {
+                names: names.clone(),
+                ready: tx,
+                changes: changes.clone(),
+            }),
         );
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let waiter = store.clone();
-        minik8s_task::spawn_on(&self.tasks, "informer-synced", async move {
-            if waiter.wait_until_ready().await.is_ok() {
-                let _ = tx.send(true);
-            }
-        });
-        let entry = (store, rx, changes);
+        let entry = Entry {
+            store,
+            names,
+            ready,
+            changes,
+        };
         stores.insert(TypeId::of::<K>(), Box::new(entry.clone()));
         entry
     }
@@ -165,7 +319,7 @@ impl Informers {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let (store, _, changes) = self.entry::<K>();
+        let Entry { store, changes, .. } = self.entry::<K>();
         let rx = changes.subscribe();
         futures::stream::unfold(
             (rx, store, VecDeque::new()),

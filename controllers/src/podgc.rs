@@ -39,8 +39,14 @@ pub async fn run(
     });
     let driver = Driver::<Pod>::new("podgc", &informers).await;
     let pods = driver.store();
+    let nodes = ctx.nodes.clone();
     driver
         .watches::<Node, _>(move |node| {
+            // Only a node's deletion concerns its pods (its status updates, each minute per
+            // node, do not).
+            if nodes.get(&ObjectRef::from_obj(node.as_ref())).is_some() {
+                return Vec::new();
+            }
             let name = node.name_any();
             pods.state()
                 .iter()
@@ -57,7 +63,7 @@ async fn collect(pod: Arc<Pod>, ctx: Arc<Ctx>) -> crate::Result<Action> {
     let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) else {
         return Ok(Action::await_change());
     };
-    if ctx.nodes.state().iter().any(|n| n.name_any() == node) {
+    if ctx.nodes.get(&ObjectRef::new(&node)).is_some() {
         ctx.missing_since.lock().expect("podgc").remove(&node);
         return Ok(Action::await_change());
     }

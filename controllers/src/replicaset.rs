@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 use serde_json::json;
@@ -111,7 +110,7 @@ fn pod_for(rs: &ReplicaSet, kind: SetKind) -> Result<Pod> {
 
 struct Ctx {
     client: Client,
-    pods: Store<Pod>,
+    pods: crate::informer::Namespaced<Pod>,
     expectations: Expectations,
     recorder: minik8s_events::Recorder,
     /// What the sets really are: ReplicaSets, or ReplicationControllers seen as ones.
@@ -195,12 +194,7 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
         .as_ref()
         .ok_or_else(|| Error::Invalid("no spec".into()))?;
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods: Vec<Arc<Pod>> = ctx
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| p.metadata.namespace.as_deref() == Some(ns.as_str()))
-        .collect();
+    let pods: Vec<Arc<Pod>> = ctx.pods.list(&ns);
     // Adopt orphans that match; release owned pods that no longer do.
     let selector = util::Selector::new(&spec.selector);
     let owned = util::claim_pods(&api, pods, &selector, ctx.kind.owner_ref(rs.as_ref())).await?;
@@ -495,7 +489,7 @@ async fn drive<K, F, Fut>(
         SetKind::ReplicaSet => ("replicaset", "replicaset-controller"),
         SetKind::ReplicationController => ("replicationcontroller", "replication-controller"),
     };
-    let pods = informers.all::<Pod>().await;
+    let pods = informers.namespaced::<Pod>().await;
     let ctx = Arc::new(Ctx {
         client: client.clone(),
         pods,
@@ -620,7 +614,7 @@ mod tests {
         let calls = m.calls.clone();
         let ctx = Arc::new(Ctx {
             client: m.client.clone(),
-            pods: crate::testing::store(Vec::<Pod>::new()),
+            pods: crate::testing::namespaced(Vec::<Pod>::new()),
             expectations: Expectations::default(),
             recorder: minik8s_events::Recorder::new(
                 m.client.clone(),

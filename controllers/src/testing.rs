@@ -79,6 +79,21 @@ where
     reader
 }
 
+/// A store of `objects` read by namespace.
+pub fn namespaced<K>(objects: impl IntoIterator<Item = K>) -> crate::informer::Namespaced<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (reader, mut writer) = reflector::store();
+    let mut events = Vec::new();
+    for o in objects {
+        let e = watcher::Event::Apply(o);
+        writer.apply_watcher_event(&e);
+        events.push(e);
+    }
+    crate::informer::Namespaced::following(reader, &events)
+}
+
 /// The calls with this method whose path ends with `suffix`.
 pub fn matching(calls: &Calls, method: &str, suffix: &str) -> Vec<Call> {
     calls
