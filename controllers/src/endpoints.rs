@@ -112,47 +112,6 @@ struct Ctx {
     endpoints: Store<Endpoints>,
 }
 
-/// Whether `have` already says what `want` (the object this controller would apply) says:
-/// its labels and owners among `have`'s, and the same content (`fields`; absent and empty
-/// lists alike, as the API stores them).
-fn unchanged<K: serde::Serialize + kube::Resource>(
-    have: &K,
-    want: &Value,
-    fields: &[&str],
-) -> bool {
-    let Ok(have_json) = serde_json::to_value(have) else {
-        return false;
-    };
-    let meta = have.meta();
-    let labels_kept = want["metadata"]["labels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| {
-            meta.labels
-                .as_ref()
-                .and_then(|l| l.get(k))
-                .map(|s| s.as_str())
-                == v.as_str()
-        });
-    let owners_kept = want["metadata"]["ownerReferences"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .all(|o| {
-            meta.owner_references
-                .iter()
-                .flatten()
-                .any(|h| Some(h.uid.as_str()) == o["uid"].as_str())
-        });
-    let empty = |v: &Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty);
-    let same = fields.iter().all(|f| {
-        let (h, w) = (&have_json[*f], &want[*f]);
-        (empty(h) && empty(w)) || h == w
-    });
-    labels_kept && owners_kept && same
-}
-
 async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     let Some(selector) = svc
         .spec
@@ -201,10 +160,10 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
             "endpoints": endpoints,
             "ports": ports.iter().map(|(n, p, proto)| json!({"name": n, "port": p, "protocol": proto})).collect::<Vec<_>>(),
         });
-        let slice = normalized::<EndpointSlice>(slice)?;
+        let slice = util::normalized::<EndpointSlice>(slice)?;
         if ours.iter().any(|s| {
             s.name_any() == slice_name
-                && unchanged(s.as_ref(), &slice, &["addressType", "endpoints", "ports"])
+                && util::unchanged(s.as_ref(), &slice, &["addressType", "endpoints", "ports"])
         }) {
             continue;
         }
@@ -256,11 +215,11 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
         "metadata": {"name": name, "namespace": ns, "labels": ep_labels},
         "subsets": subsets,
     });
-    let endpoints = normalized::<Endpoints>(endpoints)?;
+    let endpoints = util::normalized::<Endpoints>(endpoints)?;
     if ctx
         .endpoints
         .get(&ObjectRef::new(&name).within(&ns))
-        .is_some_and(|have| unchanged(have.as_ref(), &endpoints, &["subsets"]))
+        .is_some_and(|have| util::unchanged(have.as_ref(), &endpoints, &["subsets"]))
     {
         return Ok(Action::await_change());
     }
@@ -272,15 +231,6 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     )
     .await?;
     Ok(Action::await_change())
-}
-
-/// `object` as its typed form serializes it (no nulls), to compare with what the informer
-/// holds.
-fn normalized<K: serde::de::DeserializeOwned + serde::Serialize>(object: Value) -> Result<Value> {
-    let typed: K = serde_json::from_value(object)
-        .map_err(|e| crate::Error::Invalid(format!("an object this controller built: {e}")))?;
-    serde_json::to_value(typed)
-        .map_err(|e| crate::Error::Invalid(format!("an object this controller built: {e}")))
 }
 
 /// Deletes the Endpoints of each Service that `changes` shows gone from `services`, as

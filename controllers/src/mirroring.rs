@@ -8,12 +8,13 @@
 use crate::Result;
 use crate::driver::Driver;
 use crate::endpoints::{SERVICE_LABEL, SKIP_MIRROR};
+use crate::informer::Namespaced;
 use crate::util::{self, owner_ref};
 use k8s_openapi::api::core::v1::{EndpointSubset, Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -26,6 +27,10 @@ const MANAGED_BY: &str = "endpointslice.kubernetes.io/managed-by";
 
 struct Ctx {
     client: Client,
+    /// The informers' Services and EndpointSlices: the endpoints controller's own Endpoints
+    /// (most of them, each written at every change of its pods) cost no request here.
+    services: Store<Service>,
+    slices: Namespaced<EndpointSlice>,
 }
 
 /// The slice of one subset: its ports and its ready and not-ready addresses.
@@ -95,37 +100,50 @@ async fn reconcile(ep: Arc<Endpoints>, ctx: Arc<Ctx>) -> Result<Action> {
     let ns = ep.namespace().unwrap_or_default();
     let name = ep.name_any();
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
-    let services: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
     let skip = ep.labels().get(SKIP_MIRROR).is_some_and(|v| v == "true");
     // Only the Endpoints of an existing Service without a selector are mirrored.
     let mirrored = !skip
         && ep.metadata.deletion_timestamp.is_none()
-        && services.get_opt(&name).await?.is_some_and(|svc| {
-            svc.spec
-                .as_ref()
-                .and_then(|s| s.selector.as_ref())
-                .is_none_or(|s| s.is_empty())
-        });
+        && ctx
+            .services
+            .get(&ObjectRef::new(&name).within(&ns))
+            .is_some_and(|svc| {
+                svc.spec
+                    .as_ref()
+                    .and_then(|s| s.selector.as_ref())
+                    .is_none_or(|s| s.is_empty())
+            });
+    let existing: Vec<Arc<EndpointSlice>> = ctx
+        .slices
+        .list(&ns)
+        .into_iter()
+        .filter(|s| {
+            s.labels().get(SERVICE_LABEL) == Some(&name)
+                && s.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGER)
+        })
+        .collect();
     let mut wanted = Vec::new();
     if mirrored {
         let pp = PatchParams::apply(MANAGER).force();
         for subset in ep.subsets.iter().flatten() {
-            let slice = slice_of(&ep, subset);
+            let slice = util::normalized::<EndpointSlice>(slice_of(&ep, subset))?;
             let slice_name = slice["metadata"]["name"]
                 .as_str()
                 .unwrap_or_default()
                 .to_owned();
+            wanted.push(slice_name.clone());
+            if existing.iter().any(|s| {
+                s.name_any() == slice_name
+                    && util::unchanged(s.as_ref(), &slice, &["addressType", "endpoints", "ports"])
+            }) {
+                continue;
+            }
             slices
                 .patch(&slice_name, &pp, &Patch::Apply(&slice))
                 .await?;
-            wanted.push(slice_name);
         }
     }
-    let selector = format!("{SERVICE_LABEL}={name},{MANAGED_BY}={MANAGER}");
-    let existing = slices
-        .list_metadata(&ListParams::default().labels(&selector))
-        .await?;
-    for s in existing.items {
+    for s in existing {
         let n = s.name_any();
         if !wanted.contains(&n) {
             match slices.delete(&n, &DeleteParams::background()).await {
@@ -145,6 +163,8 @@ pub async fn run(
 ) {
     let ctx = Arc::new(Ctx {
         client: client.clone(),
+        services: informers.all::<Service>().await,
+        slices: informers.namespaced::<EndpointSlice>().await,
     });
     Driver::<Endpoints>::new("endpointslice-mirroring", &informers)
         .await
@@ -184,5 +204,51 @@ mod tests {
             s["ports"],
             json!([{"name": "web", "port": 80, "protocol": "TCP"}])
         );
+    }
+
+    #[test]
+    fn mirrors_from_the_informers_and_writes_only_a_difference() {
+        let services = || {
+            crate::testing::store(vec![
+                serde_json::from_value::<Service>(json!({
+                    "metadata": {"name": "ext", "namespace": "default"}, "spec": {"ports": [{"port": 80}]}}))
+                .unwrap(),
+                serde_json::from_value::<Service>(json!({
+                    "metadata": {"name": "web", "namespace": "default"},
+                    "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}))
+                .unwrap(),
+            ])
+        };
+        let endpoints = |name: &str, labels: Value| -> Arc<Endpoints> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "default", "uid": format!("u-{name}"), "labels": labels},
+                    "subsets": [{"addresses": [{"ip": "10.1.2.3"}], "ports": [{"name": "web", "port": 80}]}]}))
+                .unwrap(),
+            )
+        };
+        let run = |ep: Arc<Endpoints>, slices: Vec<EndpointSlice>| {
+            let m = crate::testing::mock(crate::testing::echo);
+            let calls = m.calls.clone();
+            let ctx = Arc::new(Ctx {
+                client: m.client.clone(),
+                services: services(),
+                slices: crate::testing::namespaced(slices),
+            });
+            m.run(reconcile(ep, ctx)).unwrap();
+            calls.lock().unwrap().clone()
+        };
+        // The endpoints controller's own Endpoints cost no request at all.
+        let own = endpoints("web", json!({SKIP_MIRROR: "true"}));
+        assert!(run(own, vec![]).is_empty());
+        // A selectorless Service's Endpoints are mirrored once; the same again writes nothing.
+        let ext = endpoints("ext", json!({}));
+        let first = run(ext.clone(), vec![]);
+        assert_eq!(first.len(), 1, "{first:?}");
+        assert_eq!(first[0].method, "PATCH");
+        let mut stored = first[0].body.clone();
+        stored["metadata"]["uid"] = json!("s");
+        let again = run(ext, vec![serde_json::from_value(stored).unwrap()]);
+        assert!(again.is_empty(), "{again:?}");
     }
 }

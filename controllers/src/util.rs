@@ -378,6 +378,58 @@ pub async fn claim_pods(
     claim(api, pods, selector, reference, |p| !is_terminal(p)).await
 }
 
+/// Whether `have` already says what `want` (the object this controller would apply) says:
+/// its labels and owners among `have`'s, and the same content (`fields`; absent and empty
+/// lists alike, as the API stores them).
+pub fn unchanged<K: serde::Serialize + Resource>(
+    have: &K,
+    want: &serde_json::Value,
+    fields: &[&str],
+) -> bool {
+    let Ok(have_json) = serde_json::to_value(have) else {
+        return false;
+    };
+    let meta = have.meta();
+    let labels_kept = want["metadata"]["labels"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| {
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get(k))
+                .map(|s| s.as_str())
+                == v.as_str()
+        });
+    let owners_kept = want["metadata"]["ownerReferences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .all(|o| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .any(|h| Some(h.uid.as_str()) == o["uid"].as_str())
+        });
+    let empty = |v: &serde_json::Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty);
+    let same = fields.iter().all(|f| {
+        let (h, w) = (&have_json[*f], &want[*f]);
+        (empty(h) && empty(w)) || h == w
+    });
+    labels_kept && owners_kept && same
+}
+
+/// `object` as its typed form serializes it (no nulls), to compare with what the informer
+/// holds.
+pub fn normalized<K: serde::de::DeserializeOwned + serde::Serialize>(
+    object: serde_json::Value,
+) -> crate::Result<serde_json::Value> {
+    let typed: K = serde_json::from_value(object)
+        .map_err(|e| crate::Error::Invalid(format!("an object this controller built: {e}")))?;
+    serde_json::to_value(typed)
+        .map_err(|e| crate::Error::Invalid(format!("an object this controller built: {e}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

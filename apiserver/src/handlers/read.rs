@@ -115,9 +115,10 @@ pub async fn list_page(ctx: &Ctx, selectors: &Selectors) -> ApiResult<Page> {
     list_page_as(ctx, selectors, false).await
 }
 
-/// Like [`list_page`]; with `raw` and no selectors the items stay JSON bytes (no parsing).
+/// Like [`list_page`]; with `raw` the items stay JSON bytes where the stored version is the
+/// served one (no parsing), and selectors read only what they select on.
 pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiResult<Page> {
-    let raw = raw && selectors.is_empty() && ctx.res.stored_as_served();
+    let raw = raw && ctx.res.stored_as_served();
     let prefix = ctx.res.scope_prefix(ctx.namespace());
     let store = &ctx.api.store;
     let (mut revision, mut start_after) = match &ctx.params.continue_token {
@@ -178,6 +179,17 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
         revision = page.revision;
         let n = page.kvs.len();
         for (i, kv) in page.kvs.iter().enumerate() {
+            // The whole object, when the selectors needed it decoded.
+            let mut decoded = None;
+            if !selectors.is_empty() {
+                let selected = match ctx.res.selectable(kv) {
+                    Some(partial) => selectors.matches(&partial),
+                    None => selectors.matches(decoded.insert(ctx.res.read(kv)?)),
+                };
+                if !selected {
+                    continue;
+                }
+            }
             if raw {
                 let bytes = match object::raw_with_rv(&kv.value, kv.mod_revision) {
                     Some(bytes) => bytes,
@@ -185,10 +197,10 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
                 };
                 raw_items.push(bytes);
             } else {
-                let obj = ctx.res.read(kv)?;
-                if selectors.is_empty() || selectors.matches(&obj) {
-                    items.push(obj);
-                }
+                items.push(match decoded {
+                    Some(obj) => obj,
+                    None => ctx.res.read(kv)?,
+                });
             }
             if limit > 0 && items.len() + raw_items.len() >= limit {
                 if i + 1 < n || page.more {

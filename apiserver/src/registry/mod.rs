@@ -266,6 +266,18 @@ impl ResourceInfo {
         }
     }
 
+    /// What label and field selectors read of a stored object: its name, namespace, labels
+    /// and the kind's selectable fields, decoded without the rest where the stored version
+    /// is the served one (`None`: decode the whole object, [`ResourceInfo::read`]).
+    pub fn selectable(&self, kv: &minik8s_storage::KeyValue) -> Option<Value> {
+        if !self.stored_as_served() {
+            return None;
+        }
+        let mut paths = vec!["metadata.name", "metadata.namespace", "metadata.labels"];
+        paths.extend(self.field_selectors.iter().map(String::as_str));
+        crate::object::decode_paths(&kv.value, &paths)
+    }
+
     /// Whether stored bytes are already in this resource's version (no conversion on read).
     pub fn stored_as_served(&self) -> bool {
         self.storage.is_none() && !self.read_defaults

@@ -81,14 +81,7 @@ impl Decoded {
         if let Some(Ok(value)) = self.value.get() {
             return Ok(value);
         }
-        let partial = self.selectable.get_or_init(|| {
-            if !res.stored_as_served() {
-                return None;
-            }
-            let mut paths = vec!["metadata.name", "metadata.namespace", "metadata.labels"];
-            paths.extend(res.field_selectors.iter().map(String::as_str));
-            crate::object::decode_paths(&self.kv.value, &paths)
-        });
+        let partial = self.selectable.get_or_init(|| res.selectable(&self.kv));
         match partial {
             Some(value) => Ok(value),
             None => self.value(res),
