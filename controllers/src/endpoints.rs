@@ -436,13 +436,13 @@ mod tests {
             o["metadata"]["resourceVersion"] = json!("7");
             o
         };
-        let second = crate::testing::mock(crate::testing::echo);
-        let calls = second.calls.clone();
-        second
-            .run(reconcile(
+        let again = |svc: Arc<Service>| {
+            let m = crate::testing::mock(crate::testing::echo);
+            let calls = m.calls.clone();
+            m.run(reconcile(
                 svc,
                 Arc::new(Ctx {
-                    client: second.client.clone(),
+                    client: m.client.clone(),
                     pods: pods(),
                     slices: crate::testing::namespaced(vec![
                         serde_json::from_value(stored("/endpointslices/")).unwrap(),
@@ -453,11 +453,20 @@ mod tests {
                 }),
             ))
             .unwrap();
+            calls.lock().unwrap().clone()
+        };
+        let calls = again(svc.clone());
         assert!(
-            calls.lock().unwrap().is_empty(),
-            "nothing changed, nothing written: {:?}",
-            calls.lock().unwrap()
+            calls.is_empty(),
+            "nothing changed, nothing written: {calls:?}"
         );
+        // The Service loses its label: the Endpoints, which carry the Service's labels, are
+        // written again (the slice, whose labels are the controller's own, is not).
+        let mut unlabelled = svc.as_ref().clone();
+        unlabelled.metadata.labels = None;
+        let calls = again(Arc::new(unlabelled));
+        assert_eq!(calls.len(), 1, "{calls:?}");
+        assert!(calls[0].path.contains("/endpoints/web"), "{calls:?}");
     }
 
     #[test]

@@ -379,7 +379,7 @@ pub async fn claim_pods(
 }
 
 /// Whether `have` already says what `want` (the object this controller would apply) says:
-/// its labels and owners among `have`'s, and the same content (`fields`; absent and empty
+/// the same labels, `want`'s owners among `have`'s, and the same content (`fields`; absent and empty
 /// lists alike, as the API stores them).
 pub fn unchanged<K: serde::Serialize + Resource>(
     have: &K,
@@ -390,17 +390,11 @@ pub fn unchanged<K: serde::Serialize + Resource>(
         return false;
     };
     let meta = have.meta();
-    let labels_kept = want["metadata"]["labels"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| {
-            meta.labels
-                .as_ref()
-                .and_then(|l| l.get(k))
-                .map(|s| s.as_str())
-                == v.as_str()
-        });
+    // Exactly the labels wanted: one the controller no longer sets (a Service's label
+    // removed, a Service no longer headless) must go, as upstream's checks compare them whole.
+    let wanted_labels: BTreeMap<String, String> =
+        serde_json::from_value(want["metadata"]["labels"].clone()).unwrap_or_default();
+    let labels_kept = meta.labels.clone().unwrap_or_default() == wanted_labels;
     let owners_kept = want["metadata"]["ownerReferences"]
         .as_array()
         .into_iter()
