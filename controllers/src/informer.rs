@@ -351,3 +351,48 @@ impl Informers {
         &self.shutdown
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Pod;
+
+    fn pod(ns: &str, name: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.namespace = Some(ns.into());
+        p.metadata.name = Some(name.into());
+        p
+    }
+
+    fn names_in(names: &Names, ns: &str) -> Vec<String> {
+        let mut v: Vec<String> = names.live.get(ns).into_iter().flatten().cloned().collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn names_follow_the_watch_and_a_relist_replaces_them_whole() {
+        let mut names = Names::default();
+        assert!(!names.apply(&watcher::Event::<Pod>::Init));
+        assert!(!names.apply(&watcher::Event::InitApply(pod("a", "p1"))));
+        assert!(
+            names_in(&names, "a").is_empty(),
+            "a listing counts once done"
+        );
+        assert!(names.apply(&watcher::Event::<Pod>::InitDone));
+        names.apply(&watcher::Event::Apply(pod("a", "p2")));
+        names.apply(&watcher::Event::Apply(pod("b", "p3")));
+        names.apply(&watcher::Event::Delete(pod("a", "p1")));
+        assert_eq!(names_in(&names, "a"), ["p2"]);
+        assert_eq!(names_in(&names, "b"), ["p3"]);
+        // A relist (after a 410): the old names stand until it is done, then only its own.
+        names.apply(&watcher::Event::<Pod>::Init);
+        names.apply(&watcher::Event::InitApply(pod("b", "p4")));
+        assert_eq!(names_in(&names, "a"), ["p2"]);
+        assert!(names.apply(&watcher::Event::<Pod>::InitDone));
+        assert!(names_in(&names, "a").is_empty());
+        assert_eq!(names_in(&names, "b"), ["p4"]);
+        names.apply(&watcher::Event::Delete(pod("b", "p4")));
+        assert!(names.live.is_empty(), "an emptied namespace goes");
+    }
+}
