@@ -99,29 +99,15 @@ where
 /// Changes a subscriber may fall behind before it is resynced from the store.
 const CHANGES_BUFFER: usize = 1_024;
 
-/// One kind's shared store, its readiness and its change feed.
+/// One kind's shared store (read by namespace too), its readiness and its change feed.
+#[derive(Clone)]
 struct Entry<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
-    store: Store<K>,
-    names: Arc<RwLock<Names>>,
+    index: Namespaced<K>,
     ready: tokio::sync::watch::Receiver<bool>,
     changes: broadcast::Sender<Arc<K>>,
-}
-
-impl<K> Clone for Entry<K>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    fn clone(&self) -> Self {
-        Entry {
-            store: self.store.clone(),
-            names: self.names.clone(),
-            ready: self.ready.clone(),
-            changes: self.changes.clone(),
-        }
-    }
 }
 
 /// The names of a kind's objects by namespace ("" for cluster-scoped ones), following the
@@ -170,24 +156,13 @@ impl Names {
 }
 
 /// A kind's shared store read by namespace.
+#[derive(Clone)]
 pub struct Namespaced<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     store: Store<K>,
     names: Arc<RwLock<Names>>,
-}
-
-impl<K> Clone for Namespaced<K>
-where
-    K: Resource<DynamicType = ()> + Clone + 'static,
-{
-    fn clone(&self) -> Self {
-        Namespaced {
-            store: self.store.clone(),
-            names: self.names.clone(),
-        }
-    }
 }
 
 impl<K> Namespaced<K>
@@ -216,11 +191,6 @@ where
             store,
             names: Arc::new(RwLock::new(names)),
         }
-    }
-
-    /// The whole store.
-    pub fn store(&self) -> &Store<K> {
-        &self.store
     }
 }
 
@@ -261,16 +231,13 @@ impl Informers {
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
         let Entry {
-            store,
-            names,
-            mut ready,
-            ..
+            index, mut ready, ..
         } = self.entry::<K>();
         tokio::select! {
             _ = ready.wait_for(|r| *r) => {}
             _ = self.shutdown.cancelled() => {}
         }
-        Namespaced { store, names }
+        index
     }
 
     /// The store of `K` and its readiness, starting its watch on first use. Readiness is
@@ -302,8 +269,7 @@ impl Informers {
             }),
         );
         let entry = Entry {
-            store,
-            names,
+            index: Namespaced { store, names },
             ready,
             changes,
         };
@@ -319,7 +285,11 @@ impl Informers {
     where
         K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     {
-        let Entry { store, changes, .. } = self.entry::<K>();
+        let Entry {
+            index: Namespaced { store, .. },
+            changes,
+            ..
+        } = self.entry::<K>();
         let rx = changes.subscribe();
         futures::stream::unfold(
             (rx, store, VecDeque::new()),
