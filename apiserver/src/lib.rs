@@ -265,7 +265,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         watch_cache: store::watchcache::WatchCache::default(),
         openapi: std::sync::Mutex::new(None),
     });
-    store::watchindex::register(&api);
+    store::watchindex::register(&api)?;
     cluster::bootstrap::run(&api)
         .await
         .map_err(Error::Bootstrap)?;

@@ -762,12 +762,105 @@ fn the_kubernetes_service_has_endpoints_and_an_endpointslice() {
 /// A kubelet's watch of its node's pods (`fieldSelector=spec.nodeName=<node>`, indexed in
 /// the store: `store::watchindex`) sees every change of its node's pods, pods bound to it
 /// included, and nothing of other nodes'; the watch of unscheduled pods (`spec.nodeName=`)
-/// sees a pod leave when it is bound. On the embedded store (indexed) and on etcd (not).
+/// sees a pod leave when it is bound. A kubelet's LIST of its node's pods (read from the same
+/// index at the latest revision) hands over its pods in every namespace and only them, in
+/// pages. On the embedded store (indexed) and on etcd (not).
 #[test]
-fn a_watch_of_one_nodes_pods_sees_its_pods_and_only_them() {
+fn a_watch_and_a_list_of_one_nodes_pods_see_its_pods_and_only_them() {
     for c in [Cluster::start(), Cluster::start_etcd()] {
         node_watch_sees_its_pods(&c);
+        node_list_reads_its_pods(&c);
     }
+}
+
+fn node_list_reads_its_pods(c: &Cluster) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    c.ok(&["create", "namespace", "node-list"]);
+    let client = c.client();
+    let create = |ns: &str, name: &str, node: &str| {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let p: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap();
+        async move { pods.create(&PostParams::default(), &p).await.unwrap() }
+    };
+    let names = |list: kube::core::ObjectList<Pod>| -> Vec<String> {
+        list.items
+            .into_iter()
+            .map(|p| {
+                format!(
+                    "{}/{}",
+                    p.metadata.namespace.unwrap(),
+                    p.metadata.name.unwrap()
+                )
+            })
+            .collect()
+    };
+    c.block_on(async {
+        create("default", "l1", "ln1").await;
+        create("node-list", "l2", "ln1").await;
+        create("node-list", "l3", "ln2").await;
+        let all: Api<Pod> = Api::all(client.clone());
+        let on_ln1 = ListParams::default().fields("spec.nodeName=ln1");
+        assert_eq!(
+            names(all.list(&on_ln1).await.unwrap()),
+            ["default/l1", "node-list/l2"]
+        );
+        // As kube-runtime's watcher lists: resourceVersion=0, in pages.
+        let first = all
+            .list(&ListParams {
+                resource_version: Some("0".into()),
+                ..on_ln1.clone().limit(1)
+            })
+            .await
+            .unwrap();
+        let mut token = first.metadata.continue_.clone().expect("a second page");
+        let mut pages = vec![names(first)];
+        // Then read at the first page's revision; as upstream's, a page may end with a
+        // token while keys remain after it, matching or not.
+        while !token.is_empty() {
+            let page = all
+                .list(&on_ln1.clone().limit(1).continue_token(&token))
+                .await
+                .unwrap();
+            token = page.metadata.continue_.clone().unwrap_or_default();
+            pages.push(names(page));
+        }
+        pages.retain(|p| !p.is_empty());
+        assert_eq!(pages, [["default/l1"], ["node-list/l2"]]);
+        let in_ns: Api<Pod> = Api::namespaced(client.clone(), "node-list");
+        assert_eq!(names(in_ns.list(&on_ln1).await.unwrap()), ["node-list/l2"]);
+        // A pod's status changes and it is deleted: the LIST follows.
+        in_ns
+            .patch_status(
+                "l2",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"phase": "Running"}})),
+            )
+            .await
+            .unwrap();
+        let l2 = all.list(&on_ln1).await.unwrap();
+        assert_eq!(
+            l2.items[1].status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+        let dp = DeleteParams::default().grace_period(0);
+        Api::<Pod>::namespaced(client.clone(), "default")
+            .delete("l1", &dp)
+            .await
+            .unwrap();
+        assert_eq!(names(all.list(&on_ln1).await.unwrap()), ["node-list/l2"]);
+        // Also when another field is asked for as well.
+        let both = ListParams::default().fields("spec.nodeName=ln1,metadata.name=l3");
+        assert!(all.list(&both).await.unwrap().items.is_empty());
+        for p in ["l2", "l3"] {
+            in_ns.delete(p, &dp).await.unwrap();
+        }
+    });
 }
 
 fn node_watch_sees_its_pods(c: &Cluster) {

@@ -158,23 +158,42 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
     let mut continue_key = None;
     let mut remaining = None;
     let count = limit > 0 && selectors.is_empty();
+    // A LIST of one value of the kind's indexed field at the latest revision (a kubelet's, of
+    // its node's pods) reads only that value's objects (`store::watchindex`); pages after the
+    // first are read at its revision from the whole prefix.
+    let mut indexed = match ctx.res.watch_index.and_then(|f| selectors.equal(f)) {
+        Some(value) if revision == 0 && start_after.is_none() => {
+            store
+                .range_where(RangeRequest::prefix(prefix.clone()), value)
+                .await?
+        }
+        _ => None,
+    };
+    // Selected LISTs read the store in larger chunks: each chunk after the first is read at
+    // the first's revision, which undoes the history written since.
+    let chunk = if selectors.is_empty() { 64 } else { 1024 };
     'pages: loop {
-        let page = store
-            .range(RangeRequest {
-                prefix: prefix.clone(),
-                start_after: start_after.clone(),
-                limit: if limit > 0 { limit.max(64) } else { 0 },
-                revision,
-                count,
-            })
-            .await
-            .map_err(|e| match e {
-                minik8s_storage::Error::Compacted { .. } if ctx.params.continue_token.is_some() => {
-                    let from = start_after.as_deref().unwrap_or(&prefix);
-                    ApiError::inconsistent_continue(encode_continue(-1, &from[prefix.len()..]))
-                }
-                other => other.into(),
-            })?;
+        let read = match indexed.take() {
+            Some(page) => Ok(page),
+            None => {
+                store
+                    .range(RangeRequest {
+                        prefix: prefix.clone(),
+                        start_after: start_after.clone(),
+                        limit: if limit > 0 { limit.max(chunk) } else { 0 },
+                        revision,
+                        count,
+                    })
+                    .await
+            }
+        };
+        let page = read.map_err(|e| match e {
+            minik8s_storage::Error::Compacted { .. } if ctx.params.continue_token.is_some() => {
+                let from = start_after.as_deref().unwrap_or(&prefix);
+                ApiError::inconsistent_continue(encode_continue(-1, &from[prefix.len()..]))
+            }
+            other => other.into(),
+        })?;
         read_at.get_or_insert(page.revision);
         revision = page.revision;
         let n = page.kvs.len();

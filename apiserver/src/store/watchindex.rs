@@ -1,18 +1,22 @@
-//! Watches found by a field's value (upstream's "indexed triggers"): every kubelet watches the
-//! pods of its node (`fieldSelector=spec.nodeName=<node>`), and without an index each pod's
-//! change would wake every one of those watches, thousands at a scale upstream supports, to
-//! be filtered and dropped. The store indexes the watches of a kind whose registry row names
-//! a `watch_index` field by that field's text in the stored object (before and after each
-//! change), and a watch whose field selector asks for one value of it is woken only by the
-//! changes of that value. The watch still filters what it is handed (a batch may carry other
-//! changes; the etcd backend has no index and hands it everything).
+//! Watches and LISTs found by a field's value (upstream's "indexed triggers" and its watch
+//! cache's indexers): every kubelet watches and lists the pods of its node
+//! (`fieldSelector=spec.nodeName=<node>`), and without an index each pod's change would wake
+//! every one of those watches, thousands at a scale upstream supports, to be filtered and
+//! dropped, and each of those LISTs would read every pod. The store indexes the keys of a
+//! kind whose registry row names a `watch_index` field by that field's text in the stored
+//! object: a watch whose field selector asks for one value of it is woken only by the
+//! changes of that value (read before and after each change), and a LIST of the latest
+//! revision reads only the objects of that value. Both still filter what they are handed
+//! (a batch may carry other changes; the etcd backend has no index and hands over
+//! everything).
 
 use crate::Api;
 use minik8s_storage::Store;
 use std::sync::Arc;
 
-/// Indexes the store's watches of every kind whose registry row names a watch index.
-pub fn register(api: &Api) {
+/// Indexes the store's keys of every kind whose registry row names a watch index (reading
+/// what the store holds once).
+pub fn register(api: &Api) -> Result<(), minik8s_storage::Error> {
     for res in api.registry.all() {
         let Some(field) = res.watch_index else {
             continue;
@@ -20,11 +24,12 @@ pub fn register(api: &Api) {
         if !res.stored_as_served() {
             continue;
         }
-        api.store.index_watches(
+        api.store.index(
             &res.scope_prefix(None),
             Arc::new(move |stored: &[u8]| index_value(stored, field)),
-        );
+        )?;
     }
+    Ok(())
 }
 
 /// The field's text in a stored object, as a field selector reads it ("" when unset: the

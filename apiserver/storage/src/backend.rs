@@ -153,11 +153,17 @@ impl Store for Storage {
     async fn compact(&self, revision: i64) -> Result<()> {
         dispatch!(self, s => s.compact(revision))
     }
-    fn index_watches(&self, prefix: &str, index: WatchIndex) {
+    fn index(&self, prefix: &str, index: WatchIndex) -> Result<()> {
         match self {
-            Storage::Embedded(s) => s.index_watches(prefix, index),
-            Storage::Etcd(s) => s.index_watches(prefix, index),
+            Storage::Embedded(s) => s.index(prefix, index),
+            Storage::Etcd(s) => s.index(prefix, index),
         }
+    }
+    async fn range_where(&self, req: RangeRequest, value: &str) -> Result<Option<RangeResult>> {
+        let (t, key) = (Instant::now(), req.prefix.clone());
+        let r = dispatch!(self, s => s.range_where(req, value));
+        metrics::observe("list", &key, t);
+        r
     }
     async fn watch_where(
         &self,

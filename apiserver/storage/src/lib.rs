@@ -79,11 +79,26 @@ pub trait Store: Send + Sync + 'static {
     /// Drops the history before `revision`: later reads and watches before it are `Compacted`.
     fn compact(&self, revision: i64) -> impl Future<Output = Result<()>> + Send;
 
-    /// Indexes the watches of keys under `prefix` by what `index` reads from a changed value
-    /// (before and after the change): a watch opened with [`Store::watch_where`] is then woken
-    /// only by the changes of its value. A backend without indexes (the default) ignores it.
-    fn index_watches(&self, prefix: &str, index: WatchIndex) {
+    /// Indexes the keys under `prefix` by what `index` reads from their values: a watch
+    /// opened with [`Store::watch_where`] is then woken only by the changes of its value
+    /// (read before and after the change), and [`Store::range_where`] reads only the keys
+    /// of its value. A backend without indexes (the default) ignores it.
+    fn index(&self, prefix: &str, index: WatchIndex) -> Result<()> {
         let _ = (prefix, index);
+        Ok(())
+    }
+
+    /// [`Store::range`] at the latest revision of the keys whose value an index reads as
+    /// `value`, or `None` when no index covers the prefix or the read is of an older
+    /// revision (the default: the caller ranges over the prefix instead). It may hand over
+    /// other keys too: the caller filters them.
+    fn range_where(
+        &self,
+        req: RangeRequest,
+        value: &str,
+    ) -> impl Future<Output = Result<Option<RangeResult>>> + Send {
+        let _ = (req, value);
+        async { Ok(None) }
     }
 
     /// [`Store::watch`] for a watcher that wants only the changes whose value, before or

@@ -63,7 +63,7 @@ impl Event {
 pub type WatchStream = BoxStream<'static, crate::Result<Event>>;
 
 /// What a watch index reads from a stored value: the value its watches are found by (a pod's
-/// node name), if any. See [`Store::index_watches`](crate::Store::index_watches).
+/// node name), if any. See [`Store::index`](crate::Store::index).
 pub type WatchIndex = std::sync::Arc<dyn Fn(&[u8]) -> Option<String> + Send + Sync>;
 
 /// A read of the keys under a prefix.

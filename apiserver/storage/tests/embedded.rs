@@ -105,13 +105,15 @@ async fn a_watcher_that_falls_behind_catches_up_from_history_without_gaps() {
 
 /// Indexes the watches of `/p/` by a value's text before its first ':' ("node:rest").
 fn index_by_node(store: &Embedded) {
-    store.index_watches(
-        "/p/",
-        std::sync::Arc::new(|v: &[u8]| {
-            let s = std::str::from_utf8(v).ok()?;
-            Some(s.split_once(':')?.0.to_owned())
-        }),
-    );
+    store
+        .index(
+            "/p/",
+            std::sync::Arc::new(|v: &[u8]| {
+                let s = std::str::from_utf8(v).ok()?;
+                Some(s.split_once(':')?.0.to_owned())
+            }),
+        )
+        .unwrap();
 }
 
 /// An indexed watch (a kubelet's of its node's pods) is handed its value's changes, live
@@ -185,6 +187,137 @@ async fn a_quiet_indexed_watch_tells_its_progress() {
     assert_eq!(e.kind, EventKind::Progress);
     assert_eq!(e.revision(), last);
     assert!(e.kv.key.is_empty());
+}
+
+/// The keys an indexed read of `value` hands over.
+async fn keys_where(store: &Embedded, prefix: &str, value: &str) -> Vec<String> {
+    let page = store
+        .range_where(RangeRequest::prefix(prefix), value)
+        .await
+        .unwrap()
+        .expect("an index covers the prefix");
+    page.kvs.into_iter().map(|kv| kv.key).collect()
+}
+
+/// A read of one value of an index (a kubelet's LIST of its node's pods) hands over that
+/// value's keys as they are now: the ones stored before the index was made, the ones written
+/// since, moved, deleted, and after the store is opened again. Reads of older revisions and
+/// of prefixes no index covers are left to a plain range.
+#[tokio::test]
+async fn an_indexed_read_finds_its_values_keys_before_and_after_writes_and_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::open(dir.path()).unwrap();
+    store.create("/p/a/1", b("n1:x")).await.unwrap();
+    store.create("/p/a/2", b("n2:x")).await.unwrap();
+    index_by_node(&store);
+    store.create("/p/b/3", b("n1:x")).await.unwrap();
+    let moved = store.create("/p/b/4", b("n2:x")).await.unwrap();
+    store.create("/q/5", b("n1:x")).await.unwrap();
+    assert_eq!(keys_where(&store, "/p/", "n1").await, ["/p/a/1", "/p/b/3"]);
+    assert_eq!(keys_where(&store, "/p/b/", "n1").await, ["/p/b/3"]);
+
+    store
+        .update("/p/b/4", b("n1:y"), moved.mod_revision)
+        .await
+        .unwrap();
+    store.delete("/p/a/1", None).await.unwrap();
+    assert_eq!(keys_where(&store, "/p/", "n1").await, ["/p/b/3", "/p/b/4"]);
+    assert_eq!(keys_where(&store, "/p/", "n2").await, ["/p/a/2"]);
+    let page = store
+        .range_where(
+            RangeRequest {
+                limit: 1,
+                ..RangeRequest::prefix("/p/")
+            },
+            "n1",
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.kvs.len(), 1);
+    assert!(page.more);
+    assert_eq!(page.revision, store.current_revision().await.unwrap());
+
+    let older = RangeRequest {
+        revision: moved.mod_revision,
+        ..RangeRequest::prefix("/p/")
+    };
+    assert!(store.range_where(older, "n1").await.unwrap().is_none());
+    assert!(
+        store
+            .range_where(RangeRequest::prefix("/q/"), "n1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    store.close().await.unwrap();
+    let store = Embedded::open(dir.path()).unwrap();
+    index_by_node(&store);
+    assert_eq!(keys_where(&store, "/p/", "n1").await, ["/p/b/3", "/p/b/4"]);
+}
+
+/// While writers move keys between values, every indexed read holds exactly the keys of its
+/// value at the revision it reports (after its caller's filter), as a plain range at that
+/// revision does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexed_reads_agree_with_plain_ranges_while_keys_move() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::open(dir.path()).unwrap();
+    index_by_node(&store);
+    for i in 0..20 {
+        store
+            .create(&format!("/p/{i:02}"), b(&format!("n{}:0", i % 3)))
+            .await
+            .unwrap();
+    }
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for round in 0..150usize {
+                    let key = format!("/p/{:02}", (round * 7 + w * 5) % 20);
+                    let Some(cur) = store.get(&key).await.unwrap() else {
+                        continue;
+                    };
+                    let value = b(&format!("n{}:{round}", (round + w) % 3));
+                    let _ = store.update(&key, value, cur.mod_revision).await;
+                }
+            })
+        })
+        .collect();
+    let mut reads = 0;
+    while writers.iter().any(|w| !w.is_finished()) || reads < 20 {
+        let page = store
+            .range_where(RangeRequest::prefix("/p/"), "n1")
+            .await
+            .unwrap()
+            .unwrap();
+        let indexed: Vec<String> = page
+            .kvs
+            .into_iter()
+            .filter(|kv| kv.value.starts_with(b"n1:"))
+            .map(|kv| kv.key)
+            .collect();
+        let at = RangeRequest {
+            revision: page.revision,
+            ..RangeRequest::prefix("/p/")
+        };
+        let plain: Vec<String> = store
+            .range(at)
+            .await
+            .unwrap()
+            .kvs
+            .into_iter()
+            .filter(|kv| kv.value.starts_with(b"n1:"))
+            .map(|kv| kv.key)
+            .collect();
+        assert_eq!(indexed, plain, "at revision {}", page.revision);
+        reads += 1;
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
 }
 
 #[tokio::test]

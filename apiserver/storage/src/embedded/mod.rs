@@ -6,6 +6,7 @@
 
 mod codec;
 mod hub;
+mod listindex;
 mod wal;
 mod writer;
 
@@ -129,6 +130,7 @@ struct Inner {
     path: PathBuf,
     db: Mutex<Option<Arc<Database>>>,
     hub: Arc<hub::Hub>,
+    lists: Arc<listindex::Lists>,
     /// Batches a watch may have queued before it catches up from history instead.
     watch_buffer: usize,
     writes: mpsc::Sender<Request>,
@@ -190,11 +192,13 @@ impl Embedded {
             stats: WriterStats::default(),
         });
         let hub = Arc::new(hub::Hub::new());
+        let lists = Arc::new(listindex::Lists::default());
         let (writes, rx) = mpsc::channel(options.write_queue.max(16));
         let writer = Writer {
             db: db.clone(),
             rx,
             hub: hub.clone(),
+            lists: lists.clone(),
             published: published.clone(),
             revision,
             physical_floor: floor,
@@ -217,6 +221,7 @@ impl Embedded {
                 path,
                 db: Mutex::new(Some(db)),
                 hub,
+                lists,
                 watch_buffer: options.watch_buffer.max(16),
                 writes,
                 published,
@@ -484,8 +489,19 @@ impl Store for Embedded {
         self.watch_from(prefix, start_revision, None)
     }
 
-    fn index_watches(&self, prefix: &str, index: WatchIndex) {
+    fn index(&self, prefix: &str, index: WatchIndex) -> Result<()> {
+        self.inner.lists.add(&*self.db()?, prefix, index.clone())?;
         self.inner.hub.index(prefix, index);
+        Ok(())
+    }
+
+    async fn range_where(&self, req: RangeRequest, value: &str) -> Result<Option<RangeResult>> {
+        if req.revision > 0 {
+            return Ok(None);
+        }
+        let (lists, value) = (self.inner.lists.clone(), value.to_owned());
+        self.blocking(move |db, _| lists.range(db, &req, &value))
+            .await
     }
 
     async fn watch_where(

@@ -64,6 +64,8 @@ pub(super) struct Writer {
     pub db: Arc<Database>,
     pub rx: mpsc::Receiver<Request>,
     pub hub: Arc<super::hub::Hub>,
+    /// The list indexes, kept by the writer around each commit.
+    pub lists: Arc<super::listindex::Lists>,
     pub published: Arc<Published>,
     /// The last committed revision.
     pub revision: i64,
@@ -195,6 +197,7 @@ impl Writer {
                 }
             }
             let applied = started.elapsed();
+            self.lists.before_commit(&events);
             txn.commit()?;
             self.physical_floor = floor;
             let took = started.elapsed();
@@ -222,6 +225,7 @@ impl Writer {
                 self.revision = revision;
                 self.published.revision.store(revision, Ordering::Release);
                 if !events.is_empty() {
+                    self.lists.after_commit(&events);
                     self.hub.publish(&events.into());
                 }
                 for (req, result) in batch.drain(..).zip(results) {
