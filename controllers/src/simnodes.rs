@@ -10,7 +10,8 @@ use crate::Result;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -114,8 +115,8 @@ where
     first
 }
 
-/// Creates or refreshes the nodes and their Leases.
-async fn register(client: &Client, cfg: &SimConfig, since: &str) -> Result<()> {
+/// Creates or refreshes the nodes and their Leases; the Leases as written.
+async fn register(client: &Client, cfg: &SimConfig, since: &str) -> Result<Leases> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(MANAGER).force();
     each_node(cfg, |_, name| {
@@ -134,10 +135,12 @@ async fn register(client: &Client, cfg: &SimConfig, since: &str) -> Result<()> {
     })
     .await?;
     report_status(client, cfg, since).await?;
-    renew(client, cfg).await
+    let leases = Leases::default();
+    leases.renew(client, cfg).await?;
+    Ok(leases)
 }
 
-/// Writes every node's status (the heartbeat a kubelet sends every `status_every`).
+/// Writes every node's whole status (when the nodes register).
 async fn report_status(client: &Client, cfg: &SimConfig, since: &str) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(MANAGER).force();
@@ -154,23 +157,74 @@ async fn report_status(client: &Client, cfg: &SimConfig, since: &str) -> Result<
     .await
 }
 
-/// Renews every node's Lease in `kube-node-lease`.
-async fn renew(client: &Client, cfg: &SimConfig) -> Result<()> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-    let pp = PatchParams::apply(MANAGER).force();
+/// The heartbeat a kubelet sends every `status_every` when nothing else changed: a
+/// strategic merge patch of its status whose only change is the Ready condition's
+/// `lastHeartbeatTime` (upstream's kubelet patches the difference it computes).
+async fn heartbeat(client: &Client, cfg: &SimConfig) -> Result<()> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PatchParams::default();
     each_node(cfg, |_, name| {
-        let (leases, pp) = (&leases, &pp);
+        let (nodes, pp) = (&nodes, &pp);
         async move {
-            let lease = json!({
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": "kube-node-lease"},
-                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
-            });
-            leases.patch(&name, pp, &Patch::Apply(&lease)).await?;
+            let patch = json!({"status": {"conditions": [
+                {"type": "Ready", "lastHeartbeatTime": now()}]}});
+            nodes
+                .patch_status(&name, pp, &Patch::Strategic(&patch))
+                .await?;
             Ok(())
         }
     })
     .await
+}
+
+/// The nodes' Leases as last written, renewed as upstream's kubelet renews its own
+/// (component-helpers' lease controller): a PUT of the last Lease with a new `renewTime`,
+/// and, when that is refused (the Lease changed or went away), the Lease written whole again.
+#[derive(Default)]
+struct Leases {
+    latest: std::sync::Mutex<std::collections::HashMap<String, Lease>>,
+}
+
+impl Leases {
+    /// Renews every node's Lease in `kube-node-lease`.
+    async fn renew(&self, client: &Client, cfg: &SimConfig) -> Result<()> {
+        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+        each_node(cfg, |_, name| {
+            let leases = &leases;
+            async move {
+                let last = self.latest.lock().expect("leases").get(&name).cloned();
+                let renewed = match last {
+                    Some(mut lease) => {
+                        if let Some(spec) = lease.spec.as_mut() {
+                            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
+                        }
+                        match leases.replace(&name, &PostParams::default(), &lease).await {
+                            Ok(lease) => Some(lease),
+                            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => None,
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                    None => None,
+                };
+                let lease = match renewed {
+                    Some(lease) => lease,
+                    None => {
+                        let lease = json!({
+                            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                            "metadata": {"name": name, "namespace": "kube-node-lease"},
+                            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                                "renewTime": micro_now()},
+                        });
+                        let pp = PatchParams::apply(MANAGER).force();
+                        leases.patch(&name, &pp, &Patch::Apply(&lease)).await?
+                    }
+                };
+                self.latest.lock().expect("leases").insert(name, lease);
+                Ok(())
+            }
+        })
+        .await
+    }
 }
 
 struct Sim {
@@ -309,8 +363,7 @@ fn error_policy(_: Arc<Pod>, e: &crate::Error, _: Arc<Sim>) -> Action {
 /// Registers the nodes, then renews their Leases every 10 s and reports their status every
 /// `status_every` (as kubelets do), and plays kubelet for each node until `shutdown`.
 pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) -> Result<()> {
-    let since = now();
-    register(&client, &cfg, &since).await?;
+    let leases = register(&client, &cfg, &now()).await?;
     let sim = Arc::new(Sim {
         client: client.clone(),
     });
@@ -325,12 +378,12 @@ pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) ->
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(LEASE_EVERY) => {}
                 }
-                if let Err(e) = renew(&client, &cfg).await {
+                if let Err(e) = leases.renew(&client, &cfg).await {
                     tracing::warn!(error = %e, "renewing simulated node leases");
                 }
                 if reported.elapsed() >= cfg.status_every {
                     reported = std::time::Instant::now();
-                    if let Err(e) = report_status(&client, &cfg, &since).await {
+                    if let Err(e) = heartbeat(&client, &cfg).await {
                         tracing::warn!(error = %e, "reporting simulated node status");
                     }
                 }

@@ -181,6 +181,28 @@ impl Scrape {
         out
     }
 
+    /// The requests of `self` and of `other` together: what two processes served, one after
+    /// the other (before and after a restart, whose counters start again at zero).
+    pub fn plus(&self, other: &Scrape) -> Scrape {
+        let mut out = self.clone();
+        for (k, buckets) in &other.latency {
+            match out.latency.get_mut(k) {
+                Some(mine) if mine.len() == buckets.len() => {
+                    for (m, o) in mine.iter_mut().zip(buckets) {
+                        m.1 += o.1;
+                    }
+                }
+                _ => {
+                    out.latency.insert(k.clone(), buckets.clone());
+                }
+            }
+        }
+        for (k, v) in &other.answers {
+            *out.answers.entry(k.clone()).or_default() += v;
+        }
+        out
+    }
+
     /// 5xx answers by (verb, resource, code).
     pub fn server_errors(&self) -> Vec<Value> {
         self.answers
@@ -306,6 +328,12 @@ apiserver_request_total{code="503",component="apiserver",resource="pods",verb="P
         let (rows, _) = server_latencies(&after.since(&after));
         assert!(rows.is_empty());
         assert_eq!(after.server_errors().len(), 1);
+        // Before a restart and after it: the two processes' requests together.
+        let both = after.plus(&after);
+        let (rows, _) = server_latencies(&both.since(&Scrape::default()));
+        assert_eq!(rows[0]["count"], 200.0);
+        assert_eq!(rows[0]["p50_ms"], 55.6);
+        assert_eq!(both.server_errors()[0]["count"], 4.0);
         let worse = Scrape::parse(&TEXT.replace("} 99\n", "} 98\n"));
         let (_, broken) = server_latencies(&worse.since(&Scrape::default()));
         assert_eq!(broken.len(), 1, "{broken:?}");

@@ -571,7 +571,9 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         }
     }
     let idle = snapshot(&pids, cgroup.as_deref(), data.as_deref());
-    let before = scrape(&client).await?;
+    let mut before = scrape(&client).await?;
+    // What a process killed at the peak had served since `before` (its counters die with it).
+    let mut served_before_kill = measure::Scrape::default();
 
     let tracker = Arc::new(Mutex::new(Tracker::default()));
     tokio::spawn(watch_pods(
@@ -679,6 +681,9 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let restart = match (&mut server, opts.kill) {
         (Some(server), true) => {
             let counted = count_objects(&client).await?;
+            served_before_kill = scrape(&client).await?.since(&before);
+            // The new process counts from zero.
+            before = measure::Scrape::default();
             let killed_at = jiff::Timestamp::now();
             // Calls refused while it is down are no answers to measure.
             rec.pause(true);
@@ -837,7 +842,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let after = scrape(&client).await?;
     let end = snapshot(&pids, cgroup.as_deref(), data.as_deref());
     shutdown.cancel();
-    let diff = after.since(&before);
+    let diff = after.since(&before).plus(&served_before_kill);
     let (server_rows, broken) = measure::server_latencies(&diff);
     violations.extend(broken);
     let client_rows = rec.report();
