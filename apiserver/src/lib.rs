@@ -20,6 +20,8 @@ pub mod registry;
 pub mod serving;
 pub mod store;
 
+pub use discovery::set_git_commit;
+
 use axum::Router;
 use minik8s_storage::{Endpoint, Storage};
 use std::net::SocketAddr;

@@ -697,6 +697,7 @@ fn join(a: JoinArgs) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     minik8s_kubeconfig::process::init_tracing();
+    minik8s_apiserver::set_git_commit(env!("MINIK8S_GIT_COMMIT"));
     match Cli::parse().command {
         Command::Pki { command } => pki(command),
         Command::Apiserver(args) => {

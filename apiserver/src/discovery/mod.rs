@@ -96,15 +96,31 @@ pub fn serve(api: &Arc<Api>, path: &str, headers: &HeaderMap) -> ApiResult<Respo
     }
 }
 
+/// The source's git commit as `/version`'s `gitCommit`, set by the binary embedding the
+/// apiserver ([`crate::set_git_commit`]).
+static GIT_COMMIT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets `/version`'s `gitCommit` once: a 40-digit hex commit id (upstream's form, which
+/// clients and upstream's conformance spec check); anything else is ignored.
+pub fn set_git_commit(commit: &str) {
+    if commit.len() == 40 && commit.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let _ = GIT_COMMIT.set(commit.to_owned());
+    }
+}
+
 /// `/version`.
 pub fn version() -> Value {
+    // Zeros when unset (a build outside a git tree, or a test embedding the library).
+    let commit = GIT_COMMIT
+        .get()
+        .map_or("0000000000000000000000000000000000000000", |c| c);
     json!({
         "major": "1",
         "minor": KUBE_MINOR,
         "emulationMajor": "1",
         "emulationMinor": KUBE_MINOR,
         "gitVersion": format!("v1.{KUBE_MINOR}.0-minik8s"),
-        "gitCommit": env!("MINIK8S_GIT_COMMIT"),
+        "gitCommit": commit,
         "gitTreeState": "clean",
         "buildDate": "2026-11-22T00:00:00Z",
         "goVersion": "rustc",
