@@ -82,6 +82,14 @@ pub struct RangeRequest {
 }
 
 impl RangeRequest {
+    /// At most how many keys to hand over (`limit`, with 0 as no limit).
+    pub fn max_keys(&self) -> usize {
+        match self.limit {
+            0 => usize::MAX,
+            n => n,
+        }
+    }
+
     /// All keys under `prefix` at the latest revision.
     pub fn prefix(prefix: impl Into<String>) -> Self {
         RangeRequest {

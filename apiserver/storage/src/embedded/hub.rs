@@ -201,29 +201,8 @@ fn hand_out(subs: &mut Subs, batch: &Arc<[Event]>) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_events::{delete, put};
     use super::*;
-    use crate::{EventKind, KeyValue};
-    use bytes::Bytes;
-
-    fn put(key: &str, value: &str, prev: Option<&str>) -> Event {
-        let kv = |v: &str| KeyValue {
-            key: key.into(),
-            value: Bytes::copy_from_slice(v.as_bytes()),
-            create_revision: 1,
-            mod_revision: 2,
-        };
-        Event {
-            kind: EventKind::Put,
-            kv: kv(value),
-            prev: prev.map(kv),
-        }
-    }
-
-    fn delete(key: &str, prev: &str) -> Event {
-        let mut e = put(key, "", Some(prev));
-        e.kind = EventKind::Delete;
-        e
-    }
 
     /// The index of the tests: a value's text up to its first ':' ("node:rest").
     fn by_node() -> WatchIndex {

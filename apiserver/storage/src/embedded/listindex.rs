@@ -10,7 +10,7 @@
 //! it, and a read takes its snapshot and its candidates under the same lock. A read checks
 //! each candidate in its snapshot (its caller filters what it is handed, as a watch's does).
 
-use super::{KV, META, META_REVISION, codec};
+use super::{KV, codec, snapshot_revision};
 use crate::{Event, EventKind, RangeRequest, RangeResult, Result, WatchIndex, prefix_end};
 use redb::{Database, ReadableDatabase};
 use std::collections::{BTreeSet, HashMap};
@@ -90,24 +90,26 @@ impl Lists {
     pub fn after_commit(&self, events: &[Event]) {
         let mut indexes = self.indexes.write().expect("list index lock");
         for i in indexes.iter_mut() {
-            let mut last: HashMap<&str, Option<String>> = HashMap::new();
-            for e in events.iter().filter(|e| e.kv.key.starts_with(&i.prefix)) {
-                last.insert(&e.kv.key, i.read(&e.kv.value));
-            }
-            for e in events.iter().filter(|e| e.kv.key.starts_with(&i.prefix)) {
-                let before = e.prev.as_ref().and_then(|p| i.read(&p.value));
-                let after = i.read(&e.kv.value);
+            // Each change's values before and after, read once.
+            let changes: Vec<(&str, Option<String>, Option<String>)> = events
+                .iter()
+                .filter(|e| e.kv.key.starts_with(&i.prefix))
+                .map(|e| {
+                    let before = e.prev.as_ref().and_then(|p| i.read(&p.value));
+                    (e.kv.key.as_str(), before, i.read(&e.kv.value))
+                })
+                .collect();
+            let last: HashMap<&str, &Option<String>> =
+                changes.iter().map(|(k, _, after)| (*k, after)).collect();
+            for (key, before, after) in &changes {
                 for value in [before, after].into_iter().flatten() {
-                    if last
-                        .get(e.kv.key.as_str())
-                        .is_some_and(|l| l.as_ref() == Some(&value))
-                    {
+                    if last[key].as_ref() == Some(value) {
                         continue;
                     }
-                    if let Some(set) = i.keys.get_mut(&value) {
-                        set.remove(&e.kv.key);
+                    if let Some(set) = i.keys.get_mut(value) {
+                        set.remove(*key);
                         if set.is_empty() {
-                            i.keys.remove(&value);
+                            i.keys.remove(value);
                         }
                     }
                 }
@@ -142,16 +144,9 @@ impl Lists {
             });
             (txn, candidates)
         };
-        let revision = txn
-            .open_table(META)?
-            .get(META_REVISION)?
-            .map_or(0, |v| v.value() as i64);
+        let revision = snapshot_revision(&txn)?;
         let kv = txn.open_table(KV)?;
-        let limit = if req.limit == 0 {
-            usize::MAX
-        } else {
-            req.limit
-        };
+        let limit = req.max_keys();
         let mut kvs = Vec::new();
         let mut more = false;
         let mut count = 0;
@@ -180,30 +175,9 @@ impl Lists {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_events::{delete, put};
     use super::*;
-    use crate::KeyValue;
-    use bytes::Bytes;
     use std::sync::Arc;
-
-    fn put(key: &str, value: &str, prev: Option<&str>) -> Event {
-        let kv = |v: &str| KeyValue {
-            key: key.into(),
-            value: Bytes::copy_from_slice(v.as_bytes()),
-            create_revision: 1,
-            mod_revision: 2,
-        };
-        Event {
-            kind: EventKind::Put,
-            kv: kv(value),
-            prev: prev.map(kv),
-        }
-    }
-
-    fn delete(key: &str, prev: &str) -> Event {
-        let mut e = put(key, "", Some(prev));
-        e.kind = EventKind::Delete;
-        e
-    }
 
     fn lists() -> Lists {
         let lists = Lists::default();

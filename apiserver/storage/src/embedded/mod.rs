@@ -7,6 +7,8 @@
 mod codec;
 mod hub;
 mod listindex;
+#[cfg(test)]
+mod test_events;
 mod wal;
 mod writer;
 
@@ -528,14 +530,19 @@ impl Store for Embedded {
     }
 }
 
+/// The last committed revision a read transaction sees.
+fn snapshot_revision(txn: &redb::ReadTransaction) -> Result<i64> {
+    Ok(txn
+        .open_table(META)?
+        .get(META_REVISION)?
+        .map_or(0, |v| v.value() as i64))
+}
+
 /// Reads a range at the latest or an older revision from one snapshot: the current keys,
 /// with the changes made after the requested revision undone from the history.
 fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<RangeResult> {
     let txn = db.begin_read()?;
-    let current = txn
-        .open_table(META)?
-        .get(META_REVISION)?
-        .map_or(0, |v| v.value() as i64);
+    let current = snapshot_revision(&txn)?;
     let compacted = published.compacted.load(Ordering::Acquire);
     let at = if req.revision <= 0 {
         current
@@ -597,11 +604,7 @@ fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<
     let kv = txn.open_table(KV)?;
     let mut latest = kv.range::<&[u8]>((lower_bound, upper_bound))?.peekable();
     let mut undone = undo.into_iter().peekable();
-    let limit = if req.limit == 0 {
-        usize::MAX
-    } else {
-        req.limit
-    };
+    let limit = req.max_keys();
     let mut kvs = Vec::new();
     let mut more = false;
     let mut beyond = 0;
@@ -665,10 +668,7 @@ fn read_history(
             compacted,
         });
     }
-    let current = txn
-        .open_table(META)?
-        .get(META_REVISION)?
-        .map_or(0, |v| v.value() as i64);
+    let current = snapshot_revision(&txn)?;
     let end = current.min(from + REPLAY_CHUNK as i64 - 1);
     let log = txn.open_table(LOG)?;
     let mut events = Vec::new();
