@@ -46,6 +46,9 @@ pub struct SimConfig {
 /// How often each node's Lease is renewed (the kubelet's default).
 const LEASE_EVERY: Duration = Duration::from_secs(10);
 
+/// How soon a refused or failed renewal is tried again.
+const RETRY_LEASE: Duration = Duration::from_secs(1);
+
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
@@ -77,6 +80,12 @@ fn node_names(cfg: &SimConfig) -> Vec<String> {
 
 /// How many of the nodes' registration, status and Lease writes are in flight at once.
 const PARALLEL: usize = 16;
+
+/// How many of the running nodes' writes (Lease renewals, heartbeats, pod status) are in
+/// flight at once. Real kubelets each have their own connection; these share one process and
+/// its open-file limit, and an HTTP/1.1 client opens a connection for every request in
+/// flight. A write waiting here waits in the simulation, not in the server.
+const IN_FLIGHT: usize = 512;
 
 /// A node's status as a kubelet reports it: capacity, addresses, the Ready condition (ready
 /// since `since`, last heard from now) and what it runs.
@@ -115,8 +124,12 @@ where
     first
 }
 
-/// Creates or refreshes the nodes and their Leases; the Leases as written.
-async fn register(client: &Client, cfg: &SimConfig, since: &str) -> Result<Leases> {
+/// Creates or refreshes the nodes, their status and their Leases; the Leases as written.
+async fn register(
+    client: &Client,
+    cfg: &SimConfig,
+    since: &str,
+) -> Result<std::collections::HashMap<String, Lease>> {
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(MANAGER).force();
     each_node(cfg, |_, name| {
@@ -135,9 +148,21 @@ async fn register(client: &Client, cfg: &SimConfig, since: &str) -> Result<Lease
     })
     .await?;
     report_status(client, cfg, since).await?;
-    let leases = Leases::default();
-    leases.renew(client, cfg).await?;
-    Ok(leases)
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let written = std::sync::Mutex::new(std::collections::HashMap::new());
+    each_node(cfg, |_, name| {
+        let (leases, written) = (&leases, &written);
+        async move {
+            let mut last = None;
+            renew(leases, &name, &mut last).await?;
+            if let Some(lease) = last {
+                written.lock().expect("leases").insert(name, lease);
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(written.into_inner().expect("leases"))
 }
 
 /// Writes every node's whole status (when the nodes register).
@@ -157,78 +182,107 @@ async fn report_status(client: &Client, cfg: &SimConfig, since: &str) -> Result<
     .await
 }
 
-/// The heartbeat a kubelet sends every `status_every` when nothing else changed: a
-/// strategic merge patch of its status whose only change is the Ready condition's
-/// `lastHeartbeatTime` (upstream's kubelet patches the difference it computes).
-async fn heartbeat(client: &Client, cfg: &SimConfig) -> Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let pp = PatchParams::default();
-    each_node(cfg, |_, name| {
-        let (nodes, pp) = (&nodes, &pp);
-        async move {
-            let patch = json!({"status": {"conditions": [
-                {"type": "Ready", "lastHeartbeatTime": now()}]}});
-            nodes
-                .patch_status(&name, pp, &Patch::Strategic(&patch))
-                .await?;
-            Ok(())
+/// One node's heartbeat when nothing else changed: a strategic merge patch of its status
+/// whose only change is the Ready condition's `lastHeartbeatTime` (upstream's kubelet
+/// patches the difference it computes).
+async fn heartbeat(nodes: &Api<Node>, name: &str) -> Result<()> {
+    let patch = json!({"status": {"conditions": [
+        {"type": "Ready", "lastHeartbeatTime": now()}]}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Renews one node's Lease as upstream's kubelet does (component-helpers' lease
+/// controller): a PUT of the last Lease it wrote with a new `renewTime`, and the Lease
+/// written whole when there is none yet or the PUT is refused (it changed or went away).
+async fn renew(leases: &Api<Lease>, name: &str, last: &mut Option<Lease>) -> Result<()> {
+    if let Some(mut lease) = last.take() {
+        if let Some(spec) = lease.spec.as_mut() {
+            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
         }
-    })
-    .await
-}
-
-/// The nodes' Leases as last written, renewed as upstream's kubelet renews its own
-/// (component-helpers' lease controller): a PUT of the last Lease with a new `renewTime`,
-/// and, when that is refused (the Lease changed or went away), the Lease written whole again.
-#[derive(Default)]
-struct Leases {
-    latest: std::sync::Mutex<std::collections::HashMap<String, Lease>>,
-}
-
-impl Leases {
-    /// Renews every node's Lease in `kube-node-lease`.
-    async fn renew(&self, client: &Client, cfg: &SimConfig) -> Result<()> {
-        let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-        each_node(cfg, |_, name| {
-            let leases = &leases;
-            async move {
-                let last = self.latest.lock().expect("leases").get(&name).cloned();
-                let renewed = match last {
-                    Some(mut lease) => {
-                        if let Some(spec) = lease.spec.as_mut() {
-                            spec.renew_time = Some(MicroTime(jiff::Timestamp::now()));
-                        }
-                        match leases.replace(&name, &PostParams::default(), &lease).await {
-                            Ok(lease) => Some(lease),
-                            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => None,
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    None => None,
-                };
-                let lease = match renewed {
-                    Some(lease) => lease,
-                    None => {
-                        let lease = json!({
-                            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                            "metadata": {"name": name, "namespace": "kube-node-lease"},
-                            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
-                                "renewTime": micro_now()},
-                        });
-                        let pp = PatchParams::apply(MANAGER).force();
-                        leases.patch(&name, &pp, &Patch::Apply(&lease)).await?
-                    }
-                };
-                self.latest.lock().expect("leases").insert(name, lease);
-                Ok(())
+        match leases.replace(name, &PostParams::default(), &lease).await {
+            Ok(lease) => {
+                *last = Some(lease);
+                return Ok(());
             }
-        })
-        .await
+            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409) => {}
+            Err(e) => {
+                // The same Lease is tried again next time.
+                *last = Some(lease);
+                return Err(e.into());
+            }
+        }
+    }
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": micro_now()},
+    });
+    let pp = PatchParams::apply(MANAGER).force();
+    *last = Some(leases.patch(name, &pp, &Patch::Apply(&lease)).await?);
+    Ok(())
+}
+
+/// One node's kubelet heartbeats, each on its own clock as every kubelet keeps its own: the
+/// Lease renewed [`LEASE_EVERY`] after the last renewal ended, the status every
+/// `status_every`, starting at `offset` so that the nodes' writes spread over the period.
+async fn beat(
+    client: Client,
+    writes: Arc<tokio::sync::Semaphore>,
+    cfg: Arc<SimConfig>,
+    (name, mut last): (String, Option<Lease>),
+    offset: Duration,
+    shutdown: CancellationToken,
+) {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let nodes: Api<Node> = Api::all(client);
+    let mut renewed = tokio::time::Instant::now();
+    let mut next_lease = renewed + offset;
+    let mut next_status = next_lease + cfg.status_every;
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep_until(next_lease.min(next_status)) => {}
+        }
+        let now = tokio::time::Instant::now();
+        let _permit = writes.acquire().await.ok();
+        if now >= next_lease {
+            // A kubelet tries a refused renewal again at once a few times (upstream's
+            // `retryUpdateLease`); here a second later, then its period again.
+            let retry = match renew(&leases, &name, &mut last).await {
+                Ok(()) => {
+                    renewed = tokio::time::Instant::now();
+                    false
+                }
+                // As long as the next try is in time for the grace period, only debug.
+                Err(e) if renewed.elapsed() < 2 * LEASE_EVERY => {
+                    tracing::debug!(node = %name, error = %e, "renewing simulated node lease");
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e,
+                        since_renewed = ?renewed.elapsed(), "renewing simulated node lease");
+                    true
+                }
+            };
+            next_lease =
+                tokio::time::Instant::now() + if retry { RETRY_LEASE } else { LEASE_EVERY };
+        }
+        if now >= next_status {
+            if let Err(e) = heartbeat(&nodes, &name).await {
+                tracing::warn!(node = %name, error = %e, "reporting simulated node status");
+            }
+            next_status += cfg.status_every;
+        }
     }
 }
 
 struct Sim {
     client: Client,
+    /// [`IN_FLIGHT`] permits, shared with the heartbeats.
+    writes: Arc<tokio::sync::Semaphore>,
 }
 
 async fn reconcile(pod: Arc<Pod>, sim: Arc<Sim>) -> Result<Action> {
@@ -244,6 +298,7 @@ async fn reconcile(pod: Arc<Pod>, sim: Arc<Sim>) -> Result<Action> {
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
     let api: Api<Pod> = Api::namespaced(sim.client.clone(), &ns);
+    let _permit = sim.writes.acquire().await.ok();
     if pod.metadata.deletion_timestamp.is_some() {
         match api
             .delete(&name, &DeleteParams::default().grace_period(0))
@@ -363,33 +418,27 @@ fn error_policy(_: Arc<Pod>, e: &crate::Error, _: Arc<Sim>) -> Action {
 /// Registers the nodes, then renews their Leases every 10 s and reports their status every
 /// `status_every` (as kubelets do), and plays kubelet for each node until `shutdown`.
 pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) -> Result<()> {
-    let leases = register(&client, &cfg, &now()).await?;
+    let mut written = register(&client, &cfg, &now()).await?;
+    let writes = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let sim = Arc::new(Sim {
         client: client.clone(),
+        writes: writes.clone(),
     });
-    let renewer = {
-        let client = client.clone();
-        let cfg = cfg.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            let mut reported = std::time::Instant::now();
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(LEASE_EVERY) => {}
-                }
-                if let Err(e) = leases.renew(&client, &cfg).await {
-                    tracing::warn!(error = %e, "renewing simulated node leases");
-                }
-                if reported.elapsed() >= cfg.status_every {
-                    reported = std::time::Instant::now();
-                    if let Err(e) = heartbeat(&client, &cfg).await {
-                        tracing::warn!(error = %e, "reporting simulated node status");
-                    }
-                }
-            }
-        }
-    };
+    let cfg = Arc::new(cfg);
+    let mut beats = tokio::task::JoinSet::new();
+    for (i, name) in node_names(&cfg).into_iter().enumerate() {
+        let offset = LEASE_EVERY.mul_f64(i as f64 / cfg.count.max(1) as f64);
+        let last = written.remove(&name);
+        beats.spawn(beat(
+            client.clone(),
+            writes.clone(),
+            cfg.clone(),
+            (name, last),
+            offset,
+            shutdown.clone(),
+        ));
+    }
+    let renewer = async move { while beats.join_next().await.is_some() {} };
     // One kubelet a node, each watching its own node's pods as a kubelet does
     // (`fieldSelector=spec.nodeName=<node>`): the API sees one pod watch a node.
     let mut kubelets = tokio::task::JoinSet::new();
