@@ -55,7 +55,7 @@ impl Default for Config {
 /// What a node's health calls for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Health {
-    /// Heartbeats and Ready=True.
+    /// Heartbeats and Ready=True, or no Ready condition yet.
     Ready,
     /// Heartbeats, but not Ready=True (the kubelet says so).
     NotReady,
@@ -88,6 +88,9 @@ pub fn health(node: &Node, fresh: bool) -> Health {
         (true, Some("Unknown")) => Health::Unreachable,
         // Heartbeating but not yet reporting: the kubelet will say.
         (true, None) if has_taint(node, UNREACHABLE) => Health::Unreachable,
+        // A node that never reported a Ready condition gets no taint for it, as upstream's
+        // (which taints by the condition's status): a kubelet registers, then reports.
+        (true, None) => Health::Ready,
         (true, _) => Health::NotReady,
     }
 }
@@ -267,9 +270,7 @@ async fn sync(node: Arc<Node>, ctx: Arc<Ctx>) -> crate::Result<Action> {
     let name = node.name_any();
     let lease = ctx
         .leases
-        .state()
-        .into_iter()
-        .find(|l| l.namespace().as_deref() == Some(LEASE_NAMESPACE) && l.name_any() == name);
+        .get(&ObjectRef::new(&name).within(LEASE_NAMESPACE));
     let (fresh, left) =
         ctx.beats
             .lock()
@@ -433,6 +434,8 @@ mod tests {
         };
         assert_eq!(wanted_taints(&tainted, Health::Ready, now).len(), 1);
         assert_eq!(health(&node("False", json!([])), true), Health::NotReady);
+        let unreported: Node = serde_json::from_value(json!({"metadata": {"name": "n"}})).unwrap();
+        assert_eq!(health(&unreported, true), Health::Ready);
         // A node saying it cannot tell (a virtual node whose backend is gone) is unreachable.
         assert_eq!(
             health(&node("Unknown", json!([])), true),
