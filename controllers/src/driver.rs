@@ -274,7 +274,10 @@ where
                 *n += 1;
                 *n
             };
-            let delay = backoff(n).max(first_retry);
+            // A 429 says when to come back (client-go waits its Retry-After too).
+            let delay = backoff(n)
+                .max(first_retry)
+                .max(retry_after(e).unwrap_or_default());
             tracing::warn!(controller = name, object = %key, error = %e, retry_in = ?delay, "reconcile failed, retrying");
             Action::requeue(delay)
         };
@@ -296,6 +299,22 @@ where
     }
 }
 
+/// The wait a refused request asks for: a 429's `retryAfterSeconds` (at least a second),
+/// found anywhere in the error's chain.
+pub fn retry_after(e: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(kube::Error::Api(s)) = err.downcast_ref::<kube::Error>()
+            && s.code == 429
+        {
+            let secs = s.details.as_ref().map_or(0, |d| d.retry_after_seconds);
+            return Some(Duration::from_secs(u64::from(secs.max(1))));
+        }
+        next = err.source();
+    }
+    None
+}
+
 /// The delay before the `n`th retry (from 1): 5 ms doubling, at most [`MAX_BACKOFF`].
 pub fn backoff(n: u32) -> Duration {
     BASE_BACKOFF
@@ -306,6 +325,20 @@ pub fn backoff(n: u32) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_429_is_retried_when_it_says() {
+        let refused = |code: u16, secs: u32| {
+            let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": "TooManyRequests",
+                "details": {"retryAfterSeconds": secs}}))
+            .unwrap();
+            crate::Error::from(kube::Error::Api(Box::new(status)))
+        };
+        assert_eq!(retry_after(&refused(429, 3)), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after(&refused(429, 0)), Some(Duration::from_secs(1)));
+        assert_eq!(retry_after(&refused(409, 3)), None);
+    }
 
     #[test]
     fn back_off_doubles_per_failure_up_to_the_cap() {
