@@ -60,7 +60,8 @@ pub struct Config {
     pub audit: Option<(PathBuf, serving::audit::Level)>,
     /// The key that signs ServiceAccount tokens, and the shortest expiry (seconds) allowed.
     pub service_account_key: Option<(PathBuf, i64)>,
-    /// Most requests served at once (watches excluded); more get 429.
+    /// Most requests served at once (watches excluded); more get 429. Heartbeats (Leases,
+    /// single Nodes) have a quarter as many seats again of their own.
     pub max_inflight: usize,
     /// Longest time a non-watch request may take (504 after).
     pub request_timeout: std::time::Duration,
@@ -146,8 +147,8 @@ pub struct Api {
     pub audit: serving::audit::Auditor,
     /// ServiceAccount token signing and verification.
     pub tokens: Option<auth::tokens::Issuer>,
-    /// Permits for requests in flight.
-    pub inflight: Arc<tokio::sync::Semaphore>,
+    /// Seats for requests in flight.
+    pub inflight: serving::inflight::InFlight,
     /// Longest time a non-watch request may take.
     pub request_timeout: std::time::Duration,
     /// Default tolerations' seconds for not-ready/unreachable nodes.
@@ -245,7 +246,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
             .as_ref()
             .and_then(|fp| std::fs::read_to_string(&fp.ca).ok()),
         root_ca: std::fs::read_to_string(&config.client_ca).ok(),
-        inflight: Arc::new(tokio::sync::Semaphore::new(config.max_inflight.max(1))),
+        inflight: serving::inflight::InFlight::new(config.max_inflight),
         request_timeout: config.request_timeout,
         default_toleration_seconds: config.default_toleration_seconds,
         quota_resync: config.quota_resync,

@@ -49,9 +49,9 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
     let permit = if long_running {
         None
     } else {
-        match api.inflight.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => {
+        match api.inflight.try_acquire(&info) {
+            Some(p) => Some(p),
+            None => {
                 let resp = ApiError::too_many_requests(1).into_response();
                 api.audit.record(record, &uri, 429, started);
                 metrics.begin(&described, false).finish(429);
