@@ -58,7 +58,11 @@ pub struct EmbeddedOptions {
     /// grew the file to 1 GB (each entry holds the previous value) and its reads missed the
     /// page cache.
     pub history: i64,
-    /// How many write batches a watcher may fall behind before it catches up from disk.
+    /// How many write batches a watcher may fall behind before it catches up from disk. A
+    /// catch-up reads every change since the watcher's revision, of every prefix: at 5,000
+    /// nodes (500 Lease renewals a second), 1,024 batches were a second or two of a busy
+    /// watcher's stall, and catching up took three quarters of the CPU, which made it fall
+    /// behind again (docs/benchmarks.md). Queued batches are shared with the other watchers.
     pub watch_buffer: usize,
     /// Queued writes beyond which callers wait.
     pub write_queue: usize,
@@ -78,7 +82,7 @@ impl Default for EmbeddedOptions {
     fn default() -> Self {
         EmbeddedOptions {
             history: 10_000,
-            watch_buffer: 1024,
+            watch_buffer: 16_384,
             write_queue: 8192,
             cache_bytes: DEFAULT_CACHE_BYTES,
             wal: true,
