@@ -58,6 +58,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
+    // The simulated nodes' warnings (late Lease renewals, refused status) reach stderr.
+    minik8s_kubeconfig::process::init_tracing();
     let plane = match a.kubeconfig {
         Some(kubeconfig) => Plane::External(External {
             name: a.name,

@@ -476,7 +476,12 @@ async fn create_cluster(
     post(client, rec, &path, ("POST", resource, "cluster"), object).await
 }
 
-/// POSTs `object` to `path`, timed as `class`.
+/// How often a create answered with a 5xx is sent again before the run gives up.
+const SERVER_ERROR_RETRIES: u32 = 5;
+
+/// POSTs `object` to `path`, timed as `class`. A 5xx is sent again (a few times, a second
+/// apart) so that the run goes on and reports it: the server counts it, and the report lists
+/// it as a broken SLO.
 async fn post(
     client: &Client,
     rec: &measure::Client,
@@ -484,13 +489,24 @@ async fn post(
     class: (&str, &str, &str),
     object: Value,
 ) -> anyhow::Result<()> {
-    let req = http::Request::post(path)
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&object)?)?;
-    match rec.time(class, client.request_text(req)).await {
-        // The client retried a create whose first answer (a 504) came after it was stored.
-        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => Ok(()),
-        other => other.map(drop).map_err(Into::into),
+    let body = serde_json::to_vec(&object)?;
+    let mut tries = 0;
+    loop {
+        let req = http::Request::post(path)
+            .header("content-type", "application/json")
+            .body(body.clone())?;
+        match rec.time(class, client.request_text(req)).await {
+            // A create answered with a 504 after it was stored, sent again.
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+                return Ok(());
+            }
+            Err(kube::Error::Api(s)) if s.code >= 500 && tries < SERVER_ERROR_RETRIES => {
+                tries += 1;
+                tracing::warn!(%path, code = s.code, message = %s.message, "create refused by the server; sending it again");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => return other.map(drop).map_err(Into::into),
+        }
     }
 }
 
