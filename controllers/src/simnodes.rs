@@ -274,7 +274,8 @@ async fn beat(
             if let Err(e) = heartbeat(&nodes, &name).await {
                 tracing::warn!(node = %name, error = %e, "reporting simulated node status");
             }
-            next_status += cfg.status_every;
+            // From now, as the Lease: a late heartbeat is not followed by a burst of others.
+            next_status = tokio::time::Instant::now() + cfg.status_every;
         }
     }
 }
@@ -438,7 +439,7 @@ pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) ->
             shutdown.clone(),
         ));
     }
-    let renewer = async move { while beats.join_next().await.is_some() {} };
+    let heartbeats = async move { while beats.join_next().await.is_some() {} };
     // One kubelet a node, each watching its own node's pods as a kubelet does
     // (`fieldSelector=spec.nodeName=<node>`): the API sees one pod watch a node.
     let mut kubelets = tokio::task::JoinSet::new();
@@ -453,6 +454,6 @@ pub async fn run(client: Client, cfg: SimConfig, shutdown: CancellationToken) ->
         kubelets.spawn(kubelet);
     }
     let kubelets = async move { while kubelets.join_next().await.is_some() {} };
-    tokio::join!(renewer, kubelets);
+    tokio::join!(heartbeats, kubelets);
     Ok(())
 }
