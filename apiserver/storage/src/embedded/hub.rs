@@ -6,12 +6,23 @@
 //! triggers": a pod's change wakes its node's watch, not the thousands of others. Each watch
 //! has a bounded queue; one that falls behind is flagged and told, and catches up from the
 //! history table, as it did when it lagged behind a broadcast channel.
+//!
+//! The hub also keeps the batches of the last [`RECENT_AGE`] (up to a size in bytes), as
+//! upstream's watch cache keeps a cyclic buffer of recent events: a new watch starting from a
+//! recent revision (a kubelet's after its LIST), and a watch that fell behind, replay from
+//! there instead of reading the whole history table since their revision. At 5,000 nodes,
+//! those reads from disk took 80 % of the CPU (docs/benchmarks.md).
 
 use crate::{Event, WatchIndex};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
+
+/// How long the hub keeps a batch for replays: upstream's watch cache keeps its events fresh
+/// for 75 s (`eventFreshDuration`).
+pub(super) const RECENT_AGE: Duration = Duration::from_secs(75);
 
 /// One watch's end of the hub.
 pub(super) struct Subscription {
@@ -58,11 +69,41 @@ struct Subs {
     indexed: Vec<Indexed>,
 }
 
+/// The batches of the last [`RECENT_AGE`], oldest first, holding at most `cap` bytes.
+struct Recent {
+    batches: VecDeque<(Instant, usize, Arc<[Event]>)>,
+    bytes: usize,
+    cap: usize,
+}
+
+impl Recent {
+    fn push(&mut self, batch: &Arc<[Event]>, now: Instant) {
+        let size = batch.iter().map(weight).sum::<usize>();
+        self.batches.push_back((now, size, batch.clone()));
+        self.bytes += size;
+        while let Some((at, size, _)) = self.batches.front() {
+            if self.bytes <= self.cap && now.duration_since(*at) <= RECENT_AGE {
+                break;
+            }
+            self.bytes -= size;
+            self.batches.pop_front();
+        }
+    }
+}
+
+/// About the bytes an event holds (its key and values, and their bookkeeping).
+fn weight(e: &Event) -> usize {
+    const OVERHEAD: usize = 128;
+    let kv = |kv: &crate::KeyValue| kv.key.len() + kv.value.len();
+    OVERHEAD + kv(&e.kv) + e.prev.as_ref().map_or(0, kv)
+}
+
 /// The watches of one store; `None` once the store is closed.
 pub(super) struct Hub {
     subs: Mutex<Option<Subs>>,
     /// The revision of the last batch handed to every watch it concerns.
     published: AtomicI64,
+    recent: Mutex<Recent>,
 }
 
 fn new_sub(prefix: &str, buffer: usize) -> (Sub, Subscription) {
@@ -86,10 +127,17 @@ fn new_sub(prefix: &str, buffer: usize) -> (Sub, Subscription) {
 }
 
 impl Hub {
-    pub fn new() -> Self {
+    /// The hub of a store at `revision`, keeping at most `recent_bytes` of recent batches for
+    /// replays.
+    pub fn new(revision: i64, recent_bytes: usize) -> Self {
         Hub {
             subs: Mutex::new(Some(Subs::default())),
-            published: AtomicI64::new(0),
+            published: AtomicI64::new(revision),
+            recent: Mutex::new(Recent {
+                batches: VecDeque::new(),
+                bytes: 0,
+                cap: recent_bytes,
+            }),
         }
     }
 
@@ -152,6 +200,41 @@ impl Hub {
         if let Some(last) = batch.last() {
             self.published.fetch_max(last.revision(), Ordering::Release);
         }
+        drop(guard);
+        self.recent
+            .lock()
+            .expect("hub lock")
+            .push(batch, Instant::now());
+    }
+
+    /// The kept batches with a change from revision `from` on, if the hub kept every batch
+    /// published since `from` (or `from` is beyond what was published): with a subscription
+    /// taken before, they and its queue hold every change from `from` on. `None` when older
+    /// batches were let go, for the caller to read the history table.
+    pub fn since(&self, from: i64) -> Option<Vec<Arc<[Event]>>> {
+        let recent = self.recent.lock().expect("hub lock");
+        let first = recent
+            .batches
+            .front()
+            .and_then(|(_, _, b)| b.first())
+            .map(Event::revision);
+        match first {
+            Some(first) if first <= from => {}
+            // Nothing kept from `from` on: only a revision beyond every published one is
+            // covered (by the queue).
+            _ if from > self.published() => return Some(Vec::new()),
+            _ => return None,
+        }
+        let start = recent
+            .batches
+            .partition_point(|(_, _, b)| b.last().is_some_and(|e| e.revision() < from));
+        Some(
+            recent
+                .batches
+                .range(start..)
+                .map(|(_, _, b)| b.clone())
+                .collect(),
+        )
     }
 
     /// Ends every watch (their queues close once drained).
@@ -222,7 +305,7 @@ mod tests {
 
     #[test]
     fn an_indexed_watch_is_woken_only_by_changes_of_its_value() {
-        let hub = Hub::new();
+        let hub = Hub::new(0, 0);
         hub.index("/pods/", by_node());
         let mut n1 = hub.subscribe_where("/pods/", Some("n1"), 8).unwrap();
         let mut n2 = hub.subscribe_where("/pods/", Some("n2"), 8).unwrap();
@@ -251,12 +334,81 @@ mod tests {
 
     #[test]
     fn closed_indexed_watches_are_forgotten() {
-        let hub = Hub::new();
+        let hub = Hub::new(0, 0);
         hub.index("/pods/", by_node());
         let gone = hub.subscribe_where("/pods/", Some("n1"), 8).unwrap();
         drop(gone);
         hub.publish(&Arc::from(vec![put("/pods/a/p", "n1:x", None)]));
         let subs = hub.subs.lock().unwrap();
         assert!(subs.as_ref().unwrap().indexed[0].by_value.is_empty());
+    }
+
+    /// A put at `revision`.
+    fn at(revision: i64, key: &str) -> Event {
+        let mut e = put(key, "v", None);
+        e.kv.mod_revision = revision;
+        e
+    }
+
+    fn revisions(batches: Option<Vec<Arc<[Event]>>>) -> Option<Vec<i64>> {
+        batches.map(|b| {
+            b.iter()
+                .flat_map(|b| b.iter().map(Event::revision))
+                .collect()
+        })
+    }
+
+    #[test]
+    fn recent_batches_replay_only_what_they_cover() {
+        let one = weight(&at(1, "/k/a"));
+        // Room for three single-event batches.
+        let hub = Hub::new(0, 3 * one);
+        assert_eq!(
+            revisions(hub.since(1)),
+            Some(vec![]),
+            "the queue will have it"
+        );
+        hub.publish(&Arc::from(vec![at(1, "/k/a")]));
+        hub.publish(&Arc::from(vec![at(2, "/k/a")]));
+        assert_eq!(revisions(hub.since(1)), Some(vec![1, 2]));
+        assert_eq!(revisions(hub.since(2)), Some(vec![2]));
+        assert_eq!(
+            revisions(hub.since(3)),
+            Some(vec![]),
+            "the queue has the rest"
+        );
+        hub.publish(&Arc::from(vec![at(3, "/k/a")]));
+        hub.publish(&Arc::from(vec![at(4, "/k/a")]));
+        assert_eq!(revisions(hub.since(1)), None, "revision 1 was let go");
+        assert_eq!(revisions(hub.since(2)), Some(vec![2, 3, 4]));
+        assert_eq!(revisions(hub.since(9)), Some(vec![]));
+
+        // Batches of several revisions: replay begins with the one holding `from`. A store
+        // reopened at revision 6 kept nothing before it: its history table has it.
+        let hub = Hub::new(6, 1 << 20);
+        assert_eq!(revisions(hub.since(6)), None);
+        assert_eq!(revisions(hub.since(7)), Some(vec![]));
+        hub.publish(&Arc::from(vec![at(7, "/k/a"), at(8, "/k/b")]));
+        hub.publish(&Arc::from(vec![at(9, "/k/a")]));
+        assert_eq!(revisions(hub.since(6)), None);
+        assert_eq!(revisions(hub.since(8)), Some(vec![7, 8, 9]));
+        assert_eq!(revisions(hub.since(9)), Some(vec![9]));
+
+        // Nothing is kept longer than RECENT_AGE.
+        let mut recent = Recent {
+            batches: VecDeque::new(),
+            bytes: 0,
+            cap: 1 << 20,
+        };
+        let t = Instant::now();
+        recent.push(&Arc::from(vec![at(1, "/k/a")]), t);
+        recent.push(&Arc::from(vec![at(2, "/k/a")]), t + RECENT_AGE);
+        assert_eq!(recent.batches.len(), 2);
+        recent.push(
+            &Arc::from(vec![at(3, "/k/a")]),
+            t + RECENT_AGE + Duration::from_secs(1),
+        );
+        assert_eq!(recent.batches.len(), 2);
+        assert_eq!(recent.bytes, 2 * one);
     }
 }
