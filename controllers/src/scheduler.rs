@@ -264,20 +264,22 @@ pub fn filter(
     if !node_ready(node) {
         return Err("node(s) were not ready".into());
     }
-    let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
+    let tolerations = spec
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default();
     // A cordoned node takes only pods that tolerate its `unschedulable` taint (upstream's
     // NodeUnschedulable plugin; DaemonSet pods do).
-    let cordon = Taint {
-        key: "node.kubernetes.io/unschedulable".into(),
-        effect: "NoSchedule".into(),
-        ..Default::default()
-    };
-    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
-        && !tolerates(&tolerations, &cordon)
-    {
-        return Err("node(s) were unschedulable".into());
+    if node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true) {
+        let cordon = Taint {
+            key: "node.kubernetes.io/unschedulable".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        if !tolerates(tolerations, &cordon) {
+            return Err("node(s) were unschedulable".into());
+        }
     }
-    placement(pod, &tolerations, node)?;
+    placement(pod, tolerations, node)?;
     let affinity = spec.and_then(|s| s.affinity.as_ref());
     let ns = pod.namespace().unwrap_or_default();
     let hostname = |terms: &[k8s_openapi::api::core::v1::PodAffinityTerm]| {
@@ -428,12 +430,39 @@ impl Spread {
     }
 }
 
+/// Where the next choices begin: the round-robin policy's turn, and the node the default
+/// policy's search starts from.
+#[derive(Debug, Default)]
+pub struct Turn {
+    round_robin: usize,
+    start: usize,
+}
+
+/// Upstream never looks for fewer feasible nodes than this (`minFeasibleNodesToFind`).
+const MIN_FEASIBLE_NODES: usize = 100;
+/// …nor for a smaller share of the nodes, in percent (`minFeasibleNodesPercentageToFind`).
+const MIN_FEASIBLE_PERCENT: usize = 5;
+
+/// How many feasible nodes the default policy looks for before it scores them: upstream's
+/// `numFeasibleNodesToFind` with the adaptive `percentageOfNodesToScore` (50 % less one point
+/// per 125 nodes, at least 5 %, at least 100 nodes): all of 100 nodes, 420 of 1,000, 500 of
+/// 5,000.
+pub fn feasible_to_find(nodes: usize) -> usize {
+    if nodes < MIN_FEASIBLE_NODES {
+        return nodes;
+    }
+    let percent = 50usize
+        .saturating_sub(nodes / 125)
+        .max(MIN_FEASIBLE_PERCENT);
+    (nodes * percent / 100).max(MIN_FEASIBLE_NODES)
+}
+
 /// Chooses a node for a pod among `nodes` with a policy; `Err` explains why none fits.
 pub fn pick(
     pod: &Pod,
     nodes: &[NodeInfo],
     policy: Policy,
-    turn: &mut usize,
+    turn: &mut Turn,
 ) -> Result<usize, String> {
     pick_for(pod, nodes, policy, turn, &[])
 }
@@ -444,13 +473,33 @@ pub fn pick_for(
     pod: &Pod,
     nodes: &[NodeInfo],
     policy: Policy,
-    turn: &mut usize,
+    turn: &mut Turn,
     volumes: &[NodeSelector],
 ) -> Result<usize, String> {
     let requests = pod_requests(pod);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut feasible: Vec<usize> = Vec::new();
-    for (i, n) in nodes.iter().enumerate() {
+    // The default policy stops at enough feasible nodes, as upstream's does, searching on
+    // from where the last search stopped; a pod spread by topology is weighed against every
+    // node (its domains' counts need them all).
+    let spread_by_topology = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.topology_spread_constraints.as_ref())
+        .is_some_and(|c| !c.is_empty());
+    let (wanted, start) = if policy == Policy::LeastAllocated && !spread_by_topology {
+        (feasible_to_find(nodes.len()), turn.start)
+    } else {
+        (nodes.len(), 0)
+    };
+    let mut processed = 0;
+    for k in 0..nodes.len() {
+        if feasible.len() >= wanted {
+            break;
+        }
+        processed += 1;
+        let i = (start + k) % nodes.len();
+        let n = &nodes[i];
         let volumes_ok = volumes.iter().all(|sel| selector_matches(sel, &n.node));
         let verdict = filter(pod, &requests, n).and_then(|()| {
             volumes_ok
@@ -461,6 +510,9 @@ pub fn pick_for(
             Ok(()) => feasible.push(i),
             Err(r) => *reasons.entry(r).or_default() += 1,
         }
+    }
+    if wanted < nodes.len() {
+        turn.start = (start + processed) % nodes.len();
     }
     if feasible.is_empty() {
         return Err(unschedulable_message(nodes.len(), &reasons));
@@ -506,8 +558,8 @@ pub fn pick_for(
         Policy::LeastAllocated => feasible.iter().copied().max_by_key(least_allocated),
         Policy::RoundRobin => {
             feasible.sort_by(|a, b| nodes[*a].name().cmp(nodes[*b].name()));
-            let i = feasible[*turn % feasible.len()];
-            *turn += 1;
+            let i = feasible[turn.round_robin % feasible.len()];
+            turn.round_robin += 1;
             Some(i)
         }
         Policy::ResourceBased => feasible.iter().copied().max_by_key(|i| {
@@ -562,10 +614,12 @@ struct Nominated {
 struct State {
     nodes: Vec<NodeInfo>,
     built: Option<Instant>,
+    /// How long the last rebuild took.
+    rebuild_took: Duration,
     assumed: HashMap<String, Assumed>,
     /// Nominations by pod uid.
     nominated: HashMap<String, Nominated>,
-    turn: usize,
+    turn: Turn,
 }
 
 /// A pod's priority (`spec.priority`, which the Priority admission sets; 0 without).
@@ -779,9 +833,10 @@ impl Scheduler {
             state: Mutex::new(State {
                 nodes: Vec::new(),
                 built: None,
+                rebuild_took: Duration::ZERO,
                 assumed: HashMap::new(),
                 nominated: HashMap::new(),
-                turn: 0,
+                turn: Turn::default(),
             }),
             recorder,
         }
@@ -865,11 +920,14 @@ impl Scheduler {
         assume: bool,
     ) -> Result<String, String> {
         let mut st = self.state.lock().expect("scheduler state");
-        if st
-            .built
-            .is_none_or(|b| b.elapsed() > Duration::from_secs(1))
-        {
+        // Rebuilt every second, or less often when rebuilding takes long (every pod is read
+        // again: 150,000 of them), so that it takes at most a twentieth of the time; between
+        // rebuilds the pods this scheduler placed are counted as assumed.
+        let every = Duration::from_secs(1).max(st.rebuild_took * 20);
+        if st.built.is_none_or(|b| b.elapsed() > every) {
+            let began = Instant::now();
             self.rebuild(&mut st);
+            st.rebuild_took = began.elapsed();
         }
         let view = st.with_nominated(pod);
         let State { nodes, turn, .. } = &mut *st;
@@ -1240,7 +1298,15 @@ mod tests {
         }
         let nodes = vec![n];
         let preemptor = prioritized("p4", "500", 4);
-        assert!(pick(&preemptor, &nodes, Policy::LeastAllocated, &mut 0).is_err());
+        assert!(
+            pick(
+                &preemptor,
+                &nodes,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            )
+            .is_err()
+        );
         let (i, victims) = preemption(&preemptor, &nodes, &[]).expect("preempts");
         assert_eq!(i, 0);
         let mut names: Vec<_> = victims.iter().map(|v| v.name_any()).collect();
@@ -1261,9 +1327,10 @@ mod tests {
         let mut st = State {
             nodes: vec![n],
             built: None,
+            rebuild_took: Duration::ZERO,
             assumed: HashMap::new(),
             nominated: HashMap::new(),
-            turn: 0,
+            turn: Turn::default(),
         };
         st.nominated.insert(
             "p4".into(),
@@ -1277,14 +1344,27 @@ mod tests {
         let view = st
             .with_nominated(&replacement)
             .expect("a nomination applies");
-        assert!(pick(&replacement, &view, Policy::LeastAllocated, &mut 0).is_err());
+        assert!(
+            pick(
+                &replacement,
+                &view,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            )
+            .is_err()
+        );
         // The nominated pod itself does not count against itself, and one of higher
         // priority ignores it.
         assert!(st.with_nominated(&prioritized("p4", "500", 4)).is_none());
         let higher = prioritized("p9", "500", 9);
         assert!(st.with_nominated(&higher).is_none());
         assert_eq!(
-            pick(&higher, &st.nodes, Policy::LeastAllocated, &mut 0),
+            pick(
+                &higher,
+                &st.nodes,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Ok(0)
         );
     }
@@ -1296,8 +1376,61 @@ mod tests {
         a.add(&pod("2"), &pod_requests(&pod("2")));
         let nodes = vec![a, b];
         assert_eq!(
-            pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut 0),
+            pick(
+                &pod("1"),
+                &nodes,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Ok(1)
+        );
+    }
+
+    #[test]
+    fn large_clusters_look_for_upstreams_share_of_feasible_nodes() {
+        // numFeasibleNodesToFind with the adaptive percentage.
+        for (nodes, want) in [(0, 0), (50, 50), (100, 100), (199, 100), (1000, 420)] {
+            assert_eq!(feasible_to_find(nodes), want, "{nodes} nodes");
+        }
+        assert_eq!(feasible_to_find(5000), 500);
+        assert_eq!(feasible_to_find(10_000), 500, "5 % at the least");
+
+        // 1,000 nodes: each search stops at 420 feasible ones and the next goes on from
+        // there; the emptiest of those searched is chosen.
+        let mut nodes: Vec<NodeInfo> = (0..1000).map(|i| node(&format!("n{i:04}"), "4")).collect();
+        for n in nodes.iter_mut().take(700) {
+            n.add(&pod("1"), &pod_requests(&pod("1")));
+        }
+        let mut turn = Turn::default();
+        // n0000–n0419, all holding a pod: the first of them.
+        assert_eq!(
+            pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut turn),
+            Ok(0)
+        );
+        assert_eq!(turn.start, 420);
+        // n0420–n0839 reach the empty n0700.
+        assert_eq!(
+            pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut turn),
+            Ok(700)
+        );
+        assert_eq!(turn.start, 840);
+        // Only feasible nodes count: with 300 left that fit (n0700–n0999), the search goes
+        // round every node and ends where it began.
+        for n in nodes.iter_mut().take(900) {
+            n.add(&pod("3"), &pod_requests(&pod("3")));
+        }
+        assert_eq!(
+            pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut turn),
+            Ok(900)
+        );
+        assert_eq!(turn.start, 840);
+        for (i, n) in nodes.iter_mut().enumerate().skip(700) {
+            let p = if i < 900 { pod("1") } else { pod("4") };
+            n.add(&p, &pod_requests(&p));
+        }
+        assert_eq!(
+            pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut turn),
+            Err("0/1000 nodes are available: 1000 Insufficient cpu.".into())
         );
     }
 
@@ -1326,7 +1459,12 @@ mod tests {
         b.add(&spread_pod(false), &BTreeMap::new());
         let nodes = vec![a, b];
         assert_eq!(
-            pick(&spread_pod(false), &nodes, Policy::LeastAllocated, &mut 0),
+            pick(
+                &spread_pod(false),
+                &nodes,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Ok(0)
         );
         // DoNotSchedule: b at 2 and a at 0 would be a skew of 2 > 1 on b.
@@ -1334,7 +1472,12 @@ mod tests {
         b.add(&spread_pod(true), &BTreeMap::new());
         let only_b = vec![nodes[0].clone(), b];
         assert_eq!(
-            pick(&spread_pod(true), &only_b, Policy::LeastAllocated, &mut 0),
+            pick(
+                &spread_pod(true),
+                &only_b,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Ok(0)
         );
         let mut full_a = only_b.clone();
@@ -1344,14 +1487,24 @@ mod tests {
         full_a[1].add(&spread_pod(true), &BTreeMap::new());
         // a 3, b 3: both within skew; the tie goes to fewer pods overall (b).
         assert_eq!(
-            pick(&spread_pod(true), &full_a, Policy::LeastAllocated, &mut 0),
+            pick(
+                &spread_pod(true),
+                &full_a,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Ok(1)
         );
         let mut skewed = only_b;
         skewed[1].add(&spread_pod(true), &BTreeMap::new());
         // a 0, b 3: b is refused, a chosen.
         assert_eq!(
-            pick(&spread_pod(true), &skewed, Policy::LeastAllocated, &mut 0),
+            pick(
+                &spread_pod(true),
+                &skewed,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Ok(0)
         );
     }
@@ -1360,7 +1513,12 @@ mod tests {
     fn resource_based_prefers_the_most_free_cpu() {
         let nodes = vec![node("a", "2"), node("b", "8")];
         assert_eq!(
-            pick(&pod("1"), &nodes, Policy::ResourceBased, &mut 0),
+            pick(
+                &pod("1"),
+                &nodes,
+                Policy::ResourceBased,
+                &mut Turn::default()
+            ),
             Ok(1)
         );
     }
@@ -1368,7 +1526,7 @@ mod tests {
     #[test]
     fn round_robin_rotates() {
         let nodes = vec![node("b", "4"), node("a", "4")];
-        let mut turn = 0;
+        let mut turn = Turn::default();
         let picks: Vec<usize> = (0..4)
             .map(|_| pick(&pod("1"), &nodes, Policy::RoundRobin, &mut turn).unwrap())
             .collect();
@@ -1380,16 +1538,24 @@ mod tests {
         let nodes = vec![node("a", "4"), node("b", "4")];
         let mut p = pod("1");
         p.metadata.labels = Some([(NODE_LABEL.to_owned(), "b".to_owned())].into());
-        assert_eq!(pick(&p, &nodes, Policy::Affinity, &mut 0), Ok(1));
+        assert_eq!(
+            pick(&p, &nodes, Policy::Affinity, &mut Turn::default()),
+            Ok(1)
+        );
         p.metadata.labels = Some([(NODE_LABEL.to_owned(), "zz".to_owned())].into());
-        assert!(pick(&p, &nodes, Policy::Affinity, &mut 0).is_err());
+        assert!(pick(&p, &nodes, Policy::Affinity, &mut Turn::default()).is_err());
     }
 
     #[test]
     fn a_pod_larger_than_any_node_explains_why() {
         let nodes = vec![node("a", "2"), node("b", "2")];
         assert_eq!(
-            pick(&pod("3"), &nodes, Policy::LeastAllocated, &mut 0),
+            pick(
+                &pod("3"),
+                &nodes,
+                Policy::LeastAllocated,
+                &mut Turn::default()
+            ),
             Err("0/2 nodes are available: 2 Insufficient cpu.".into())
         );
     }
