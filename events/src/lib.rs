@@ -127,6 +127,20 @@ impl Recorder {
     }
 }
 
+/// Bounds a cache as upstream's LRU caches are bounded: past twice [`CACHE`] entries, only
+/// the [`CACHE`] used last (by `at`) are kept. Trimming once per [`CACHE`] new keys, rather
+/// than scanning the cache at each once it is full, keeps an event's cost flat when
+/// thousands of objects each get one (a scheduler's `Scheduled`).
+fn trim<V>(cache: &mut HashMap<String, V>, at: impl Fn(&V) -> Instant) {
+    if cache.len() <= 2 * CACHE {
+        return;
+    }
+    let mut times: Vec<Instant> = cache.values().map(&at).collect();
+    let (_, cut, _) = times.select_nth_unstable_by(cache.len() - CACHE, |a, b| a.cmp(b));
+    let cut = *cut;
+    cache.retain(|_, v| at(v) >= cut);
+}
+
 /// The caches of upstream's correlator.
 #[derive(Default)]
 struct Correlator {
@@ -185,9 +199,7 @@ impl Correlator {
             return None;
         }
         *tokens -= 1.0;
-        if self.budget.len() > CACHE {
-            self.budget.retain(|_, (t, _)| *t < SPAM_BURST);
-        }
+        trim(&mut self.budget, |(_, counted)| *counted);
         let entry = self
             .similar
             .entry(aggregate_key.clone())
@@ -231,10 +243,7 @@ impl Correlator {
                     self.written.remove(&old);
                 }
             }
-            if self.similar.len() > CACHE {
-                self.similar
-                    .retain(|_, (_, began)| began.elapsed() <= AGGREGATE_WINDOW);
-            }
+            trim(&mut self.similar, |(_, began)| *began);
         }
         self.written.insert(
             key,
@@ -334,6 +343,22 @@ mod tests {
             Write::Create(e) => (false, *e),
             Write::CountUp(e) => (true, *e),
         }
+    }
+
+    #[test]
+    fn caches_keep_the_entries_used_last() {
+        let t = Instant::now();
+        let mut cache: HashMap<String, Instant> = (0..2 * CACHE)
+            .map(|i| (i.to_string(), t + Duration::from_millis(i as u64)))
+            .collect();
+        trim(&mut cache, |at| *at);
+        assert_eq!(cache.len(), 2 * CACHE, "untouched up to twice the limit");
+        cache.insert("last".into(), t + Duration::from_secs(3600));
+        trim(&mut cache, |at| *at);
+        assert_eq!(cache.len(), CACHE);
+        assert!(cache.contains_key("last"));
+        assert!(cache.contains_key(&(2 * CACHE - 1).to_string()));
+        assert!(!cache.contains_key(&CACHE.to_string()));
     }
 
     #[test]
