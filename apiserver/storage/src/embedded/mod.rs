@@ -107,6 +107,20 @@ pub(crate) struct Published {
     stats: WriterStats,
 }
 
+impl Published {
+    /// `Compacted` when reads or watches at `revision` are no longer possible.
+    fn not_compacted(&self, revision: i64) -> Result<()> {
+        let compacted = self.compacted.load(Ordering::Acquire);
+        if revision < compacted {
+            return Err(Error::Compacted {
+                requested: revision,
+                compacted,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Counters the writer keeps about its commits.
 #[derive(Default)]
 pub(crate) struct WriterStats {
@@ -553,7 +567,6 @@ fn snapshot_revision(txn: &redb::ReadTransaction) -> Result<i64> {
 fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<RangeResult> {
     let txn = db.begin_read()?;
     let current = snapshot_revision(&txn)?;
-    let compacted = published.compacted.load(Ordering::Acquire);
     let at = if req.revision <= 0 {
         current
     } else {
@@ -565,12 +578,7 @@ fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<
             current,
         });
     }
-    if at < compacted {
-        return Err(Error::Compacted {
-            requested: at,
-            compacted,
-        });
-    }
+    published.not_compacted(at)?;
     let lower: Vec<u8> = match &req.start_after {
         Some(k) if k.as_str() >= req.prefix.as_str() => k.as_bytes().to_vec(),
         _ => req.prefix.as_bytes().to_vec(),
@@ -671,13 +679,7 @@ fn read_history(
     from: i64,
 ) -> Result<(Vec<Event>, i64)> {
     let txn = db.begin_read()?;
-    let compacted = published.compacted.load(Ordering::Acquire);
-    if from < compacted {
-        return Err(Error::Compacted {
-            requested: from,
-            compacted,
-        });
-    }
+    published.not_compacted(from)?;
     let current = snapshot_revision(&txn)?;
     let end = current.min(from + REPLAY_CHUNK as i64 - 1);
     let log = txn.open_table(LOG)?;
@@ -810,13 +812,7 @@ impl Watcher {
     /// they reach back to `next` (with the subscription's queue, they hold every change), else
     /// from the history table.
     async fn catch_up(&mut self) -> Result<()> {
-        let compacted = self.store.inner.published.compacted.load(Ordering::Acquire);
-        if self.next < compacted {
-            return Err(Error::Compacted {
-                requested: self.next,
-                compacted,
-            });
-        }
+        self.store.inner.published.not_compacted(self.next)?;
         if let Some(batches) = self.store.inner.hub.since(self.next) {
             for batch in batches {
                 if !self.deliver_batch(&batch).await {
