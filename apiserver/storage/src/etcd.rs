@@ -60,8 +60,9 @@ impl Etcd {
     /// Connects to etcd at the given endpoints, over TLS when `tls` is given (the endpoints'
     /// `http://` is then `https://`).
     pub async fn connect_with(endpoints: &[String], tls: Option<&EtcdTls>) -> Result<Self> {
-        // As upstream's apiserver: requests fail fast with "no leader" on a member that lost
-        // quorum (a 503, and watches end so they are resumed elsewhere) instead of waiting;
+        // As upstream's apiserver: a member without a leader refuses requests with "no leader"
+        // (sent again for an election's length, then a 503; watches end so they are resumed
+        // elsewhere) instead of holding them;
         // HTTP/2 pings find a dead member's connection.
         let base = etcd_client::ConnectOptions::new()
             .with_require_leader(true)
@@ -208,6 +209,23 @@ where
 /// keep-alive; within this the apiserver answers as if nothing happened.
 const AGAIN_FOR: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// How long a request etcd refused with "no leader" is sent again: the refusal comes before
+/// the request reaches raft, so another copy is always safe. After a leader dies the others
+/// elect one within an election timeout or two (etcd's default: 1 s, randomized up to 2 s);
+/// past this the quorum is taken to be lost and the apiserver answers 503.
+const ELECTION_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Whether etcd refused a request because the member has no leader (nothing was applied).
+fn no_leader(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(status)
+        if status.code() == tonic::Code::Unavailable && status.message().contains("no leader"))
+}
+
+/// Whether a failed request is sent again, `elapsed` after it was first sent.
+fn send_again(e: &etcd_client::Error, elapsed: std::time::Duration) -> bool {
+    (elapsed < AGAIN_FOR && outcome_unknown(e)) || (elapsed < ELECTION_WAIT && no_leader(e))
+}
+
 /// The pause before sending a request again the `again`th time: 100 ms doubling to 1 s.
 fn pause(again: u32) -> std::time::Duration {
     std::time::Duration::from_millis((100u64 << again.min(4).saturating_sub(1)).min(1000))
@@ -228,9 +246,9 @@ async fn write_txn(kv: &KvClient, txn: &Txn) -> Result<(etcd_client::TxnResponse
         })
         .await;
         match sent {
-            Err(e) if started.elapsed() < AGAIN_FOR && outcome_unknown(&e) => {
+            Err(e) if send_again(&e, started.elapsed()) => {
                 again += 1;
-                tracing::info!(error = %e, again, "an etcd write's outcome is unknown; sending it again");
+                tracing::info!(error = %e, again, "an etcd write failed without an answer or a leader; sending it again");
                 tokio::time::sleep(pause(again)).await;
             }
             Err(e) => return Err(e.into()),
@@ -251,7 +269,7 @@ where
     let mut again = 0u32;
     loop {
         match unreached_again(&mut op).await {
-            Err(e) if started.elapsed() < AGAIN_FOR && outcome_unknown(&e) => {
+            Err(e) if send_again(&e, started.elapsed()) => {
                 again += 1;
                 tracing::debug!(error = %e, again, "an etcd read failed; sending it again");
                 tokio::time::sleep(pause(again)).await;
@@ -263,7 +281,7 @@ where
 
 /// Whether a request may have reached a member without an answer coming back: the connection
 /// broke mid-request, or the member timed out waiting on consensus. etcd's "no leader" is a
-/// clear answer (quorum is lost; the apiserver says 503 at once) and is not among them.
+/// clear answer (nothing was applied) and is not among them; see [`ELECTION_WAIT`].
 fn outcome_unknown(e: &etcd_client::Error) -> bool {
     match e {
         etcd_client::Error::GRpcStatus(status) => {
@@ -661,5 +679,22 @@ mod tests {
         ] {
             assert!(!outcome_unknown(&e), "{e}");
         }
+    }
+
+    #[test]
+    fn no_leader_is_sent_again_for_an_election_then_answered() {
+        let refused = status(tonic::Code::Unavailable, "etcdserver: no leader");
+        assert!(no_leader(&refused));
+        assert!(send_again(&refused, std::time::Duration::from_secs(1)));
+        assert!(!send_again(&refused, ELECTION_WAIT));
+        let broken = status(tonic::Code::Unknown, "h2 protocol error: connection reset");
+        assert!(!no_leader(&broken));
+        assert!(send_again(&broken, ELECTION_WAIT));
+        assert!(!send_again(&broken, AGAIN_FOR));
+        let invalid = status(
+            tonic::Code::InvalidArgument,
+            "etcdserver: key is not provided",
+        );
+        assert!(!send_again(&invalid, std::time::Duration::ZERO));
     }
 }
