@@ -3,6 +3,10 @@
 # on the embedded store and on a private etcd, the crash test), then the conformance scenarios.
 source "$(dirname "$0")/lib.sh"
 need_root
+phases=()
+phase_start=$SECONDS
+# Closes the phase that began at $phase_start, named $1.
+phase() { phases+=("$1 $((SECONDS - phase_start))"); phase_start=$SECONDS; }
 "$ROOT/hack/install-deps.sh" --node --slurm
 cd "$ROOT"
 # No incremental cache in a one-off test build: it would add gigabytes of disk for no gain.
@@ -11,6 +15,7 @@ command -v kubectl >/dev/null || die "the conformance suite drives the stock kub
 # Upstream's v1.34 kubectl and Helm 3 (conformance/tests/current_clients.rs) and Knative's kn
 # (conformance/tests/knative.rs), built from Go modules.
 "$ROOT/hack/upstream.sh" kubectl helm kn
+phase "dependencies and upstream clients"
 
 # A suite that was killed rather than finished (a cut-off session, a cancelled job) leaves its
 # nodes behind: processes of the project's binaries and of their private containerds, pod
@@ -77,11 +82,21 @@ log "structure: no import circle or bare spawn, and docs/architecture.md's figur
 bash "$ROOT/hack/structure-figures.sh" --check
 log "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+phase "fmt, structure and clippy"
 log "cargo test"
 set +e
 cargo test --workspace --no-fail-fast 2>&1 | tee /tmp/minik8s-cargo-test.log
 status=${PIPESTATUS[0]}
 set -e
+
+# Where the time went, at the end where a CI log's tail shows it: each phase, and the slowest
+# test binaries (cargo's "Running <binary>" paired with its "finished in <seconds>").
+phases+=("cargo test (build and run) $((SECONDS - phase_start))")
+log "time by phase (s):"
+printf '  %s\n' "${phases[@]}"
+log "the slowest test binaries (s):"
+awk '/^ *Running / { bin = $NF; gsub(/[()]/, "", bin); sub(/.*\//, "", bin); sub(/-[0-9a-f]+$/, "", bin); name = bin " " $(NF-1) } /^test result:.* finished in / { t = $NF; sub(/s$/, "", t); if (name != "") printf "  %8.1f  %s\n", t, name; name = "" }' /tmp/minik8s-cargo-test.log | sort -rn | head -20
+awk '/^test result:.* finished in / { t = $NF; sub(/s$/, "", t); sum += t } END { printf "  %8.1f  all test binaries together (the rest of cargo test is its build)\n", sum }' /tmp/minik8s-cargo-test.log
 
 # One closing line over every test binary (cargo's own last line is a doc-test summary).
 read -r passed failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p+0, f+0 }' /tmp/minik8s-cargo-test.log)
