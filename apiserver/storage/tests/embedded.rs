@@ -48,6 +48,7 @@ async fn history_is_bounded_by_automatic_compaction() {
     let dir = tempfile::tempdir().unwrap();
     let opts = EmbeddedOptions {
         history: 10,
+        history_age: Duration::ZERO,
         ..Default::default()
     };
     let store = Embedded::open_with(dir.path(), opts).unwrap();
@@ -77,6 +78,138 @@ async fn history_is_bounded_by_automatic_compaction() {
     assert_eq!(store.range(recent).await.unwrap().kvs[0].value, b("94"));
     let mut w = store.watch("/r/", 91).await.unwrap();
     assert_eq!(w.next().await.unwrap().unwrap().kv.mod_revision, 91);
+}
+
+/// Beyond `history` revisions, history younger than `history_age` is kept; once it is older,
+/// the count bounds it again.
+#[tokio::test]
+async fn recent_history_is_kept_beyond_the_revision_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = EmbeddedOptions {
+        history: 10,
+        history_age: Duration::from_secs(3),
+        ..Default::default()
+    };
+    let store = Embedded::open_with(dir.path(), opts).unwrap();
+    let mut kv = store.create("/r/k", b("0")).await.unwrap();
+    for i in 1..100 {
+        kv = store
+            .update("/r/k", b(&i.to_string()), kv.mod_revision)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.compacted_revision().await.unwrap(), 0);
+    let old = RangeRequest {
+        prefix: "/r/".into(),
+        revision: 5,
+        ..Default::default()
+    };
+    assert_eq!(store.range(old.clone()).await.unwrap().kvs[0].value, b("4"));
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    kv = store
+        .update("/r/k", b("100"), kv.mod_revision)
+        .await
+        .unwrap();
+    assert_eq!(kv.mod_revision, 101);
+    // The revision the store had three seconds ago (100) stays readable; the count allows
+    // compacting to 91, so 100 it is.
+    assert_eq!(store.compacted_revision().await.unwrap(), 91);
+    assert!(matches!(
+        store.range(old).await,
+        Err(Error::Compacted { .. })
+    ));
+}
+
+/// The pages of a paginated read at an older revision, while writes go on before, inside and
+/// after the pages still to come, and a second read at the same revision starts over midway:
+/// both see exactly the keys as they were at that revision.
+#[tokio::test]
+async fn pages_read_at_an_older_revision_agree_with_it_while_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Embedded::open(dir.path()).unwrap();
+    let mut rev = std::collections::HashMap::new();
+    for i in 0..300 {
+        for prefix in ["/p/", "/q/"] {
+            let key = format!("{prefix}k{:03}", i * 2);
+            let kv = store.create(&key, b("0")).await.unwrap();
+            rev.insert(key, kv.mod_revision);
+        }
+    }
+    let whole = |revision| RangeRequest {
+        prefix: "/p/".into(),
+        revision,
+        ..Default::default()
+    };
+    let then = store.range(whole(0)).await.unwrap();
+    let at = then.revision;
+    let mut seed = 7u64;
+    let mut random = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (seed >> 33) % n
+    };
+    let mut pages = [Vec::new(), Vec::new()];
+    let mut after: [Option<String>; 2] = [None, None];
+    let mut done = [false, true];
+    let mut turn = 0;
+    while !(done[0] && done[1]) {
+        // A few writes: updates, deletions and creations anywhere in both prefixes.
+        for _ in 0..random(12) {
+            let prefix = if random(4) == 0 { "/q/" } else { "/p/" };
+            let key = format!("{prefix}k{:03}", random(600));
+            match rev.get(&key).copied() {
+                Some(r) if random(3) == 0 => {
+                    store.delete(&key, Some(r)).await.unwrap();
+                    rev.remove(&key);
+                }
+                Some(r) => {
+                    let kv = store.update(&key, b(&turn.to_string()), r).await.unwrap();
+                    rev.insert(key, kv.mod_revision);
+                }
+                None => {
+                    let kv = store.create(&key, b("new")).await.unwrap();
+                    rev.insert(key, kv.mod_revision);
+                }
+            }
+        }
+        turn += 1;
+        // The second read starts once the first is a third of the way.
+        if turn == 15 {
+            done[1] = false;
+        }
+        for r in 0..2 {
+            if done[r] {
+                continue;
+            }
+            let page = store
+                .range(RangeRequest {
+                    prefix: "/p/".into(),
+                    start_after: after[r].clone(),
+                    limit: 1 + random(9) as usize,
+                    revision: at,
+                    count: false,
+                })
+                .await
+                .unwrap();
+            assert_eq!(page.revision, at);
+            after[r] = page.kvs.last().map(|kv| kv.key.clone());
+            pages[r].extend(page.kvs);
+            done[r] = !page.more;
+        }
+    }
+    assert!(turn > 30, "the reads took {turn} turns");
+    for (r, got) in pages.iter().enumerate() {
+        assert_eq!(got.len(), then.kvs.len(), "read {r}");
+        for (g, t) in got.iter().zip(&then.kvs) {
+            assert_eq!(
+                (&g.key, &g.value, g.mod_revision, g.create_revision),
+                (&t.key, &t.value, t.mod_revision, t.create_revision),
+                "read {r}"
+            );
+        }
+    }
+    assert_eq!(store.range(whole(at)).await.unwrap().kvs, then.kvs);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

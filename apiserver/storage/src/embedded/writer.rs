@@ -71,8 +71,13 @@ pub(super) struct Writer {
     pub revision: i64,
     /// History below this revision is physically gone.
     pub physical_floor: i64,
-    /// How many revisions of history to keep.
+    /// How many revisions of history to keep at least.
     pub history: i64,
+    /// How long history is kept at least.
+    pub history_age: std::time::Duration,
+    /// When each recent batch was committed, with the revision after it (oldest first; the
+    /// first is the newest older than `history_age`, or where the store opened).
+    pub commits: std::collections::VecDeque<(std::time::Instant, i64)>,
     /// The write-ahead log, or `None` for a durable redb commit per batch.
     pub wal: Option<Wal>,
     /// The compaction floor in the last logged record.
@@ -132,6 +137,19 @@ impl Writer {
         }
     }
 
+    /// The newest revision the store had `history_age` before `now` (or where it opened):
+    /// reads at it, and later ones, must still work.
+    fn newest_aged(&mut self, now: std::time::Instant) -> i64 {
+        while self
+            .commits
+            .get(1)
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.history_age)
+        {
+            self.commits.pop_front();
+        }
+        self.commits.front().map_or(self.revision, |(_, r)| *r)
+    }
+
     fn compaction_pending(&self) -> bool {
         self.physical_floor < self.published.compacted.load(Ordering::Acquire)
     }
@@ -163,8 +181,9 @@ impl Writer {
                     }
                     results.push(result.map(|(reply, _)| reply));
                 }
-                // Keep `history` revisions; compact logically at once, physically in chunks.
-                let auto = revision - self.history;
+                // Keep `history` revisions and `history_age` of them; compact logically at
+                // once, physically in chunks.
+                let auto = (revision - self.history).min(self.newest_aged(started));
                 self.published.compacted.fetch_max(auto, Ordering::AcqRel);
                 let target = self.published.compacted.load(Ordering::Acquire);
                 if floor < target {
@@ -222,6 +241,9 @@ impl Writer {
         })();
         match outcome {
             Ok(revision) => {
+                if revision != self.revision {
+                    self.commits.push_back((started, revision));
+                }
                 self.revision = revision;
                 self.published.revision.store(revision, Ordering::Release);
                 if !events.is_empty() {
