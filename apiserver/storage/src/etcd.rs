@@ -100,6 +100,21 @@ impl Etcd {
         Ok(etcd)
     }
 
+    /// `key`'s value at `revision` (`None`: absent then).
+    async fn value_at(&self, key: &str, revision: i64) -> Result<Option<KeyValue>> {
+        let kv = &self.inner.kv;
+        let resp = read_again(|| {
+            let mut kv = kv.clone();
+            async move {
+                kv.get(key, Some(GetOptions::new().with_revision(revision)))
+                    .await
+            }
+        })
+        .await
+        .map_err(|e| self.read_error(e, revision))?;
+        resp.kvs().first().map(convert).transpose()
+    }
+
     /// Opens an etcd watch of `prefix` (every key when empty) from `start_revision` (0:
     /// from now), with the previous values.
     async fn open_watch(
@@ -298,6 +313,11 @@ fn outcome_unknown(e: &etcd_client::Error) -> bool {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
         _ => false,
     }
+}
+
+/// Whether a watch event creates its key (it has no previous value).
+fn is_creation(event: &Event) -> bool {
+    event.kind == EventKind::Put && event.kv.create_revision == event.kv.mod_revision
 }
 
 /// Whether a request failed before any member saw it (a failed connect).
@@ -611,6 +631,26 @@ impl Store for Etcd {
                             prev: e.prev_kv().map(convert).transpose()?,
                         })
                     })();
+                    // etcd's watch server notes that a watch wants previous values only after
+                    // registering it (v3rpc/watch.go), so a watch from an older revision may
+                    // be handed its first events before: a change that is not a creation then
+                    // comes without its previous value, which is read back here.
+                    let event = match event {
+                        Ok(mut event) if event.prev.is_none() && !is_creation(&event) => {
+                            match st
+                                .etcd
+                                .value_at(&event.kv.key, event.kv.mod_revision - 1)
+                                .await
+                            {
+                                Ok(prev) => {
+                                    event.prev = prev;
+                                    Ok(event)
+                                }
+                                Err(e) => Err(e),
+                            }
+                        }
+                        other => other,
+                    };
                     match event {
                         Ok(event) => st.pending.push_back(event),
                         Err(err) => {
@@ -679,6 +719,24 @@ mod tests {
         ] {
             assert!(!outcome_unknown(&e), "{e}");
         }
+    }
+
+    #[test]
+    fn only_a_put_that_made_its_key_is_a_creation() {
+        let kv = |create_revision, mod_revision| KeyValue {
+            key: "/r/a".into(),
+            value: Bytes::from_static(b"v"),
+            create_revision,
+            mod_revision,
+        };
+        let event = |kind, kv| Event {
+            kind,
+            kv,
+            prev: None,
+        };
+        assert!(is_creation(&event(EventKind::Put, kv(5, 5))));
+        assert!(!is_creation(&event(EventKind::Put, kv(5, 6))));
+        assert!(!is_creation(&event(EventKind::Delete, kv(5, 7))));
     }
 
     #[test]
