@@ -80,6 +80,11 @@ where
                     }
                 }
                 Ok(_) => {}
+                // A LIST that fails keeps the informer unsynced (and its controllers waiting):
+                // said as upstream's reflector says it. A watch that ends is routine.
+                Err(e @ (watcher::Error::InitialListFailed(_) | watcher::Error::WatchStartFailed(_))) => {
+                    tracing::warn!(error = %e, kind = %K::kind(&()), "listing or watching failed (retrying)");
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, kind = %K::kind(&()), "watch error (retrying)");
                 }
