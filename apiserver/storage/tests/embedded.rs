@@ -43,6 +43,23 @@ async fn a_second_open_of_the_same_folder_is_refused() {
     ));
 }
 
+/// A store with `opts` in `dir` whose key `/r/k` was written at revisions 1 to 100 (values
+/// "0" to "99"); its last version.
+async fn one_key_written_100_times(
+    dir: &std::path::Path,
+    opts: EmbeddedOptions,
+) -> (Embedded, minik8s_storage::KeyValue) {
+    let store = Embedded::open_with(dir, opts).unwrap();
+    let mut kv = store.create("/r/k", b("0")).await.unwrap();
+    for i in 1..100 {
+        kv = store
+            .update("/r/k", b(&i.to_string()), kv.mod_revision)
+            .await
+            .unwrap();
+    }
+    (store, kv)
+}
+
 #[tokio::test]
 async fn history_is_bounded_by_automatic_compaction() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,14 +68,7 @@ async fn history_is_bounded_by_automatic_compaction() {
         history_age: Duration::ZERO,
         ..Default::default()
     };
-    let store = Embedded::open_with(dir.path(), opts).unwrap();
-    let mut kv = store.create("/r/k", b("0")).await.unwrap();
-    for i in 1..100 {
-        kv = store
-            .update("/r/k", b(&i.to_string()), kv.mod_revision)
-            .await
-            .unwrap();
-    }
+    let (store, kv) = one_key_written_100_times(dir.path(), opts).await;
     assert_eq!(kv.mod_revision, 100);
     assert_eq!(store.compacted_revision().await.unwrap(), 90);
     let old = RangeRequest {
@@ -90,14 +100,7 @@ async fn recent_history_is_kept_beyond_the_revision_count() {
         history_age: Duration::from_secs(3),
         ..Default::default()
     };
-    let store = Embedded::open_with(dir.path(), opts).unwrap();
-    let mut kv = store.create("/r/k", b("0")).await.unwrap();
-    for i in 1..100 {
-        kv = store
-            .update("/r/k", b(&i.to_string()), kv.mod_revision)
-            .await
-            .unwrap();
-    }
+    let (store, mut kv) = one_key_written_100_times(dir.path(), opts).await;
     assert_eq!(store.compacted_revision().await.unwrap(), 0);
     let old = RangeRequest {
         prefix: "/r/".into(),
