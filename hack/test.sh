@@ -95,7 +95,7 @@ phases+=("cargo test (build and run) $((SECONDS - phase_start))")
 log "time by phase (s):"
 printf '  %s\n' "${phases[@]}"
 log "the slowest test binaries (s):"
-awk '/^ *Running / { bin = $NF; gsub(/[()]/, "", bin); sub(/.*\//, "", bin); sub(/-[0-9a-f]+$/, "", bin); name = bin " " $(NF-1) } /^test result:.* finished in / { t = $NF; sub(/s$/, "", t); if (name != "") printf "  %8.1f  %s\n", t, name; name = "" }' /tmp/minik8s-cargo-test.log | sort -rn | head -20
+awk '/^ *Running / { bin = $NF; gsub(/[()]/, "", bin); sub(/.*\//, "", bin); sub(/-[0-9a-f]+$/, "", bin); name = bin " " $(NF-1) } /^test result:.* finished in / { t = $NF; sub(/s$/, "", t); if (name != "") printf "  %8.1f  %s\n", t, name; name = "" }' /tmp/minik8s-cargo-test.log | sort -rn | head -20 || true
 awk '/^test result:.* finished in / { t = $NF; sub(/s$/, "", t); sum += t } END { printf "  %8.1f  all test binaries together (the rest of cargo test is its build)\n", sum }' /tmp/minik8s-cargo-test.log
 
 # One closing line over every test binary (cargo's own last line is a doc-test summary).
