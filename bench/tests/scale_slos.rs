@@ -48,5 +48,18 @@ fn two_hundred_nodes_and_six_hundred_pods_meet_the_slos() {
         "SLOs broken (the report above)"
     );
     assert_eq!(report["restart"]["nodes_renewed"], 200);
+    // Every pod's start-up is told once more, by the phase it was first seen in.
+    let by_phase = report["pod_startup"]["by_phase"]
+        .as_object()
+        .expect("start-up by phase");
+    let told: u64 = by_phase
+        .values()
+        .map(|p| p["pods"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(Some(told), report["pod_startup"]["pods"].as_u64());
+    assert!(
+        by_phase.contains_key("create") && by_phase.contains_key("scale"),
+        "{by_phase:?}"
+    );
     assert!(took < Duration::from_secs(180), "took {took:?}");
 }

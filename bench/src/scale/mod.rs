@@ -85,6 +85,8 @@ struct Tracked {
     terminating: bool,
     /// Seen from its creation (not in the watch's first list).
     fresh: bool,
+    /// The phase of the load it was first seen in.
+    phase: &'static str,
 }
 
 /// The pod watch's view: every pod of the load, start-up latencies and relists.
@@ -93,6 +95,10 @@ struct Tracker {
     pods: HashMap<String, Tracked>,
     startup: Vec<Duration>,
     scheduled_to_running: Vec<Duration>,
+    /// First seen → Running, by the phase the pod was first seen in.
+    startup_by_phase: BTreeMap<&'static str, Vec<Duration>>,
+    /// The phase of the load under way.
+    phase: &'static str,
     relists: u64,
     events: u64,
 }
@@ -107,6 +113,7 @@ impl Tracker {
             .and_then(|s| s.node_name.as_ref())
             .is_some();
         let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        let phase = self.phase;
         let t = self.pods.entry(uid).or_insert_with(|| Tracked {
             rv: String::new(),
             seen: now,
@@ -114,6 +121,7 @@ impl Tracker {
             running: false,
             terminating: false,
             fresh: !listing,
+            phase,
         });
         t.rv = pod.resource_version().unwrap_or_default();
         t.terminating = pod.metadata.deletion_timestamp.is_some();
@@ -125,6 +133,10 @@ impl Tracker {
             if t.fresh {
                 self.startup.push(now - t.seen);
                 self.scheduled_to_running.push(now - t.bound.unwrap_or(now));
+                self.startup_by_phase
+                    .entry(t.phase)
+                    .or_default()
+                    .push(now - t.seen);
             }
         }
     }
@@ -608,7 +620,11 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let mut phases = serde_json::Map::new();
     let mut watch_differ = serde_json::Map::new();
 
+    // Pod start-up is also told by the phase a pod was first seen in.
+    let enter = |phase: &'static str| tracker.lock().expect("tracker").phase = phase;
+
     // 1. Create, each Deployment when the pods before it are due at the pod rate.
+    enter("create");
     let t = Instant::now();
     let due: Vec<Duration> = plan
         .iter()
@@ -754,7 +770,9 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         _ => Value::Null,
     };
 
-    // 2. Scale every Deployment to between half and one and a half times its size.
+    // 2. Scale every Deployment to between half and one and a half times its size (right
+    // after the restart, with `kill`).
+    enter("scale");
     let mut rng = load::Lcg::new(53);
     let mut added = 0;
     for d in plan.iter_mut() {
@@ -782,6 +800,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     );
 
     // 3. Roll a quarter of them (a new template).
+    enter("rolling_update");
     let rolled: Vec<Deploy> = plan.iter().step_by(4).cloned().collect();
     let t = Instant::now();
     let spread = Duration::from_secs_f64(
@@ -799,6 +818,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     );
 
     // 4. Delete it all.
+    enter("delete");
     let t = Instant::now();
     let mut deletes = futures::stream::iter(plan.iter().cloned())
         .map(|d| {
@@ -885,8 +905,20 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         let n = t.startup.len();
         let s = percentiles(&mut t.startup);
         let r = percentiles(&mut t.scheduled_to_running);
+        let by_phase: serde_json::Map<String, Value> = t
+            .startup_by_phase
+            .iter_mut()
+            .map(|(phase, d)| {
+                let n = d.len();
+                (
+                    (*phase).to_owned(),
+                    json!({"pods": n, "first_seen_to_running": percentiles(d)}),
+                )
+            })
+            .collect();
         (
-            json!({"pods": n, "first_seen_to_running": s, "bound_to_running": r}),
+            json!({"pods": n, "first_seen_to_running": s, "bound_to_running": r,
+                   "by_phase": by_phase}),
             relists,
             events,
         )
