@@ -100,7 +100,7 @@ impl Etcd {
         Ok(etcd)
     }
 
-    /// `key`'s value at `revision` (`None`: absent then).
+    /// `key`'s value at `revision` (0: the latest; `None`: absent then).
     async fn value_at(&self, key: &str, revision: i64) -> Result<Option<KeyValue>> {
         let kv = &self.inner.kv;
         let resp = read_again(|| {
@@ -391,13 +391,8 @@ impl Store for Etcd {
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        let kv = &self.inner.kv;
-        let resp = read_again(|| {
-            let mut kv = kv.clone();
-            async move { kv.get(key, None).await }
-        })
-        .await?;
-        resp.kvs().first().map(convert).transpose()
+        // Revision 0 is etcd's latest.
+        self.value_at(key, 0).await
     }
 
     async fn range(&self, req: RangeRequest) -> Result<RangeResult> {
