@@ -289,6 +289,8 @@ pub async fn run(
     });
     Driver::<CronJob>::new("cronjob", &informers)
         .await
+        // Upstream's --concurrent-cron-job-syncs.
+        .workers(5)
         .owns::<Job>()
         .run(reconcile, ctx, shutdown)
         .await;

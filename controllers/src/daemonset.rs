@@ -113,6 +113,8 @@ pub async fn run(
     });
     Driver::<DaemonSet>::new("daemonset", &informers)
         .await
+        // Upstream's --concurrent-daemonset-syncs.
+        .workers(2)
         .owns::<Pod>()
         // Revisions are read, not watched, as upstream's controller: a client's change to
         // one is taken at the next sync, not raced.

@@ -717,6 +717,8 @@ pub async fn run(
     let driver = Driver::<Deployment>::new("deployment", &informers).await;
     let deployments = driver.store();
     driver
+        // Upstream's --concurrent-deployment-syncs.
+        .workers(5)
         .owns::<ReplicaSet>()
         .watches::<ReplicaSet, _>(util::orphan_owners(deployments, |d: &Deployment| {
             d.spec.as_ref().map(|s| s.selector.clone())

@@ -6,11 +6,13 @@
 //! - It reads from the manager's shared [`Informers`] (one watch per kind for all
 //!   controllers), never from a watch of its own.
 //! - Its queue is keyed by object: a key is reconciled by one worker at a time, and changes
-//!   that arrive meanwhile fold into one more reconcile.
+//!   that arrive meanwhile fold into one more reconcile. The controllers of many objects run
+//!   upstream's number of workers ([`workers`]); the others reconcile every key due at once.
 //! - The kind's own changes trigger it, and so do the changes of what it [`owns`] (mapped to
 //!   the controller owner) or [`watches`] (mapped by a function).
-//! - Every object is reconciled once at start and again every [`resync`] period (upstream's
-//!   resync), so a controller that depends on time or on objects it does not watch still
+//! - Every object (of a driver made by [`only`], every object it is for) is reconciled once
+//!   at start and again every [`resync`] period (upstream's resync), so a controller that
+//!   depends on time or on objects it does not watch still
 //!   converges.
 //! - A failed reconcile is retried with per-key exponential back-off (5 ms doubling, at most
 //!   [`MAX_BACKOFF`]), reset by a success.
@@ -20,6 +22,8 @@
 //! Leader election is the manager's (`cli.rs`): a manager that is not leading runs none.
 //!
 //! [`owns`]: Driver::owns
+//! [`workers`]: Driver::workers
+//! [`only`]: Driver::only
 //! [`watches`]: Driver::watches
 //! [`resync`]: Driver::resync
 
@@ -71,8 +75,13 @@ where
     controller: Controller<K>,
     store: Store<K>,
     resync: Duration,
+    /// The objects the driver is for (`None`: all); the periodic passes take only those.
+    wanted: Option<Wanted<K>>,
     first_retry: Duration,
 }
+
+/// Which objects a driver made by [`Driver::only`] is for.
+type Wanted<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
 
 impl<K> Driver<K>
 where
@@ -84,6 +93,26 @@ where
         let store = informers.all::<K>().await;
         let controller = Controller::for_shared_stream(informers.subscribe::<K>(), store.clone());
         Self::assemble(name, informers, controller, store)
+    }
+
+    /// The controller `name` of every `K`, woken only by the changes of the objects `wanted`
+    /// selects (the scheduler: pods not bound yet), so that the many changes of the others
+    /// (bound pods' status) do not queue before theirs.
+    pub async fn only(
+        name: &'static str,
+        informers: &Informers,
+        wanted: impl Fn(&K) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        let store = informers.all::<K>().await;
+        let wanted: Wanted<K> = Arc::new(wanted);
+        let select = wanted.clone();
+        let changes = informers
+            .subscribe::<K>()
+            .filter(move |o| std::future::ready(select(o)));
+        let controller = Controller::for_shared_stream(changes, store.clone());
+        let mut driver = Self::assemble(name, informers, controller, store);
+        driver.wanted = Some(wanted);
+        driver
     }
 
     /// The controller `name` of every `K`, woken only when an object's spec changes (its
@@ -134,6 +163,7 @@ where
             controller,
             store,
             resync: RESYNC,
+            wanted: None,
             first_retry: BASE_BACKOFF,
         }
     }
@@ -219,10 +249,20 @@ where
 
     /// Reconciles one object at a time (for controllers that hand out from a shared pool, as
     /// pod CIDRs or volumes, where two reconciles at once could give the same thing twice).
-    pub fn one_at_a_time(mut self) -> Self {
+    pub fn one_at_a_time(self) -> Self {
+        self.workers(1)
+    }
+
+    /// Reconciles at most `n` objects at once, as upstream's controllers run a fixed number
+    /// of workers (`--concurrent-deployment-syncs=5` and the like). Without it every object
+    /// due is reconciled at once: after a burst of changes, or a restart's first pass over
+    /// thousands of objects, that is thousands of requests in flight together, each slowed
+    /// by all the others, and 429s when their lane is full. Replaces a debounce set with
+    /// [`Driver::with`].
+    pub fn workers(mut self, n: u16) -> Self {
         self.controller = self
             .controller
-            .with_config(kube::runtime::controller::Config::default().concurrency(1));
+            .with_config(kube::runtime::controller::Config::default().concurrency(n));
         self
     }
 
@@ -289,8 +329,24 @@ where
             }
             Some(((), false))
         });
-        self.controller
-            .reconcile_all_on(ticks)
+        let controller = match self.wanted {
+            None => self.controller.reconcile_all_on(ticks),
+            // A pass over the objects wanted alone (the scheduler's pending pods, not every pod).
+            Some(wanted) => {
+                let store = self.store.clone();
+                let due = ticks.flat_map(move |()| {
+                    let keys: Vec<ObjectRef<K>> = store
+                        .state()
+                        .iter()
+                        .filter(|o| wanted(o))
+                        .map(|o| ObjectRef::from(o.as_ref()))
+                        .collect();
+                    futures::stream::iter(keys)
+                });
+                self.controller.reconcile_on(due)
+            }
+        };
+        controller
             .graceful_shutdown_on(async move { shutdown.cancelled().await })
             .run(reconcile, error_policy, ctx)
             .for_each(|_| async {})

@@ -298,6 +298,8 @@ pub async fn run(
         endpoints,
     });
     driver
+        // Upstream's --concurrent-endpoint-syncs and --concurrent-service-endpoint-syncs.
+        .workers(5)
         .watches::<Pod, _>(move |pod: Arc<Pod>| {
             // A pod change concerns the services of its namespace that select it.
             let labels = pod.labels();

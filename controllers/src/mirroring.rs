@@ -168,6 +168,8 @@ pub async fn run(
     });
     Driver::<Endpoints>::new("endpointslice-mirroring", &informers)
         .await
+        // Upstream's --mirroring-concurrent-service-endpoint-syncs.
+        .workers(5)
         .owns::<EndpointSlice>()
         // A Service gaining or losing its selector changes whether its Endpoints mirror.
         .watches::<Service, _>(|svc: Arc<Service>| {

@@ -294,6 +294,8 @@ async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Ctx>) -> Result<Action> {
 pub async fn run(client: Client, informers: Informers, shutdown: CancellationToken) {
     Driver::<Namespace>::new("namespace", &informers)
         .await
+        // Upstream's --concurrent-namespace-syncs.
+        .workers(10)
         .run(reconcile, Arc::new(Ctx { client }), shutdown)
         .await;
 }

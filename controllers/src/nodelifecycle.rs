@@ -245,6 +245,8 @@ pub async fn run(
     });
     Driver::<Node>::new("nodelifecycle", &informers)
         .await
+        // Upstream's node update workers (nodeUpdateWorkerSize).
+        .workers(8)
         .watches::<Lease, _>(|l| {
             (l.namespace().as_deref() == Some(LEASE_NAMESPACE))
                 .then(|| ObjectRef::new(&l.name_any()))

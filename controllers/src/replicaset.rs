@@ -500,6 +500,8 @@ async fn drive<K, F, Fut>(
     let driver = Driver::<K>::new(name, &informers).await;
     let sets = driver.store();
     driver
+        // Upstream's --concurrent-replicaset-syncs (and -rc-syncs).
+        .workers(5)
         .owns::<Pod>()
         .watches::<Pod, _>(util::orphan_owners(sets, selector_of))
         .run(reconcile, ctx, shutdown)

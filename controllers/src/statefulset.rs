@@ -185,6 +185,8 @@ pub async fn run(
     });
     Driver::<StatefulSet>::new("statefulset", &informers)
         .await
+        // Upstream's --concurrent-statefulset-syncs.
+        .workers(5)
         .owns::<Pod>()
         // Revisions are read, not watched, as upstream's controller: a client's change to
         // one is taken at the next sync, not raced.

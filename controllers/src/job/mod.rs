@@ -728,6 +728,8 @@ pub async fn run(
     let driver = Driver::<Job>::new("job", &informers).await;
     let jobs = driver.store();
     driver
+        // Upstream's --concurrent-job-syncs.
+        .workers(5)
         .owns::<Pod>()
         .watches::<Pod, _>(util::orphan_owners(jobs, |j: &Job| {
             j.spec.as_ref()?.selector.clone()
