@@ -818,6 +818,10 @@ pub struct Scheduler {
     pods: Store<Pod>,
     volumes: Option<VolumeStores>,
     state: Mutex<State>,
+    /// The turn to decide: the workers wait for it without holding a thread (a decision
+    /// that rebuilds the node view reads every pod, and a worker blocked on `state`
+    /// meanwhile would hold one of the runtime's few threads).
+    deciding: tokio::sync::Mutex<()>,
     recorder: Recorder,
 }
 
@@ -838,6 +842,7 @@ impl Scheduler {
                 nominated: HashMap::new(),
                 turn: Turn::default(),
             }),
+            deciding: tokio::sync::Mutex::new(()),
             recorder,
         }
     }
@@ -1029,11 +1034,13 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let volume_nodes = needs.as_ref().ok().map(|n| n.nodes.clone());
+    let turn = s.deciding.lock().await;
     let decided = needs.and_then(|n| {
         let assume = n.delayed.is_empty();
         s.decide(&pod, policy, &n.nodes, assume)
             .map(|node| (node, n.delayed))
     });
+    drop(turn);
     match decided {
         Ok((node, delayed)) if !delayed.is_empty() => {
             // Claims waiting for their first consumer learn the node; their volumes are made
@@ -1107,6 +1114,7 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
                 .and_then(|st| st.conditions.as_ref())
                 .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
                 .is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(&message));
+            tracing::debug!(pod = %util::key(pod.as_ref()), %message, nominated, "unschedulable");
             if !already {
                 let patch = json!({"status": {"conditions": [{
                     "type": "PodScheduled",
@@ -1202,6 +1210,9 @@ async fn preempt(s: &Scheduler, pod: &Pod, p: &Preempting) -> Result<()> {
     Ok(())
 }
 
+/// Pods the scheduler works on at once: one decides while the others' bindings are sent.
+const SCHEDULER_WORKERS: u16 = 16;
+
 /// Runs the scheduler until `shutdown`.
 pub async fn run(
     client: Client,
@@ -1216,11 +1227,22 @@ pub async fn run(
         classes: informers.all::<StorageClass>().await,
     };
     let s = Arc::new(Scheduler::new(client.clone(), nodes, pods).with_volumes(volumes));
-    // Every pod change wakes the scheduler; bound and deleted pods end at once.
-    Driver::<Pod>::new("scheduler", &informers)
-        .await
-        .run(reconcile, s, shutdown)
-        .await;
+    // Only the changes of pods waiting for a node wake the scheduler (upstream's scheduling
+    // queue holds those alone): the status writes of thousands of bound pods do not queue
+    // before them, and the periodic pass goes over the pending pods, not every pod.
+    // Decisions are made one at a time; bindings in flight are bounded, as upstream's client
+    // bounds them (kube-scheduler's burst of 100 at 50 QPS).
+    Driver::<Pod>::only("scheduler", &informers, |p: &Pod| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+    })
+    .await
+    .workers(SCHEDULER_WORKERS)
+    .run(reconcile, s, shutdown)
+    .await;
 }
 
 #[cfg(test)]
