@@ -133,7 +133,7 @@ async fn controller_manager(s: &Start<'_>) -> Result<(), UpError> {
                 .then(|| cfg.kubelet().runtime.pod_cidr)
                 .into_iter()
                 .collect(),
-            ..Default::default()
+            ..cfg.node_ipam.clone()
         },
         ..Default::default()
     };

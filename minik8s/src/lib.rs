@@ -63,6 +63,9 @@ pub struct UpConfig {
     pub compaction_interval: std::time::Duration,
     /// The embedded store's page cache in MiB (`--store-cache-mib`).
     pub store_cache_mib: usize,
+    /// The pod address space the node IPAM controller splits into one block per node
+    /// (`--cluster-cidr`, `--node-cidr-mask-size`).
+    pub node_ipam: minik8s_controllers::nodeipam::Config,
 }
 
 impl UpConfig {

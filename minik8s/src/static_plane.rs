@@ -110,6 +110,11 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             "--cluster-signing-duration={}s",
             cfg.signing_duration.as_secs()
         ),
+        format!(
+            "--cluster-cidr={}/{}",
+            cfg.node_ipam.network, cfg.node_ipam.prefix
+        ),
+        format!("--node-cidr-mask-size={}", cfg.node_ipam.node_prefix),
     ];
     vec![
         (
