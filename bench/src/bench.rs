@@ -161,9 +161,16 @@ impl Server {
         Self::start_with(binary, dir, &["--no-node"], None).await
     }
 
-    /// As [`Server::start`], with the process in `cgroup` from its first instruction.
-    pub async fn start_in(binary: &Path, dir: &Path, cgroup: &Cgroup) -> anyhow::Result<Self> {
-        Self::start_with(binary, dir, &["--no-node"], Some(cgroup)).await
+    /// As [`Server::start`] with `extra` flags, the process in `cgroup` (if any) from its
+    /// first instruction.
+    pub async fn start_in(
+        binary: &Path,
+        dir: &Path,
+        cgroup: Option<&Cgroup>,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let flags: Vec<&str> = ["--no-node"].iter().chain(extra).copied().collect();
+        Self::start_with(binary, dir, &flags, cgroup).await
     }
 
     /// Starts `minik8s up` with this machine's node (kubelet, containerd, proxy) and its local

@@ -48,6 +48,8 @@ fn two_hundred_nodes_and_six_hundred_pods_meet_the_slos() {
         "SLOs broken (the report above)"
     );
     assert_eq!(report["restart"]["nodes_renewed"], 200);
+    // Each node's pod block came from the `--cluster-cidr` the harness gave `minik8s up`.
+    assert_eq!(report["nodes_with_pod_cidr"], 200);
     // Every pod's start-up is told once more, by the phase it was first seen in.
     let by_phase = report["pod_startup"]["by_phase"]
         .as_object()
@@ -60,6 +62,25 @@ fn two_hundred_nodes_and_six_hundred_pods_meet_the_slos() {
     assert!(
         by_phase.contains_key("create") && by_phase.contains_key("scale"),
         "{by_phase:?}"
+    );
+    // What the server and the harness saw is also told for each phase alone, the restart
+    // between the peak and the scale phase one of them.
+    let phases = report["by_phase"].as_object().expect("latencies by phase");
+    let names: Vec<&str> = phases.keys().map(String::as_str).collect();
+    for phase in [
+        "create",
+        "configmaps",
+        "restart",
+        "scale",
+        "rolling_update",
+        "delete",
+    ] {
+        assert!(names.contains(&phase), "{phase} missing from {names:?}");
+    }
+    assert!(
+        phases["create"]["server_worst"]["mutating"]["count"].as_f64() > Some(0.0),
+        "{:?}",
+        phases["create"]
     );
     assert!(took < Duration::from_secs(180), "took {took:?}");
 }

@@ -15,6 +15,9 @@ pub type Call = (String, String, String);
 #[derive(Default)]
 pub struct Client {
     latencies: Mutex<BTreeMap<Call, Vec<Duration>>>,
+    /// The same latencies by the phase of the load they were made in.
+    by_phase: Mutex<BTreeMap<(&'static str, Call), Vec<Duration>>>,
+    phase: Mutex<&'static str>,
     errors: Mutex<BTreeMap<(Call, u16), u64>>,
     paused: std::sync::atomic::AtomicBool,
 }
@@ -24,6 +27,11 @@ impl Client {
     pub fn pause(&self, paused: bool) {
         self.paused
             .store(paused, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The calls from now on are of `phase` of the load.
+    pub fn enter(&self, phase: &'static str) {
+        *self.phase.lock().expect("phase") = phase;
     }
 
     /// Times `call`, recorded under `verb`, `resource` and `scope` (`resource`, `namespace`
@@ -41,13 +49,21 @@ impl Client {
         }
         let key = (verb.to_owned(), resource.to_owned(), scope.to_owned());
         match &out {
-            Ok(_) => self
-                .latencies
-                .lock()
-                .expect("latencies")
-                .entry(key)
-                .or_default()
-                .push(took),
+            Ok(_) => {
+                let phase = *self.phase.lock().expect("phase");
+                self.by_phase
+                    .lock()
+                    .expect("latencies")
+                    .entry((phase, key.clone()))
+                    .or_default()
+                    .push(took);
+                self.latencies
+                    .lock()
+                    .expect("latencies")
+                    .entry(key)
+                    .or_default()
+                    .push(took);
+            }
             Err(e) => {
                 let code = match e {
                     kube::Error::Api(s) => s.code,
@@ -66,16 +82,18 @@ impl Client {
 
     /// Each class's count and p50/p99 in milliseconds.
     pub fn report(&self) -> Vec<Value> {
-        let mut out = Vec::new();
-        for ((verb, resource, scope), samples) in
-            self.latencies.lock().expect("latencies").iter_mut()
-        {
-            let mut row = percentiles(samples);
-            row["verb"] = json!(verb);
-            row["resource"] = json!(resource);
-            row["scope"] = json!(scope);
-            row["count"] = json!(samples.len());
-            out.push(row);
+        let mut latencies = self.latencies.lock().expect("latencies");
+        latencies
+            .iter_mut()
+            .map(|(call, samples)| row(call, samples))
+            .collect()
+    }
+
+    /// [`Client::report`] for each phase of the load.
+    pub fn report_by_phase(&self) -> BTreeMap<&'static str, Vec<Value>> {
+        let mut out: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
+        for ((phase, call), samples) in self.by_phase.lock().expect("latencies").iter_mut() {
+            out.entry(phase).or_default().push(row(call, samples));
         }
         out
     }
@@ -91,6 +109,37 @@ impl Client {
             })
             .collect()
     }
+}
+
+/// A class's count and p50/p99 in milliseconds.
+fn row((verb, resource, scope): &Call, samples: &mut [Duration]) -> Value {
+    let mut row = percentiles(samples);
+    row["verb"] = json!(verb);
+    row["resource"] = json!(resource);
+    row["scope"] = json!(scope);
+    row["count"] = json!(samples.len());
+    row
+}
+
+/// The slowest row (by p99) of each SLO class.
+pub fn worst(rows: &[Value]) -> BTreeMap<&'static str, Value> {
+    let mut out: BTreeMap<&'static str, Value> = BTreeMap::new();
+    for r in rows {
+        let (Some(verb), Some(scope)) = (r["verb"].as_str(), r["scope"].as_str()) else {
+            continue;
+        };
+        let Some((class, _)) = slo(verb, scope) else {
+            continue;
+        };
+        let p99 = r["p99_ms"].as_f64().unwrap_or(0.0);
+        if out
+            .get(class)
+            .is_none_or(|w| w["p99_ms"].as_f64().unwrap_or(0.0) < p99)
+        {
+            out.insert(class, r.clone());
+        }
+    }
+    out
 }
 
 /// A metric's labels and value, from one line of Prometheus' text format.

@@ -76,6 +76,10 @@ pub struct Options {
 /// How many of the harness's own writes are in flight at once.
 const PARALLEL: usize = 16;
 
+/// The pod CIDR `minik8s up` is given: 16,384 nodes' /24s (the shared address space of
+/// RFC 6598, clear of the Service range).
+const POD_CIDR: &str = "100.64.0.0/10";
+
 /// What the pod watch has seen of one pod.
 struct Tracked {
     rv: String,
@@ -97,6 +101,8 @@ struct Tracker {
     scheduled_to_running: Vec<Duration>,
     /// First seen → Running, by the phase the pod was first seen in.
     startup_by_phase: BTreeMap<&'static str, Vec<Duration>>,
+    /// First seen → bound (the scheduler's share), by the same phase.
+    bound_by_phase: BTreeMap<&'static str, Vec<Duration>>,
     /// The phase of the load under way.
     phase: &'static str,
     relists: u64,
@@ -127,6 +133,12 @@ impl Tracker {
         t.terminating = pod.metadata.deletion_timestamp.is_some();
         if bound && t.bound.is_none() {
             t.bound = Some(now);
+            if t.fresh {
+                self.bound_by_phase
+                    .entry(t.phase)
+                    .or_default()
+                    .push(now - t.seen);
+            }
         }
         if running && !t.running {
             t.running = true;
@@ -456,6 +468,17 @@ fn snapshot(pids: &[(String, u32)], cgroup: Option<&Path>, data: Option<&Path>) 
 }
 
 /// The server's `/metrics`.
+/// What the server served since `began` (a scrape), which becomes the scrape taken now.
+async fn served_since(
+    client: &Client,
+    began: &mut measure::Scrape,
+) -> anyhow::Result<measure::Scrape> {
+    let now = scrape(client).await?;
+    let served = now.since(began);
+    *began = now;
+    Ok(served)
+}
+
 async fn scrape(client: &Client) -> anyhow::Result<measure::Scrape> {
     Ok(measure::Scrape::parse(&raw_get(client, "/metrics").await?))
 }
@@ -533,10 +556,10 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let mut server = None;
     let (name, kubeconfig, mut pids, cgroup, data) = match plane {
         Plane::Minik8s { binary } => {
-            let s = match &own_cgroup {
-                Some(cg) => Server::start_in(&binary, dir.path(), cg).await?,
-                None => Server::start(&binary, dir.path()).await?,
-            };
+            // A pod CIDR with a /24 for each of thousands of nodes (the default /16 has 256),
+            // apart from the Service range, as upstream's large clusters are given one.
+            let flags = ["--cluster-cidr", POD_CIDR];
+            let s = Server::start_in(&binary, dir.path(), own_cgroup.as_ref(), &flags).await?;
             let pids = vec![("minik8s".to_owned(), s.pid())];
             let kubeconfig = s.kubeconfig.clone();
             server = Some(s);
@@ -620,8 +643,14 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let mut phases = serde_json::Map::new();
     let mut watch_differ = serde_json::Map::new();
 
-    // Pod start-up is also told by the phase a pod was first seen in.
-    let enter = |phase: &'static str| tracker.lock().expect("tracker").phase = phase;
+    // Pod start-up and the calls' latencies are also told by the phase of the load; what the
+    // server served in each phase is the difference of scrapes at its ends.
+    let enter = |phase: &'static str| {
+        tracker.lock().expect("tracker").phase = phase;
+        rec.enter(phase);
+    };
+    let mut phase_began = before.clone();
+    let mut served_by_phase: Vec<(&'static str, measure::Scrape)> = Vec::new();
 
     // 1. Create, each Deployment when the pods before it are due at the pod rate.
     enter("create");
@@ -673,10 +702,26 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "create".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
+    served_by_phase.push(("create", served_since(&client, &mut phase_began).await?));
     let peak = snapshot(&pids, cgroup.as_deref(), data.as_deref());
+    // Every node has its block of the pod CIDR by now (minik8s's node IPAM; upstream's plane
+    // here allocates none).
+    let nodes_with_pod_cidr = node_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.pod_cidr.as_deref())
+                .is_some_and(in_pod_cidr)
+        })
+        .count();
 
     // Memory per stored ConfigMap: many more of them, at once.
     let per_configmap = if opts.configmaps > 0 {
+        enter("configmaps");
         let ns = "load-configmaps";
         create_cluster(&client, &rec, "namespaces", load::namespace(ns)).await?;
         let before_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
@@ -703,6 +748,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
                 after_cm[field].as_f64().unwrap_or(0.0) - before_cm[field].as_f64().unwrap_or(0.0);
             (d * 1048576.0 / opts.configmaps as f64).round()
         };
+        served_by_phase.push(("configmaps", served_since(&client, &mut phase_began).await?));
         json!({"configmaps": opts.configmaps, "rss_anon_bytes": per("rss_anon_mib"),
             "cgroup_bytes": per("cgroup_mib"), "store_bytes": per("store_mib")})
     } else {
@@ -712,10 +758,14 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     // SIGKILL at the peak: it comes back, every node renews its Lease, nothing is lost.
     let restart = match (&mut server, opts.kill) {
         (Some(server), true) => {
+            enter("restart");
             let counted = count_objects(&client).await?;
-            served_before_kill = scrape(&client).await?.since(&before);
+            let last = scrape(&client).await?;
+            served_before_kill = last.since(&before);
+            let restart_before_kill = last.since(&phase_began);
             // The new process counts from zero.
             before = measure::Scrape::default();
+            phase_began = measure::Scrape::default();
             let killed_at = jiff::Timestamp::now();
             // Calls refused while it is down are no answers to measure.
             rec.pause(true);
@@ -763,6 +813,8 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
                 }
             }
             settle(&client, &rec, &tracker, &plan, opts.limit).await?;
+            let restarted = served_since(&client, &mut phase_began).await?;
+            served_by_phase.push(("restart", restart_before_kill.plus(&restarted)));
             json!({"answered_after_kill_s": secs(answered),
                 "all_nodes_renewed_s": secs(answered + t.elapsed()),
                 "nodes_renewed": renewed, "objects_before": counted, "objects_after": recounted})
@@ -798,6 +850,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "scale".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
+    served_by_phase.push(("scale", served_since(&client, &mut phase_began).await?));
 
     // 3. Roll a quarter of them (a new template).
     enter("rolling_update");
@@ -816,6 +869,10 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "rolling_update".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
+    served_by_phase.push((
+        "rolling_update",
+        served_since(&client, &mut phase_began).await?,
+    ));
 
     // 4. Delete it all.
     enter("delete");
@@ -873,6 +930,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "delete".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
+    served_by_phase.push(("delete", served_since(&client, &mut phase_began).await?));
 
     // The figures.
     let after = scrape(&client).await?;
@@ -905,14 +963,20 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         let n = t.startup.len();
         let s = percentiles(&mut t.startup);
         let r = percentiles(&mut t.scheduled_to_running);
-        let by_phase: serde_json::Map<String, Value> = t
-            .startup_by_phase
+        let Tracker {
+            startup_by_phase,
+            bound_by_phase,
+            ..
+        } = &mut *t;
+        let by_phase: serde_json::Map<String, Value> = startup_by_phase
             .iter_mut()
             .map(|(phase, d)| {
                 let n = d.len();
+                let bound = bound_by_phase.get_mut(phase).map(|b| percentiles(b));
                 (
                     (*phase).to_owned(),
-                    json!({"pods": n, "first_seen_to_running": percentiles(d)}),
+                    json!({"pods": n, "first_seen_to_running": percentiles(d),
+                           "first_seen_to_bound": bound}),
                 )
             })
             .collect();
@@ -938,6 +1002,21 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             - idle["rss_anon_mib"].as_f64().unwrap_or(0.0);
         (d * 1048576.0 / opts.pods.max(1) as f64).round()
     };
+    // Each phase alone against the SLOs (the run is judged whole, above): where it broke.
+    let mut client_by_phase = rec.report_by_phase();
+    let by_phase: serde_json::Map<String, Value> = served_by_phase
+        .iter()
+        .map(|(phase, served)| {
+            let (rows, mut broken) = measure::server_latencies(served);
+            let client = client_by_phase.remove(phase).unwrap_or_default();
+            broken.extend(measure::client_broken(&client));
+            (
+                (*phase).to_owned(),
+                json!({"slos_broken": broken, "server_worst": measure::worst(&rows),
+                       "client_worst": measure::worst(&client)}),
+            )
+        })
+        .collect();
     drop(server);
     Ok(json!({
         "plane": name,
@@ -945,8 +1024,10 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "pods": opts.pods,
         "deployments": load::plan(opts.nodes, opts.pods).len(),
         "nodes_registered_s": (nodes_registered_s * 1000.0).round() / 1000.0,
+        "nodes_with_pod_cidr": nodes_with_pod_cidr,
         "phases": phases,
         "slo_violations": violations,
+        "by_phase": by_phase,
         "pod_startup": startup,
         "server_latency": server_rows,
         "client_latency": client_rows,
@@ -956,6 +1037,22 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "per_configmap": per_configmap,
         "restart": restart,
     }))
+}
+
+/// Whether a node's block (`a.b.c.d/n`) lies in [`POD_CIDR`].
+fn in_pod_cidr(block: &str) -> bool {
+    let parse = |c: &str| -> Option<(u32, u32)> {
+        let (ip, len) = c.split_once('/')?;
+        Some((
+            u32::from(ip.parse::<std::net::Ipv4Addr>().ok()?),
+            len.parse().ok()?,
+        ))
+    };
+    let (Some((net, len)), Some((ip, _))) = (parse(POD_CIDR), parse(block)) else {
+        return false;
+    };
+    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
+    ip & mask == net & mask
 }
 
 fn secs(d: Duration) -> f64 {
