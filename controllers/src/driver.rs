@@ -12,8 +12,7 @@
 //!   the controller owner) or [`watches`] (mapped by a function).
 //! - Every object (of a driver made by [`only`], every object it is for) is reconciled once
 //!   at start and again every [`resync`] period (upstream's resync), so a controller that
-//!   depends on time or on objects it does not watch still
-//!   converges.
+//!   depends on time or on objects it does not watch still converges.
 //! - A failed reconcile is retried with per-key exponential back-off (5 ms doubling, at most
 //!   [`MAX_BACKOFF`]), reset by a success.
 //! - Each reconcile is a workqueue item in the metrics (`workqueue_*{name=…}`).
