@@ -158,7 +158,7 @@ pub struct Server {
 impl Server {
     /// Starts `minik8s up` on a free port with a fresh data folder and waits until it answers.
     pub async fn start(binary: &Path, dir: &Path) -> anyhow::Result<Self> {
-        Self::start_with(binary, dir, &["--no-node"], None).await
+        Self::start_in(binary, dir, None, &[]).await
     }
 
     /// As [`Server::start`] with `extra` flags, the process in `cgroup` (if any) from its

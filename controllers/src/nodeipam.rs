@@ -57,6 +57,14 @@ impl Config {
         })
     }
 
+    /// Whether `block` (`a.b.c.d/n`) lies within the cluster CIDR.
+    pub fn contains(&self, block: &str) -> bool {
+        parse_cidr(block).is_some_and(|(ip, len)| {
+            len >= self.prefix
+                && u32::from(ip) & mask(self.prefix) == u32::from(self.network) & mask(self.prefix)
+        })
+    }
+
     /// The `index`-th block, or `None` past the end.
     fn block(&self, index: u32) -> Option<String> {
         let count = 1u64 << (self.node_prefix - self.prefix);
@@ -198,6 +206,8 @@ mod tests {
         used.insert("10.244.0.0/24".to_owned());
         used.insert("10.244.2.0/24".to_owned());
         assert_eq!(next_free(&cfg, &used).as_deref(), Some("10.244.1.0/24"));
+        assert!(cfg.contains("10.244.255.0/24") && !cfg.contains("10.245.0.0/24"));
+        assert!(!cfg.contains("10.0.0.0/8") && !cfg.contains("not a block"));
         used.insert("10.244.1.0/24".to_owned());
         assert_eq!(next_free(&cfg, &used).as_deref(), Some("10.244.3.0/24"));
         let tiny = Config::parse("10.9.0.0/23", 24).unwrap();

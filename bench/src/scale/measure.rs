@@ -14,9 +14,8 @@ pub type Call = (String, String, String);
 /// Latencies of the calls the harness makes itself, and the errors they met.
 #[derive(Default)]
 pub struct Client {
-    latencies: Mutex<BTreeMap<Call, Vec<Duration>>>,
-    /// The same latencies by the phase of the load they were made in.
-    by_phase: Mutex<BTreeMap<(&'static str, Call), Vec<Duration>>>,
+    /// By the phase of the load they were made in.
+    latencies: Mutex<BTreeMap<(&'static str, Call), Vec<Duration>>>,
     phase: Mutex<&'static str>,
     errors: Mutex<BTreeMap<(Call, u16), u64>>,
     paused: std::sync::atomic::AtomicBool,
@@ -51,16 +50,10 @@ impl Client {
         match &out {
             Ok(_) => {
                 let phase = *self.phase.lock().expect("phase");
-                self.by_phase
-                    .lock()
-                    .expect("latencies")
-                    .entry((phase, key.clone()))
-                    .or_default()
-                    .push(took);
                 self.latencies
                     .lock()
                     .expect("latencies")
-                    .entry(key)
+                    .entry((phase, key))
                     .or_default()
                     .push(took);
             }
@@ -82,9 +75,11 @@ impl Client {
 
     /// Each class's count and p50/p99 in milliseconds.
     pub fn report(&self) -> Vec<Value> {
-        let mut latencies = self.latencies.lock().expect("latencies");
-        latencies
-            .iter_mut()
+        let mut all: BTreeMap<Call, Vec<Duration>> = BTreeMap::new();
+        for ((_, call), samples) in self.latencies.lock().expect("latencies").iter() {
+            all.entry(call.clone()).or_default().extend(samples);
+        }
+        all.iter_mut()
             .map(|(call, samples)| row(call, samples))
             .collect()
     }
@@ -92,7 +87,7 @@ impl Client {
     /// [`Client::report`] for each phase of the load.
     pub fn report_by_phase(&self) -> BTreeMap<&'static str, Vec<Value>> {
         let mut out: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
-        for ((phase, call), samples) in self.by_phase.lock().expect("latencies").iter_mut() {
+        for ((phase, call), samples) in self.latencies.lock().expect("latencies").iter_mut() {
             out.entry(phase).or_default().push(row(call, samples));
         }
         out

@@ -467,7 +467,6 @@ fn snapshot(pids: &[(String, u32)], cgroup: Option<&Path>, data: Option<&Path>) 
     })
 }
 
-/// The server's `/metrics`.
 /// What the server served since `began` (a scrape), which becomes the scrape taken now.
 async fn served_since(
     client: &Client,
@@ -479,6 +478,7 @@ async fn served_since(
     Ok(served)
 }
 
+/// The server's `/metrics`.
 async fn scrape(client: &Client) -> anyhow::Result<measure::Scrape> {
     Ok(measure::Scrape::parse(&raw_get(client, "/metrics").await?))
 }
@@ -706,6 +706,8 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let peak = snapshot(&pids, cgroup.as_deref(), data.as_deref());
     // Every node has its block of the pod CIDR by now (minik8s's node IPAM; upstream's plane
     // here allocates none).
+    let pod_cidr =
+        minik8s_controllers::nodeipam::Config::parse(POD_CIDR, 24).map_err(anyhow::Error::msg)?;
     let nodes_with_pod_cidr = node_api
         .list(&ListParams::default())
         .await?
@@ -715,7 +717,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             n.spec
                 .as_ref()
                 .and_then(|s| s.pod_cidr.as_deref())
-                .is_some_and(in_pod_cidr)
+                .is_some_and(|b| pod_cidr.contains(b))
         })
         .count();
 
@@ -1037,22 +1039,6 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "per_configmap": per_configmap,
         "restart": restart,
     }))
-}
-
-/// Whether a node's block (`a.b.c.d/n`) lies in [`POD_CIDR`].
-fn in_pod_cidr(block: &str) -> bool {
-    let parse = |c: &str| -> Option<(u32, u32)> {
-        let (ip, len) = c.split_once('/')?;
-        Some((
-            u32::from(ip.parse::<std::net::Ipv4Addr>().ok()?),
-            len.parse().ok()?,
-        ))
-    };
-    let (Some((net, len)), Some((ip, _))) = (parse(POD_CIDR), parse(block)) else {
-        return false;
-    };
-    let mask = u32::MAX.checked_shl(32 - len).unwrap_or(0);
-    ip & mask == net & mask
 }
 
 fn secs(d: Duration) -> f64 {
