@@ -153,6 +153,16 @@ impl Tracker {
         }
     }
 
+    /// Pod start-up so far of the pods first seen in `phase` (first seen → Running).
+    fn startup_in(&self, phase: &str) -> Value {
+        let mut d = self
+            .startup_by_phase
+            .get(phase)
+            .cloned()
+            .unwrap_or_default();
+        percentiles(&mut d)
+    }
+
     /// Pods not being deleted, and how many of them run.
     fn live(&self) -> (usize, usize) {
         let live = self.pods.values().filter(|t| !t.terminating);
@@ -478,6 +488,20 @@ async fn served_since(
     Ok(served)
 }
 
+/// Keeps what the server served in `phase` and tells on stderr that it ended, with its
+/// breaches and its pods' start-up: a run of hours that fails later still leaves these.
+fn phase_ended(
+    served_by_phase: &mut Vec<(&'static str, measure::Scrape)>,
+    tracker: &Mutex<Tracker>,
+    phase: &'static str,
+    served: measure::Scrape,
+) {
+    let (_, broken) = measure::server_latencies(&served);
+    let startup = tracker.lock().expect("tracker").startup_in(phase);
+    tracing::info!(phase, %startup, ?broken, "phase ended");
+    served_by_phase.push((phase, served));
+}
+
 /// The server's `/metrics`.
 async fn scrape(client: &Client) -> anyhow::Result<measure::Scrape> {
     Ok(measure::Scrape::parse(&raw_get(client, "/metrics").await?))
@@ -702,7 +726,12 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "create".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
-    served_by_phase.push(("create", served_since(&client, &mut phase_began).await?));
+    phase_ended(
+        &mut served_by_phase,
+        &tracker,
+        "create",
+        served_since(&client, &mut phase_began).await?,
+    );
     let peak = snapshot(&pids, cgroup.as_deref(), data.as_deref());
     // Every node has its block of the pod CIDR by now (minik8s's node IPAM; upstream's plane
     // here allocates none).
@@ -750,7 +779,12 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
                 after_cm[field].as_f64().unwrap_or(0.0) - before_cm[field].as_f64().unwrap_or(0.0);
             (d * 1048576.0 / opts.configmaps as f64).round()
         };
-        served_by_phase.push(("configmaps", served_since(&client, &mut phase_began).await?));
+        phase_ended(
+            &mut served_by_phase,
+            &tracker,
+            "configmaps",
+            served_since(&client, &mut phase_began).await?,
+        );
         json!({"configmaps": opts.configmaps, "rss_anon_bytes": per("rss_anon_mib"),
             "cgroup_bytes": per("cgroup_mib"), "store_bytes": per("store_mib")})
     } else {
@@ -816,7 +850,12 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             }
             settle(&client, &rec, &tracker, &plan, opts.limit).await?;
             let restarted = served_since(&client, &mut phase_began).await?;
-            served_by_phase.push(("restart", restart_before_kill.plus(&restarted)));
+            phase_ended(
+                &mut served_by_phase,
+                &tracker,
+                "restart",
+                restart_before_kill.plus(&restarted),
+            );
             json!({"answered_after_kill_s": secs(answered),
                 "all_nodes_renewed_s": secs(answered + t.elapsed()),
                 "nodes_renewed": renewed, "objects_before": counted, "objects_after": recounted})
@@ -852,7 +891,12 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "scale".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
-    served_by_phase.push(("scale", served_since(&client, &mut phase_began).await?));
+    phase_ended(
+        &mut served_by_phase,
+        &tracker,
+        "scale",
+        served_since(&client, &mut phase_began).await?,
+    );
 
     // 3. Roll a quarter of them (a new template).
     enter("rolling_update");
@@ -871,10 +915,12 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "rolling_update".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
-    served_by_phase.push((
+    phase_ended(
+        &mut served_by_phase,
+        &tracker,
         "rolling_update",
         served_since(&client, &mut phase_began).await?,
-    ));
+    );
 
     // 4. Delete it all.
     enter("delete");
@@ -932,7 +978,12 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "delete".into(),
         json!(watch_matches_list(&client, &rec, &tracker).await?),
     );
-    served_by_phase.push(("delete", served_since(&client, &mut phase_began).await?));
+    phase_ended(
+        &mut served_by_phase,
+        &tracker,
+        "delete",
+        served_since(&client, &mut phase_began).await?,
+    );
 
     // The figures.
     let after = scrape(&client).await?;
