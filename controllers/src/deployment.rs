@@ -269,8 +269,10 @@ async fn reconcile(d: Arc<Deployment>, ctx: Arc<Ctx>) -> Result<Action> {
         .ok_or_else(|| Error::Invalid("no spec".into()))?;
     let api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), &ns);
     // Adopt orphan ReplicaSets the selector matches, release those it no longer does
-    // (upstream's ClaimReplicaSets).
-    let in_ns: Vec<Arc<ReplicaSet>> = ctx.sets.list(&ns);
+    // (upstream's ClaimReplicaSets), of its own and the namespace's orphans.
+    let in_ns: Vec<Arc<ReplicaSet>> = ctx
+        .sets
+        .controlled_by_or_orphans(&ns, &d.uid().unwrap_or_default());
     let selector = util::Selector::new(&spec.selector);
     let mut sets: Vec<Arc<ReplicaSet>> =
         util::claim(&api, in_ns, &selector, owner_ref(d.as_ref()), |_| true)

@@ -126,12 +126,9 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     }
     let ns = svc.namespace().unwrap_or_default();
     let name = svc.name_any();
-    let pods: Vec<Arc<Pod>> = ctx
-        .pods
-        .list(&ns)
-        .into_iter()
-        .filter(|p| selector.iter().all(|(k, v)| p.labels().get(k) == Some(v)))
-        .collect();
+    let pods: Vec<Arc<Pod>> = ctx.pods.list_matching(&ns, |p| {
+        selector.iter().all(|(k, v)| p.labels().get(k) == Some(v))
+    });
     let groups = group(&svc, &pods);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::apply(MANAGER).force();
@@ -142,7 +139,9 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
         labels["service.kubernetes.io/headless"] = json!("");
     }
     let mut wanted: Vec<String> = Vec::new();
-    let ours = ctx.slices.list(&ns);
+    let ours = ctx
+        .slices
+        .list_matching(&ns, |s| s.labels().get(SERVICE_LABEL) == Some(&name));
     // A service without endpoints still gets one (empty) slice, as upstream.
     let groups: Vec<(Resolved, Vec<Value>)> = if groups.is_empty() {
         vec![(Vec::new(), Vec::new())]
@@ -173,7 +172,6 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     }
     let stale: Vec<String> = ours
         .iter()
-        .filter(|s| s.labels().get(SERVICE_LABEL) == Some(&name))
         .map(|s| s.name_any())
         .filter(|n| !wanted.contains(n))
         .collect();

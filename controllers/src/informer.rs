@@ -6,9 +6,11 @@
 //! kind's changes ([`Informers::subscribe`]) instead of opening watches of their own, so one
 //! pod change costs the apiserver one watch event, not one per controller.
 //!
-//! Each shared store also keeps its objects' names by namespace ([`Namespaced`]), as
-//! client-go's informers keep their `NamespaceIndex`: a controller reads one namespace's
-//! pods without walking every pod of the cluster.
+//! Each shared store is also indexed by namespace and by controller ([`Namespaced`]), as
+//! client-go's informers keep their `NamespaceIndex` and upstream's controllers their
+//! `PodControllerUIDIndex`: a controller reads one namespace's pods without walking every
+//! pod of the cluster, and a ReplicaSet its own pods without walking its namespace's. The
+//! index holds the store's own objects, so reading it costs no lookup per object.
 
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -39,7 +41,7 @@ where
 /// What a shared informer keeps beside its store: the names by namespace, its readiness
 /// (the store and the index both hold a full listing) and its change feed.
 struct Shared<K> {
-    names: Arc<RwLock<Names>>,
+    names: Arc<RwLock<Names<K>>>,
     ready: tokio::sync::watch::Sender<bool>,
     changes: broadcast::Sender<Arc<K>>,
 }
@@ -57,13 +59,14 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (reader, writer) = reflector::store();
+    let stored = reader.clone();
     let stream = watcher(api, config)
         .modify(|o: &mut K| o.managed_fields_mut().clear())
         .default_backoff()
         .reflect(writer)
         .for_each(move |ev| {
             if let (Ok(e), Some(shared)) = (&ev, &shared) {
-                let synced = shared.names.write().expect("names").apply(e);
+                let synced = shared.names.write().expect("names").apply(e, &stored);
                 if synced {
                     shared.ready.send_replace(true);
                 }
@@ -115,44 +118,138 @@ where
     changes: broadcast::Sender<Arc<K>>,
 }
 
-/// The names of a kind's objects by namespace ("" for cluster-scoped ones), following the
-/// watch as kube-runtime's store does: a relist is gathered apart and swapped in whole.
-#[derive(Default)]
-struct Names {
-    live: HashMap<String, HashSet<String>>,
-    relist: HashMap<String, HashSet<String>>,
+/// A kind's objects by namespace ("" for cluster-scoped ones) and by controller, following
+/// the watch as kube-runtime's store does: a relist is gathered apart and swapped in whole.
+/// The objects are the store's own (`Arc`s of the same allocations), looked up once per
+/// change, so a namespace is read without a lookup per object.
+struct Names<K> {
+    live: Index<K>,
+    /// The names a relist under way has seen; its objects are the store's once it is done.
+    relist: Vec<(String, String, String)>,
 }
 
-impl Names {
-    /// Applies a watch event; true when a listing is complete.
-    fn apply<K: Resource>(&mut self, event: &watcher::Event<K>) -> bool {
+impl<K> Default for Names<K> {
+    fn default() -> Self {
+        Names {
+            live: Index::default(),
+            relist: Vec::new(),
+        }
+    }
+}
+
+/// Objects by namespace and name, each with the UID of its controller ("" for none), and
+/// their names by namespace and controller: client-go's `NamespaceIndex` and upstream's
+/// `PodControllerUIDIndex`, whose orphan key per namespace is "" here.
+struct Index<K> {
+    by_namespace: HashMap<String, HashMap<Arc<str>, Controlled<K>>>,
+    by_controller: HashMap<String, HashMap<Arc<str>, HashSet<Arc<str>>>>,
+}
+
+/// An object with the UID of its controller ("" for none).
+type Controlled<K> = (Arc<str>, Arc<K>);
+
+impl<K> Default for Index<K> {
+    fn default() -> Self {
+        Index {
+            by_namespace: HashMap::new(),
+            by_controller: HashMap::new(),
+        }
+    }
+}
+
+impl<K> Index<K> {
+    fn insert(&mut self, ns: &str, name: &str, controller: &str, object: Arc<K>) {
+        let names = self.by_namespace.entry(ns.to_owned()).or_default();
+        let (name, was) = match names.get_key_value(name) {
+            Some((n, (c, _))) => (n.clone(), Some(c.clone())),
+            None => (Arc::from(name), None),
+        };
+        let controller = match was {
+            Some(c) if *c == *controller => c,
+            was => {
+                let in_ns = self.by_controller.entry(ns.to_owned()).or_default();
+                if let Some(c) = was {
+                    Self::unlink(in_ns, &c, &name);
+                }
+                let controller: Arc<str> = in_ns
+                    .get_key_value(controller)
+                    .map_or_else(|| controller.into(), |(c, _)| c.clone());
+                in_ns
+                    .entry(controller.clone())
+                    .or_default()
+                    .insert(name.clone());
+                controller
+            }
+        };
+        names.insert(name, (controller, object));
+    }
+
+    fn remove(&mut self, ns: &str, name: &str) {
+        let Some(names) = self.by_namespace.get_mut(ns) else {
+            return;
+        };
+        let Some((controller, _)) = names.remove(name) else {
+            return;
+        };
+        if names.is_empty() {
+            self.by_namespace.remove(ns);
+        }
+        if let Some(in_ns) = self.by_controller.get_mut(ns) {
+            Self::unlink(in_ns, &controller, name);
+            if in_ns.is_empty() {
+                self.by_controller.remove(ns);
+            }
+        }
+    }
+
+    fn unlink(in_ns: &mut HashMap<Arc<str>, HashSet<Arc<str>>>, controller: &str, name: &str) {
+        if let Some(names) = in_ns.get_mut(controller) {
+            names.remove(name);
+            if names.is_empty() {
+                in_ns.remove(controller);
+            }
+        }
+    }
+}
+
+impl<K> Names<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// Applies a watch event that `store` has applied already; true when a listing is
+    /// complete.
+    fn apply(&mut self, event: &watcher::Event<K>, store: &Store<K>) -> bool {
         let key = |o: &K| {
+            let m = o.meta();
             (
-                o.meta().namespace.clone().unwrap_or_default(),
-                o.meta().name.clone().unwrap_or_default(),
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+                crate::util::controller_of(m).map_or_else(String::new, |c| c.uid.clone()),
             )
         };
+        let stored = |ns: &str, name: &str| store.get(&ObjectRef::new(name).within(ns));
         match event {
             watcher::Event::Apply(o) => {
-                let (ns, name) = key(o);
-                self.live.entry(ns).or_default().insert(name);
-            }
-            watcher::Event::Delete(o) => {
-                let (ns, name) = key(o);
-                if let Some(names) = self.live.get_mut(&ns) {
-                    names.remove(&name);
-                    if names.is_empty() {
-                        self.live.remove(&ns);
-                    }
+                let (ns, name, controller) = key(o);
+                if let Some(object) = stored(&ns, &name) {
+                    self.live.insert(&ns, &name, &controller, object);
                 }
             }
-            watcher::Event::Init => self.relist = HashMap::new(),
-            watcher::Event::InitApply(o) => {
-                let (ns, name) = key(o);
-                self.relist.entry(ns).or_default().insert(name);
+            watcher::Event::Delete(o) => {
+                let (ns, name, _) = key(o);
+                self.live.remove(&ns, &name);
             }
+            watcher::Event::Init => self.relist.clear(),
+            watcher::Event::InitApply(o) => self.relist.push(key(o)),
             watcher::Event::InitDone => {
-                self.live = std::mem::take(&mut self.relist);
+                // The store holds the listing now.
+                let mut live = Index::default();
+                for (ns, name, controller) in std::mem::take(&mut self.relist) {
+                    if let Some(object) = stored(&ns, &name) {
+                        live.insert(&ns, &name, &controller, object);
+                    }
+                }
+                self.live = live;
                 return true;
             }
         }
@@ -160,14 +257,14 @@ impl Names {
     }
 }
 
-/// A kind's shared store read by namespace.
+/// A kind's shared store read by namespace, and by controller.
 #[derive(Clone)]
 pub struct Namespaced<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     store: Store<K>,
-    names: Arc<RwLock<Names>>,
+    names: Arc<RwLock<Names<K>>>,
 }
 
 impl<K> Namespaced<K>
@@ -176,13 +273,37 @@ where
 {
     /// The objects of namespace `ns`, as the store holds them.
     pub fn list(&self, ns: &str) -> Vec<Arc<K>> {
+        self.list_matching(ns, |_| true)
+    }
+
+    /// The objects of namespace `ns` that `wanted` accepts (read in place: only those are
+    /// handed out).
+    pub fn list_matching(&self, ns: &str, wanted: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
         let names = self.names.read().expect("names");
-        names.live.get(ns).map_or_else(Vec::new, |names| {
-            names
-                .iter()
-                .filter_map(|n| self.store.get(&ObjectRef::new(n).within(ns)))
+        names.live.by_namespace.get(ns).map_or_else(Vec::new, |n| {
+            n.values()
+                .filter(|(_, o)| wanted(o))
+                .map(|(_, o)| o.clone())
                 .collect()
         })
+    }
+
+    /// The objects of namespace `ns` controlled by the object of UID `controller`, then
+    /// those no controller controls (it may adopt them), as the store holds them: upstream's
+    /// `FilterPodsByOwner` with orphans, which a controller reads instead of its namespace.
+    pub fn controlled_by_or_orphans(&self, ns: &str, controller: &str) -> Vec<Arc<K>> {
+        let names = self.names.read().expect("names");
+        let (Some(objects), Some(in_ns)) = (
+            names.live.by_namespace.get(ns),
+            names.live.by_controller.get(ns),
+        ) else {
+            return Vec::new();
+        };
+        let of = |c: &str| in_ns.get(c).into_iter().flatten();
+        of(controller)
+            .chain(of(""))
+            .filter_map(|n| objects.get(n).map(|(_, o)| o.clone()))
+            .collect()
     }
 
     /// `store` read by namespace, its index built from `events` (for tests).
@@ -190,7 +311,7 @@ where
     pub(crate) fn following(store: Store<K>, events: &[watcher::Event<K>]) -> Self {
         let mut names = Names::default();
         for e in events {
-            names.apply(e);
+            names.apply(e, &store);
         }
         Namespaced {
             store,
@@ -333,41 +454,141 @@ mod tests {
     use k8s_openapi::api::core::v1::Pod;
 
     fn pod(ns: &str, name: &str) -> Pod {
+        controlled(ns, name, None)
+    }
+
+    fn controlled(ns: &str, name: &str, controller: Option<&str>) -> Pod {
         let mut p = Pod::default();
         p.metadata.namespace = Some(ns.into());
         p.metadata.name = Some(name.into());
+        p.metadata.owner_references = controller.map(|uid| {
+            vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    uid: uid.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                },
+            ]
+        });
         p
     }
 
-    fn names_in(names: &Names, ns: &str) -> Vec<String> {
-        let mut v: Vec<String> = names.live.get(ns).into_iter().flatten().cloned().collect();
+    /// A store and its index, fed as the informer feeds them (the store first).
+    struct Fed {
+        writer: reflector::store::Writer<Pod>,
+        index: Namespaced<Pod>,
+    }
+
+    impl Fed {
+        fn new() -> Self {
+            let (store, writer) = reflector::store();
+            Fed {
+                writer,
+                index: Namespaced {
+                    store,
+                    names: Arc::default(),
+                },
+            }
+        }
+
+        fn apply(&mut self, e: watcher::Event<Pod>) -> bool {
+            self.writer.apply_watcher_event(&e);
+            let store = self.index.store.clone();
+            self.index.names.write().unwrap().apply(&e, &store)
+        }
+
+        fn names_in(&self, ns: &str) -> Vec<String> {
+            sorted(&self.index.list(ns))
+        }
+
+        fn of(&self, ns: &str, controller: &str) -> Vec<String> {
+            sorted(&self.index.controlled_by_or_orphans(ns, controller))
+        }
+    }
+
+    fn sorted(pods: &[Arc<Pod>]) -> Vec<String> {
+        let mut v: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
         v.sort();
         v
     }
 
     #[test]
     fn names_follow_the_watch_and_a_relist_replaces_them_whole() {
-        let mut names = Names::default();
-        assert!(!names.apply(&watcher::Event::<Pod>::Init));
-        assert!(!names.apply(&watcher::Event::InitApply(pod("a", "p1"))));
+        let mut fed = Fed::new();
+        assert!(!fed.apply(watcher::Event::Init));
+        assert!(!fed.apply(watcher::Event::InitApply(pod("a", "p1"))));
+        assert!(fed.names_in("a").is_empty(), "a listing counts once done");
+        assert!(fed.apply(watcher::Event::InitDone));
+        assert_eq!(fed.names_in("a"), ["p1"]);
+        fed.apply(watcher::Event::Apply(pod("a", "p2")));
+        fed.apply(watcher::Event::Apply(pod("b", "p3")));
+        fed.apply(watcher::Event::Delete(pod("a", "p1")));
+        assert_eq!(fed.names_in("a"), ["p2"]);
+        assert_eq!(fed.names_in("b"), ["p3"]);
+        // A relist (after a 410): the old objects stand until it is done, then only its own.
+        fed.apply(watcher::Event::Init);
+        fed.apply(watcher::Event::InitApply(pod("b", "p4")));
+        assert_eq!(fed.names_in("a"), ["p2"]);
+        assert!(fed.apply(watcher::Event::InitDone));
+        assert!(fed.names_in("a").is_empty());
+        assert_eq!(fed.names_in("b"), ["p4"]);
+        fed.apply(watcher::Event::Delete(pod("b", "p4")));
+        let names = fed.index.names.read().unwrap();
         assert!(
-            names_in(&names, "a").is_empty(),
-            "a listing counts once done"
+            names.live.by_namespace.is_empty() && names.live.by_controller.is_empty(),
+            "an emptied namespace goes"
         );
-        assert!(names.apply(&watcher::Event::<Pod>::InitDone));
-        names.apply(&watcher::Event::Apply(pod("a", "p2")));
-        names.apply(&watcher::Event::Apply(pod("b", "p3")));
-        names.apply(&watcher::Event::Delete(pod("a", "p1")));
-        assert_eq!(names_in(&names, "a"), ["p2"]);
-        assert_eq!(names_in(&names, "b"), ["p3"]);
-        // A relist (after a 410): the old names stand until it is done, then only its own.
-        names.apply(&watcher::Event::<Pod>::Init);
-        names.apply(&watcher::Event::InitApply(pod("b", "p4")));
-        assert_eq!(names_in(&names, "a"), ["p2"]);
-        assert!(names.apply(&watcher::Event::<Pod>::InitDone));
-        assert!(names_in(&names, "a").is_empty());
-        assert_eq!(names_in(&names, "b"), ["p4"]);
-        names.apply(&watcher::Event::Delete(pod("b", "p4")));
-        assert!(names.live.is_empty(), "an emptied namespace goes");
+    }
+
+    #[test]
+    fn the_index_holds_the_stores_own_objects_as_they_change() {
+        let mut fed = Fed::new();
+        fed.apply(watcher::Event::Init);
+        fed.apply(watcher::Event::InitDone);
+        let mut p = pod("a", "p1");
+        p.metadata.resource_version = Some("2".into());
+        fed.apply(watcher::Event::Apply(p));
+        let listed = fed.index.list("a");
+        let stored = fed
+            .index
+            .store
+            .get(&ObjectRef::new("p1").within("a"))
+            .unwrap();
+        assert!(
+            Arc::ptr_eq(&listed[0], &stored),
+            "one allocation, not a copy"
+        );
+        assert_eq!(listed[0].resource_version().as_deref(), Some("2"));
+    }
+
+    #[test]
+    fn a_controller_reads_its_own_and_the_orphans_of_its_namespace_through_adoption_and_release() {
+        let mut fed = Fed::new();
+        fed.apply(watcher::Event::Init);
+        for p in [
+            controlled("a", "p1", Some("rs1")),
+            controlled("a", "p2", None),
+            controlled("a", "p3", Some("rs2")),
+            // Another namespace's pod naming the same UID is not rs1's in "a".
+            controlled("b", "p4", Some("rs1")),
+        ] {
+            fed.apply(watcher::Event::InitApply(p));
+        }
+        fed.apply(watcher::Event::InitDone);
+        assert_eq!(fed.of("a", "rs1"), ["p1", "p2"]);
+        assert_eq!(fed.of("b", "rs1"), ["p4"]);
+        assert_eq!(fed.names_in("a"), ["p1", "p2", "p3"]);
+        // Adopted by rs2, released by rs1.
+        fed.apply(watcher::Event::Apply(controlled("a", "p2", Some("rs2"))));
+        fed.apply(watcher::Event::Apply(controlled("a", "p1", None)));
+        assert_eq!(fed.of("a", "rs1"), ["p1"]);
+        assert_eq!(fed.of("a", "rs2"), ["p1", "p2", "p3"]);
+        for name in ["p1", "p2", "p3"] {
+            fed.apply(watcher::Event::Delete(pod("a", name)));
+        }
+        assert!(fed.of("a", "rs2").is_empty());
+        let names = fed.index.names.read().unwrap();
+        assert!(!names.live.by_namespace.contains_key("a"));
+        assert!(!names.live.by_controller.contains_key("a"));
     }
 }

@@ -194,7 +194,9 @@ async fn reconcile(rs: Arc<ReplicaSet>, ctx: Arc<Ctx>) -> Result<Action> {
         .as_ref()
         .ok_or_else(|| Error::Invalid("no spec".into()))?;
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let pods: Vec<Arc<Pod>> = ctx.pods.list(&ns);
+    // Its own pods and the namespace's orphans (upstream reads the same index), not the
+    // namespace's every pod: at 3,000 pods a namespace each reconcile walked them all.
+    let pods: Vec<Arc<Pod>> = ctx.pods.controlled_by_or_orphans(&ns, &uid);
     // Adopt orphans that match; release owned pods that no longer do.
     let selector = util::Selector::new(&spec.selector);
     let owned = util::claim_pods(&api, pods, &selector, ctx.kind.owner_ref(rs.as_ref())).await?;
