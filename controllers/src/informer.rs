@@ -38,8 +38,8 @@ where
     start_with(api, config, tasks, shutdown, None)
 }
 
-/// What a shared informer keeps beside its store: the names by namespace, its readiness
-/// (the store and the index both hold a full listing) and its change feed.
+/// What a shared informer keeps beside its store: its index (by namespace and controller),
+/// its readiness (the store and the index both hold a full listing) and its change feed.
 struct Shared<K> {
     names: Arc<RwLock<Names<K>>>,
     ready: tokio::sync::watch::Sender<bool>,
@@ -219,28 +219,32 @@ where
     /// Applies a watch event that `store` has applied already; true when a listing is
     /// complete.
     fn apply(&mut self, event: &watcher::Event<K>, store: &Store<K>) -> bool {
-        let key = |o: &K| {
+        fn key<K: Resource>(o: &K) -> (&str, &str, &str) {
             let m = o.meta();
             (
-                m.namespace.clone().unwrap_or_default(),
-                m.name.clone().unwrap_or_default(),
-                crate::util::controller_of(m).map_or_else(String::new, |c| c.uid.clone()),
+                m.namespace.as_deref().unwrap_or_default(),
+                m.name.as_deref().unwrap_or_default(),
+                crate::util::controller_of(m).map_or("", |c| c.uid.as_str()),
             )
-        };
+        }
         let stored = |ns: &str, name: &str| store.get(&ObjectRef::new(name).within(ns));
         match event {
             watcher::Event::Apply(o) => {
                 let (ns, name, controller) = key(o);
-                if let Some(object) = stored(&ns, &name) {
-                    self.live.insert(&ns, &name, &controller, object);
+                if let Some(object) = stored(ns, name) {
+                    self.live.insert(ns, name, controller, object);
                 }
             }
             watcher::Event::Delete(o) => {
                 let (ns, name, _) = key(o);
-                self.live.remove(&ns, &name);
+                self.live.remove(ns, name);
             }
             watcher::Event::Init => self.relist.clear(),
-            watcher::Event::InitApply(o) => self.relist.push(key(o)),
+            watcher::Event::InitApply(o) => {
+                let (ns, name, controller) = key(o);
+                self.relist
+                    .push((ns.to_owned(), name.to_owned(), controller.to_owned()));
+            }
             watcher::Event::InitDone => {
                 // The store holds the listing now.
                 let mut live = Index::default();
