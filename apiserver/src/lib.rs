@@ -287,6 +287,10 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
             api.policies.load(kvs);
         }),
     );
+    minik8s_task::spawn_on(&api.tasks, "service-allocations", {
+        let api = api.clone();
+        async move { api.alloc.follow(&api.store, &api.shutdown).await }
+    });
     minik8s_task::spawn_on(&api.tasks, "crd-sync", registry::crd::sync(api.clone()));
     minik8s_task::spawn_on(
         &api.tasks,

@@ -1,20 +1,43 @@
-//! ClusterIP and NodePort allocation for Services. Allocations are derived from the stored
-//! Services (nothing extra to keep consistent) and serialised by one lock held across the write.
+//! ClusterIP and NodePort allocation for Services, serialised by one lock held across the
+//! write. What is in use is derived from the stored Services, nothing else: a table of them
+//! is kept in memory from a watch of the store ([`Allocator::follow`]), as upstream keeps
+//! its allocation bitmaps in memory, so that an allocation reads no Service. Before it
+//! allocates, a write waits until the table has seen every Service write this server made;
+//! a table that falls behind (or has not been filled yet) gives way to a read of the store.
 
 use crate::error::{ApiError, ApiResult, Cause};
-use minik8s_storage::{RangeRequest, Storage, Store};
+use futures::StreamExt;
+use minik8s_storage::{EventKind, RangeRequest, Storage, Store};
+use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
-/// The service IP range and node port range, with the lock that serialises allocation.
+/// Where Services are stored.
+const PREFIX: &str = "/registry/core/services/";
+
+/// How long a write waits for the table to catch up before it reads the store instead.
+const CATCH_UP: Duration = Duration::from_secs(2);
+
+/// The service IP range and node port range, with the lock that serialises allocation and
+/// the table of what the stored Services hold.
 #[derive(Debug)]
 pub struct Allocator {
     base: u32,
     size: u32,
     ports: RangeInclusive<u16>,
     lock: tokio::sync::Mutex<()>,
+    /// What the stored Services hold, as of the revision in `seen`.
+    used: Mutex<Used>,
+    /// The revision up to which `used` has every Service change (`None` until it is filled).
+    seen: tokio::sync::watch::Sender<Option<i64>>,
+    /// The revision of the last Service write (or delete) this server made.
+    wrote: AtomicI64,
 }
 
 /// A service CIDR or port range that cannot be used.
@@ -44,7 +67,96 @@ impl Allocator {
             size,
             ports,
             lock: tokio::sync::Mutex::new(()),
+            used: Mutex::new(Used::default()),
+            seen: tokio::sync::watch::Sender::new(None),
+            wrote: AtomicI64::new(0),
         })
+    }
+
+    /// Notes a Service write (or delete) this server made at `revision`: allocations wait
+    /// until the table has seen it.
+    pub fn wrote(&self, revision: i64) {
+        self.wrote.fetch_max(revision, Ordering::SeqCst);
+    }
+
+    /// Keeps the table of what the stored Services hold in step with the store (list, then
+    /// watch; again after a broken or compacted watch), until `shutdown`.
+    pub async fn follow(&self, store: &Storage, shutdown: &CancellationToken) {
+        let pause = || async {
+            tokio::select! {
+                _ = shutdown.cancelled() => true,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => false,
+            }
+        };
+        loop {
+            let listed = match store.range(RangeRequest::prefix(PREFIX)).await {
+                Ok(listed) => listed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing Services for their allocations failed");
+                    if pause().await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            *self.used.lock().expect("allocation table") = Used::from_kvs(&listed.kvs);
+            self.seen.send_replace(Some(listed.revision));
+            let mut events = match store.watch(PREFIX, listed.revision + 1).await {
+                Ok(events) => events,
+                Err(e) => {
+                    tracing::warn!(error = %e, "watching Services for their allocations failed");
+                    if pause().await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            loop {
+                let ev = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    ev = events.next() => ev,
+                };
+                let ev = match ev {
+                    Some(Ok(ev)) => ev,
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "the Services watch ended; listing again");
+                        break;
+                    }
+                    None => break,
+                };
+                {
+                    let mut used = self.used.lock().expect("allocation table");
+                    match ev.kind {
+                        EventKind::Put => used.put(&ev.kv.key, &ev.kv.value),
+                        EventKind::Delete => used.remove(&ev.kv.key),
+                        EventKind::Progress => {}
+                    }
+                }
+                self.seen.send_replace(Some(ev.revision()));
+            }
+        }
+    }
+
+    /// The table of what the stored Services hold: kept in memory once it has seen this
+    /// server's last Service write, else (after [`CATCH_UP`]) read from the store.
+    async fn table(&self, store: &Storage) -> ApiResult<Table<'_>> {
+        let wrote = self.wrote.load(Ordering::SeqCst);
+        let mut seen = self.seen.subscribe();
+        let caught_up = tokio::time::timeout(CATCH_UP, async {
+            seen.wait_for(|s| s.is_some_and(|s| s >= wrote))
+                .await
+                .is_ok()
+        })
+        .await;
+        if caught_up == Ok(true) {
+            return Ok(Table::Kept(self.used.lock().expect("allocation table")));
+        }
+        tracing::debug!(
+            wrote,
+            "the allocation table is behind; reading the Services"
+        );
+        let all = store.range(RangeRequest::prefix(PREFIX)).await?;
+        Ok(Table::Read(Used::from_kvs(&all.kvs)))
     }
 
     /// The range, as `10.96.0.0/12`.
@@ -79,7 +191,7 @@ impl Allocator {
         svc: &mut Value,
         old: Option<&Value>,
     ) -> ApiResult<()> {
-        let (used_ips, used_ports) = used(store, key).await?;
+        let table = self.table(store).await?;
         let name = svc
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -133,7 +245,7 @@ impl Allocator {
                 ("", None) => {
                     let band = static_band(self.size, 16, 256);
                     let free = pick_free(1, self.size - 1, band, |i| {
-                        !used_ips.contains(&Ipv4Addr::from(self.base + i).to_string())
+                        !table.ip_taken(&Ipv4Addr::from(self.base + i).to_string(), key)
                     })
                     .ok_or_else(|| {
                         ApiError::internal("failed to allocate a serviceIP: range is full")
@@ -156,7 +268,7 @@ impl Allocator {
                                 "failed to allocate IP: the provided IP is not in the valid range",
                             )));
                         }
-                        if used_ips.contains(g) {
+                        if table.ip_taken(g, key) {
                             return Err(invalid(Cause::invalid(
                                 "spec.clusterIPs",
                                 g,
@@ -177,7 +289,10 @@ impl Allocator {
             }
         }
         let wants_node_ports = matches!(ty.as_str(), "NodePort" | "LoadBalancer");
-        let mut taken: HashSet<u16> = used_ports;
+        // The ports this Service has taken so far.
+        let mut taken: HashSet<u16> = HashSet::new();
+        let is_taken =
+            |n: u16, taken: &HashSet<u16>| taken.contains(&n) || table.port_taken(n, key);
         if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
             for (i, p) in ports.iter_mut().enumerate() {
                 if !wants_node_ports {
@@ -213,7 +328,7 @@ impl Allocator {
                                 ),
                             )));
                         }
-                        if taken.contains(&(n as u16)) {
+                        if is_taken(n as u16, &taken) {
                             return Err(invalid(Cause::invalid(
                                 &field,
                                 &n.to_string(),
@@ -228,7 +343,7 @@ impl Allocator {
                             let (lo, hi) =
                                 (u32::from(*self.ports.start()), u32::from(*self.ports.end()));
                             let band = static_band(hi + 1 - lo, 32, 128);
-                            pick_free(lo, hi + 1, band, |n| !taken.contains(&(n as u16)))
+                            pick_free(lo, hi + 1, band, |n| !is_taken(n as u16, &taken))
                                 .ok_or_else(|| {
                                     ApiError::internal(
                                         "failed to allocate a nodePort: range is full",
@@ -274,32 +389,135 @@ fn pick_free(lo: u32, hi: u32, band: u32, free: impl Fn(u32) -> bool) -> Option<
     (lo..split).find(|v| free(*v))
 }
 
-/// The ClusterIPs and NodePorts of every stored Service except the one at `key`.
-async fn used(store: &Storage, key: &str) -> ApiResult<(HashSet<String>, HashSet<u16>)> {
-    let all = store
-        .range(RangeRequest::prefix("/registry/core/services/"))
-        .await?;
-    let mut ips = HashSet::new();
-    let mut ports = HashSet::new();
-    for kv in all.kvs.iter().filter(|kv| kv.key != key) {
-        let Ok(svc) = serde_json::from_slice::<Value>(&kv.value) else {
-            continue;
+/// What one stored Service holds.
+#[derive(Debug, Default)]
+struct Holds {
+    ip: Option<String>,
+    ports: Vec<u16>,
+}
+
+/// The fields of a stored Service that hold something.
+#[derive(Deserialize)]
+struct Stored {
+    #[serde(default)]
+    spec: StoredSpec,
+}
+
+#[derive(Default, Deserialize)]
+struct StoredSpec {
+    #[serde(rename = "clusterIP", default)]
+    cluster_ip: Option<String>,
+    #[serde(default)]
+    ports: Option<Vec<StoredPort>>,
+}
+
+#[derive(Deserialize)]
+struct StoredPort {
+    #[serde(rename = "nodePort", default)]
+    node_port: Option<u64>,
+}
+
+impl Holds {
+    /// What a stored Service's JSON holds (nothing, if it cannot be read).
+    fn of(value: &[u8]) -> Holds {
+        let Ok(stored) = serde_json::from_slice::<Stored>(value) else {
+            return Holds::default();
         };
-        if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str) {
-            ips.insert(ip.to_owned());
+        Holds {
+            ip: stored.spec.cluster_ip,
+            ports: (stored.spec.ports.into_iter().flatten())
+                .filter_map(|p| p.node_port)
+                .map(|n| n as u16)
+                .collect(),
         }
-        for p in svc
-            .pointer("/spec/ports")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
+    }
+}
+
+/// What the stored Services hold, by key, with how many hold each IP and port.
+#[derive(Debug, Default)]
+struct Used {
+    by_key: HashMap<String, Holds>,
+    ips: HashMap<String, u32>,
+    ports: HashMap<u16, u32>,
+}
+
+/// The table an allocation reads: the one kept in memory, or one just read from the store.
+enum Table<'a> {
+    Kept(std::sync::MutexGuard<'a, Used>),
+    Read(Used),
+}
+
+impl std::ops::Deref for Table<'_> {
+    type Target = Used;
+
+    fn deref(&self) -> &Used {
+        match self {
+            Table::Kept(used) => used,
+            Table::Read(used) => used,
+        }
+    }
+}
+
+impl Used {
+    /// The table of the Services in `kvs`.
+    fn from_kvs(kvs: &[minik8s_storage::KeyValue]) -> Used {
+        let mut used = Used::default();
+        for kv in kvs {
+            used.put(&kv.key, &kv.value);
+        }
+        used
+    }
+
+    /// The Service at `key` now holds what its stored `value` says.
+    fn put(&mut self, key: &str, value: &[u8]) {
+        self.remove(key);
+        let holds = Holds::of(value);
+        if let Some(ip) = &holds.ip {
+            *self.ips.entry(ip.clone()).or_default() += 1;
+        }
+        for p in &holds.ports {
+            *self.ports.entry(*p).or_default() += 1;
+        }
+        self.by_key.insert(key.to_owned(), holds);
+    }
+
+    /// The Service at `key` is gone.
+    fn remove(&mut self, key: &str) {
+        let Some(holds) = self.by_key.remove(key) else {
+            return;
+        };
+        if let Some(ip) = holds.ip
+            && let Some(n) = self.ips.get_mut(&ip)
         {
-            if let Some(n) = p.get("nodePort").and_then(Value::as_u64) {
-                ports.insert(n as u16);
+            *n -= 1;
+            if *n == 0 {
+                self.ips.remove(&ip);
+            }
+        }
+        for p in holds.ports {
+            if let Some(n) = self.ports.get_mut(&p) {
+                *n -= 1;
+                if *n == 0 {
+                    self.ports.remove(&p);
+                }
             }
         }
     }
-    Ok((ips, ports))
+
+    /// Whether a Service other than the one at `key` holds `ip`.
+    fn ip_taken(&self, ip: &str, key: &str) -> bool {
+        let own = self.by_key.get(key).and_then(|h| h.ip.as_deref()) == Some(ip);
+        self.ips.get(ip).copied().unwrap_or(0) > u32::from(own)
+    }
+
+    /// Whether a Service other than the one at `key` holds node port `port`.
+    fn port_taken(&self, port: u16, key: &str) -> bool {
+        let own = self
+            .by_key
+            .get(key)
+            .map_or(0, |h| h.ports.iter().filter(|p| **p == port).count());
+        self.ports.get(&port).copied().unwrap_or(0) as usize > own
+    }
 }
 
 #[cfg(test)]
@@ -334,5 +552,100 @@ mod tests {
             taken.insert(v);
         }
         assert_eq!(pick_free(1, 255, 16, |v| !taken.contains(&v)), None);
+    }
+
+    fn svc(ip: &str, node_ports: &[u16]) -> bytes::Bytes {
+        let ports: Vec<Value> = node_ports
+            .iter()
+            .map(|n| json!({"port": 80, "nodePort": n}))
+            .collect();
+        serde_json::to_vec(&json!({"spec": {"clusterIP": ip, "ports": ports}}))
+            .unwrap()
+            .into()
+    }
+
+    #[test]
+    fn the_table_counts_holders_and_leaves_out_the_service_asking() {
+        let mut used = Used::default();
+        used.put("/a", &svc("10.96.0.5", &[30001]));
+        used.put("/b", &svc("None", &[]));
+        used.put("/c", &svc("None", &[30002, 30002]));
+        assert!(used.ip_taken("10.96.0.5", "/x"));
+        assert!(!used.ip_taken("10.96.0.5", "/a"), "its own IP");
+        assert!(used.port_taken(30001, "/b"));
+        assert!(!used.port_taken(30001, "/a"), "its own port");
+        assert!(!used.port_taken(30002, "/c"), "both holders are itself");
+        // An update moves what it holds; a delete frees it.
+        used.put("/a", &svc("10.96.0.5", &[30003]));
+        assert!(!used.port_taken(30001, "/x"));
+        assert!(used.port_taken(30003, "/x"));
+        used.remove("/a");
+        assert!(!used.ip_taken("10.96.0.5", "/x"));
+        assert!(!used.port_taken(30003, "/x"));
+        assert!(used.ip_taken("None", "/b"), "/c still holds it");
+        used.put("/d", b"not json");
+        assert!(used.by_key.contains_key("/d"));
+        assert_eq!(used.ips.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn allocations_see_every_write_before_them_through_the_kept_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Storage::Embedded(minik8s_storage::Embedded::open(dir.path()).unwrap());
+        store
+            .create(&format!("{PREFIX}default/a"), svc("10.96.0.5", &[30001]))
+            .await
+            .unwrap();
+        let alloc = std::sync::Arc::new(Allocator::new("10.96.0.0/24", 30000..=30002).unwrap());
+        let shutdown = CancellationToken::new();
+        let follower = tokio::spawn({
+            let (alloc, store, shutdown) = (alloc.clone(), store.clone(), shutdown.clone());
+            async move { alloc.follow(&store, &shutdown).await }
+        });
+        let assign = |name: &str, spec: Value| {
+            let (alloc, store) = (alloc.clone(), store.clone());
+            let key = format!("{PREFIX}default/{name}");
+            let mut obj = json!({"metadata": {"name": name}, "spec": spec});
+            async move {
+                let _lock = alloc.lock().await;
+                alloc.assign(&store, &key, &mut obj, None).await?;
+                let kv = store
+                    .create(&key, serde_json::to_vec(&obj).unwrap().into())
+                    .await
+                    .unwrap();
+                alloc.wrote(kv.mod_revision);
+                ApiResult::Ok(obj)
+            }
+        };
+        let taken = assign("b", json!({"clusterIP": "10.96.0.5"})).await;
+        assert_eq!(taken.unwrap_err().code, 422);
+        let np = json!({"type": "NodePort", "ports": [{"port": 80}]});
+        let b = assign("b", np.clone()).await.unwrap();
+        let c = assign("c", np.clone()).await.unwrap();
+        let mut ports: Vec<_> = [b, c]
+            .iter()
+            .map(|o| o["spec"]["ports"][0]["nodePort"].as_u64().unwrap())
+            .collect();
+        ports.sort();
+        assert_eq!(
+            ports,
+            [30000, 30002],
+            "30001 is a's; each write seen by the next"
+        );
+        assert_eq!(
+            assign("d", np.clone()).await.unwrap_err().code,
+            500,
+            "the range is full"
+        );
+        // A delete frees its port for the next allocation at once.
+        let d = store
+            .delete(&format!("{PREFIX}default/a"), None)
+            .await
+            .unwrap();
+        alloc.wrote(d.revision);
+        let d = assign("d", np).await.unwrap();
+        assert_eq!(d["spec"]["ports"][0]["nodePort"], 30001);
+        shutdown.cancel();
+        follower.await.unwrap();
     }
 }

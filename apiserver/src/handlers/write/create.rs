@@ -167,6 +167,9 @@ pub(super) async fn create_object(
         match ctx.api.store.create(&key, ctx.res.encode(&mut obj)?).await {
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
+                if strategy.allocates() {
+                    ctx.api.alloc.wrote(kv.mod_revision);
+                }
                 strategy.after_create(&ctx.api, &obj).await?;
                 if quota.is_some() {
                     admission::quota::refresh(&ctx.api, &ns).await?;

@@ -135,7 +135,7 @@ pub(super) async fn try_delete(
         };
         let mut gone = ctx.res.read(&d.prev)?;
         object::meta_mut(&mut gone).insert("resourceVersion".into(), json!(d.revision.to_string()));
-        deleted(ctx).await?;
+        deleted(ctx, d.revision).await?;
         return Ok(Some((StatusCode::OK, gone)));
     }
     // Mark for deletion: finalizers or the kubelet finish it.
@@ -175,8 +175,12 @@ pub(super) async fn try_delete(
     Ok(Some((StatusCode::OK, obj)))
 }
 
-/// After an object is gone: quotas of its namespace count one less.
-pub(super) async fn deleted(ctx: &Ctx) -> ApiResult<()> {
+/// After an object is gone (at `revision`): allocations wait until the Service table has seen
+/// it go, and quotas of its namespace count one less.
+pub(super) async fn deleted(ctx: &Ctx, revision: i64) -> ApiResult<()> {
+    if ctx.res.strategy.allocates() {
+        ctx.api.alloc.wrote(revision);
+    }
     match ctx.namespace() {
         Some(ns) => admission::quota::refresh(&ctx.api, ns).await,
         None => Ok(()),

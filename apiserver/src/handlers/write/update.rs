@@ -245,7 +245,7 @@ pub(super) async fn save(
             .await
             .map_err(|e| ctx.write_error(e))?;
         object::meta_mut(&mut new).insert("resourceVersion".into(), json!(d.revision.to_string()));
-        super::delete::deleted(ctx).await?;
+        super::delete::deleted(ctx, d.revision).await?;
         return Ok(new);
     }
     let kv = ctx
@@ -255,6 +255,9 @@ pub(super) async fn save(
         .await
         .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut new, &kv);
+    if strategy.allocates() {
+        ctx.api.alloc.wrote(kv.mod_revision);
+    }
     if main && strategy.after_write(&ctx.api, &new).await? {
         return Ok(ctx.current().await?.0);
     }
