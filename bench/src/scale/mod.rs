@@ -222,6 +222,13 @@ async fn raw_get(client: &Client, path: &str) -> kube::Result<String> {
     client.request_text(req).await
 }
 
+/// Whether a paged LIST's continue token has expired (410: its revision was compacted away,
+/// as etcd's every 5 minutes). A client lists again from the start (client-go's pager falls
+/// back to a whole list), so a long paged read at 150,000 pods is not a failure.
+fn expired(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 410)
+}
+
 /// [`raw_get`] for the read sampler: a 404 (an object of the load deleted or not yet
 /// created) is an answer like any other.
 async fn sampled_get(client: &Client, path: &str) -> kube::Result<String> {
@@ -375,13 +382,23 @@ async fn list_versions(
 ) -> anyhow::Result<HashMap<String, String>> {
     let api: Api<Pod> = Api::all(client.clone());
     let mut out = HashMap::new();
-    let mut lp = ListParams::default()
+    let first = ListParams::default()
         .labels(&format!("{LOAD_LABEL}=true"))
         .limit(5000);
+    let (mut lp, mut restarts) = (first.clone(), 0);
     loop {
-        let page = rec
+        let page = match rec
             .time(("LIST", "pods", "cluster"), api.list_metadata(&lp))
-            .await?;
+            .await
+        {
+            Err(e) if expired(&e) && restarts < 10 => {
+                tracing::info!("pod list's continue token expired; listing again");
+                (lp, restarts) = (first.clone(), restarts + 1);
+                out.clear();
+                continue;
+            }
+            page => page?,
+        };
         for p in &page.items {
             out.insert(
                 p.uid().unwrap_or_default(),
@@ -414,11 +431,20 @@ async fn count_objects(client: &Client) -> anyhow::Result<BTreeMap<String, usize
         ("replicasets", "/apis/apps/v1/replicasets"),
         ("endpointslices", "/apis/discovery.k8s.io/v1/endpointslices"),
     ] {
-        let (mut n, mut next) = (0, String::new());
+        let (mut n, mut next, mut restarts) = (0, String::new(), 0);
         loop {
-            let page: Value = serde_json::from_str(
-                &raw_get(client, &format!("{path}?limit=5000&continue={next}")).await?,
-            )?;
+            let page = match raw_get(client, &format!("{path}?limit=5000&continue={next}")).await {
+                Err(e) if expired(&e) && restarts < 10 => {
+                    tracing::info!(
+                        kind = name,
+                        "count's continue token expired; counting again"
+                    );
+                    (n, next, restarts) = (0, String::new(), restarts + 1);
+                    continue;
+                }
+                page => page?,
+            };
+            let page: Value = serde_json::from_str(&page)?;
             n += page["items"].as_array().map_or(0, |items| {
                 items
                     .iter()
@@ -848,6 +874,15 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
                     ));
                 }
             }
+            // Logged now: a long run stopped later still leaves the restart's figures.
+            tracing::info!(
+                answered_after_kill_s = secs(answered),
+                all_nodes_renewed_s = secs(answered + t.elapsed()),
+                nodes_renewed = renewed,
+                objects_before = ?counted,
+                objects_after = ?recounted,
+                "restarted after the SIGKILL"
+            );
             settle(&client, &rec, &tracker, &plan, opts.limit).await?;
             let restarted = served_since(&client, &mut phase_began).await?;
             phase_ended(
