@@ -82,35 +82,24 @@ impl Allocator {
     /// Keeps the table of what the stored Services hold in step with the store (list, then
     /// watch; again after a broken or compacted watch), until `shutdown`.
     pub async fn follow(&self, store: &Storage, shutdown: &CancellationToken) {
-        let pause = || async {
-            tokio::select! {
-                _ = shutdown.cancelled() => true,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => false,
-            }
-        };
         loop {
-            let listed = match store.range(RangeRequest::prefix(PREFIX)).await {
-                Ok(listed) => listed,
+            let started = async {
+                let listed = store.range(RangeRequest::prefix(PREFIX)).await?;
+                let events = store.watch(PREFIX, listed.revision + 1).await?;
+                Ok::<_, minik8s_storage::Error>((listed, events))
+            };
+            let (listed, mut events) = match started.await {
+                Ok(started) => started,
                 Err(e) => {
-                    tracing::warn!(error = %e, "listing Services for their allocations failed");
-                    if pause().await {
-                        return;
+                    tracing::warn!(error = %e, "following Services for their allocations failed");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
                     }
-                    continue;
                 }
             };
             *self.used.lock().expect("allocation table") = Used::from_kvs(&listed.kvs);
             self.seen.send_replace(Some(listed.revision));
-            let mut events = match store.watch(PREFIX, listed.revision + 1).await {
-                Ok(events) => events,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching Services for their allocations failed");
-                    if pause().await {
-                        return;
-                    }
-                    continue;
-                }
-            };
             loop {
                 let ev = tokio::select! {
                     _ = shutdown.cancelled() => return,
