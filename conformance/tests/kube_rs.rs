@@ -28,6 +28,7 @@ both_backends!(
     a_reflector_stays_consistent_through_a_thousand_writes,
     a_watch_resumed_after_an_apiserver_restart_sees_each_event_once,
     watches_and_continue_tokens_older_than_compaction_get_410,
+    remaining_item_count_holds_on_every_page,
     metadata_only_clients_get_partial_object_metadata,
     selector_watches_see_objects_enter_and_leave,
 );
@@ -540,6 +541,57 @@ fn watches_and_continue_tokens_older_than_compaction_get_410(c: Cluster) {
         }
         names.retain(|n| n.starts_with('g'));
         assert_eq!(names, ["g2", "g3", "g4", "g5"]);
+    });
+}
+
+/// Every page of a paged LIST tells how many objects follow it at the list's revision
+/// (`remainingItemCount`), while objects are created and deleted between the pages.
+fn remaining_item_count_holds_on_every_page(c: Cluster) {
+    let client = c.client();
+    c.block_on(async {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        for i in 0..7 {
+            api.create(&PostParams::default(), &cm(&format!("p{i}"), "0"))
+                .await
+                .unwrap();
+        }
+        let mut names = Vec::new();
+        let mut remaining = Vec::new();
+        let mut next: Option<String> = None;
+        let mut page_no = 0;
+        loop {
+            let mut lp = ListParams::default().limit(2);
+            if let Some(token) = &next {
+                lp = lp.continue_token(token);
+            }
+            let page = api.list(&lp).await.unwrap();
+            names.extend(
+                page.items
+                    .iter()
+                    .map(|cm| cm.metadata.name.clone().unwrap()),
+            );
+            next = page.metadata.continue_.clone();
+            remaining.push((names.len(), page.metadata.remaining_item_count));
+            if next.is_none() {
+                break;
+            }
+            // Writes between the pages: the list goes on at its first page's revision.
+            page_no += 1;
+            api.create(&PostParams::default(), &cm(&format!("q{page_no}"), "0"))
+                .await
+                .unwrap();
+            if page_no == 1 {
+                api.delete("p6", &DeleteParams::default()).await.unwrap();
+            }
+        }
+        let mine: Vec<_> = names.iter().filter(|n| n.starts_with(['p', 'q'])).collect();
+        assert_eq!(mine, ["p0", "p1", "p2", "p3", "p4", "p5", "p6"]);
+        let total = names.len();
+        let (last, pages) = remaining.split_last().unwrap();
+        assert_eq!(last.1, None, "the last page has nothing after it");
+        for &(returned, count) in pages {
+            assert_eq!(count, Some((total - returned) as i64), "{remaining:?}");
+        }
     });
 }
 

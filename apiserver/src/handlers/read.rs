@@ -121,6 +121,8 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
     let raw = raw && ctx.res.stored_as_served();
     let prefix = ctx.res.scope_prefix(ctx.namespace());
     let store = &ctx.api.store;
+    // What follows the token's key, carried by the token (counted on the first page).
+    let mut carried = None;
     let (mut revision, mut start_after) = match &ctx.params.continue_token {
         Some(token) => {
             if ctx.params.resource_version.is_some() {
@@ -129,9 +131,12 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
                 ));
             }
             // A token's revision of -1 (handed out when its list's revision was compacted
-            // away) continues at the latest revision.
-            let (rv, start) = decode_continue(token)?;
-            (rv.max(0), Some(format!("{prefix}{start}")))
+            // away) continues at the latest revision, where its count no longer holds.
+            let token = decode_continue(token)?;
+            if token.rv > 0 {
+                carried = token.remaining;
+            }
+            (token.rv.max(0), Some(format!("{prefix}{}", token.start)))
         }
         None => {
             let rv = ctx.params.revision()?;
@@ -158,6 +163,8 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
     let mut continue_key = None;
     let mut remaining = None;
     let count = limit > 0 && selectors.is_empty();
+    // The store counts what follows a page only when no token carries it: the first page.
+    let store_counts = count && carried.is_none();
     // A LIST of one value of the kind's indexed field at the latest revision (a kubelet's, of
     // its node's pods) reads only that value's objects (`store::watchindex`); pages after the
     // first are read at its revision from the whole prefix.
@@ -182,7 +189,7 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
                         start_after: start_after.clone(),
                         limit: if limit > 0 { limit.max(chunk) } else { 0 },
                         revision,
-                        count,
+                        count: store_counts,
                     })
                     .await
             }
@@ -190,7 +197,7 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
         let page = read.map_err(|e| match e {
             minik8s_storage::Error::Compacted { .. } if ctx.params.continue_token.is_some() => {
                 let from = start_after.as_deref().unwrap_or(&prefix);
-                ApiError::inconsistent_continue(encode_continue(-1, &from[prefix.len()..]))
+                ApiError::inconsistent_continue(encode_continue(-1, &from[prefix.len()..], None))
             }
             other => other.into(),
         })?;
@@ -224,7 +231,11 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
             if limit > 0 && items.len() + raw_items.len() >= limit {
                 if i + 1 < n || page.more {
                     continue_key = Some(kv.key.clone());
-                    remaining = count.then(|| page.count.saturating_sub(i + 1));
+                    let returned = items.len() + raw_items.len();
+                    remaining = count.then(|| match carried {
+                        Some(n) => n.saturating_sub(returned),
+                        None => page.count.saturating_sub(i + 1),
+                    });
                 }
                 break 'pages;
             }
@@ -235,7 +246,8 @@ pub async fn list_page_as(ctx: &Ctx, selectors: &Selectors, raw: bool) -> ApiRes
         start_after = page.kvs.last().map(|kv| kv.key.clone());
     }
     let revision = read_at.unwrap_or(0);
-    let continue_token = continue_key.map(|k| encode_continue(revision, &k[prefix.len()..]));
+    let continue_token =
+        continue_key.map(|k| encode_continue(revision, &k[prefix.len()..], remaining));
     Ok(Page {
         items,
         raw: raw_items,

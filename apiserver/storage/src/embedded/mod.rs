@@ -680,6 +680,15 @@ fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<
             }
             (Some(_), _) => {
                 let (k, v) = latest.next().expect("peeked")?;
+                if kvs.len() == limit {
+                    // Beyond the page a current key is only counted: no need to decode it.
+                    more = true;
+                    if !req.count {
+                        break;
+                    }
+                    beyond += 1;
+                    continue;
+                }
                 Some(codec::decode_value(k.value(), v.value())?)
             }
             (None, Some(_)) => value_at(*undone.next().expect("peeked").1)?,
