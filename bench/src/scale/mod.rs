@@ -702,329 +702,364 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let mut phase_began = before.clone();
     let mut served_by_phase: Vec<(&'static str, measure::Scrape)> = Vec::new();
 
-    // 1. Create, each Deployment when the pods before it are due at the pod rate.
-    enter("create");
-    let t = Instant::now();
-    let due: Vec<Duration> = plan
-        .iter()
-        .scan(0usize, |before, d| {
-            let at = Duration::from_secs_f64(*before as f64 / opts.pod_rate.max(1.0));
-            *before += d.replicas;
-            Some(at)
-        })
-        .collect();
-    let mut writes = futures::stream::iter(plan.iter().cloned().zip(due))
-        .map(|(d, due)| {
-            let (client, rec) = (client.clone(), rec.clone());
-            async move {
-                tokio::time::sleep_until((t + due).into()).await;
-                create(
-                    &client,
-                    &rec,
-                    &d.namespace,
-                    "configmaps",
-                    load::config_map(&d),
-                )
-                .await?;
-                create(&client, &rec, &d.namespace, "secrets", load::secret(&d)).await?;
-                if d.service {
-                    create(&client, &rec, &d.namespace, "services", load::service(&d)).await?;
-                }
-                create(
-                    &client,
-                    &rec,
-                    &d.namespace,
-                    "deployments",
-                    load::deployment(&d),
-                )
-                .await
-            }
-        })
-        .buffer_unordered(PARALLEL);
-    while let Some(r) = writes.next().await {
-        r?;
-    }
-    drop(writes);
-    let settled = settle(&client, &rec, &tracker, &plan, opts.limit).await?;
-    phases.insert("create_s".into(), json!(secs(t.elapsed())));
-    phases.insert("create_settled_after_writes_s".into(), json!(secs(settled)));
-    watch_differ.insert(
-        "create".into(),
-        json!(watch_matches_list(&client, &rec, &tracker).await?),
-    );
-    phase_ended(
-        &mut served_by_phase,
-        &tracker,
-        "create",
-        served_since(&client, &mut phase_began).await?,
-    );
-    let peak = snapshot(&pids, cgroup.as_deref(), data.as_deref());
-    // Every node has its block of the pod CIDR by now (minik8s's node IPAM; upstream's plane
-    // here allocates none).
-    let pod_cidr =
-        minik8s_controllers::nodeipam::Config::parse(POD_CIDR, 24).map_err(anyhow::Error::msg)?;
-    let nodes_with_pod_cidr = node_api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .iter()
-        .filter(|n| {
-            n.spec
-                .as_ref()
-                .and_then(|s| s.pod_cidr.as_deref())
-                .is_some_and(|b| pod_cidr.contains(b))
-        })
-        .count();
-
-    // Memory per stored ConfigMap: many more of them, at once.
-    let per_configmap = if opts.configmaps > 0 {
-        enter("configmaps");
-        let ns = "load-configmaps";
-        create_cluster(&client, &rec, "namespaces", load::namespace(ns)).await?;
-        let before_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
-        let mut writes = futures::stream::iter(0..opts.configmaps)
-            .map(|i| {
+    let mut peak = Value::Null;
+    let mut nodes_with_pod_cidr = 0;
+    let mut per_configmap = Value::Null;
+    let mut restart = Value::Null;
+    // The phases run in one block: a plane that cannot hold the load stops it there, and the
+    // report still tells where and why, with what was measured until then.
+    let ran: anyhow::Result<()> = async {
+        // 1. Create, each Deployment when the pods before it are due at the pod rate.
+        enter("create");
+        let t = Instant::now();
+        let due: Vec<Duration> = plan
+            .iter()
+            .scan(0usize, |before, d| {
+                let at = Duration::from_secs_f64(*before as f64 / opts.pod_rate.max(1.0));
+                *before += d.replicas;
+                Some(at)
+            })
+            .collect();
+        let mut writes = futures::stream::iter(plan.iter().cloned().zip(due))
+            .map(|(d, due)| {
                 let (client, rec) = (client.clone(), rec.clone());
-                let d = Deploy {
-                    namespace: ns.into(),
-                    name: format!("cm-{i:06}"),
-                    replicas: 0,
-                    service: false,
-                };
-                async move { create(&client, &rec, ns, "configmaps", load::config_map(&d)).await }
+                async move {
+                    tokio::time::sleep_until((t + due).into()).await;
+                    create(
+                        &client,
+                        &rec,
+                        &d.namespace,
+                        "configmaps",
+                        load::config_map(&d),
+                    )
+                    .await?;
+                    create(&client, &rec, &d.namespace, "secrets", load::secret(&d)).await?;
+                    if d.service {
+                        create(&client, &rec, &d.namespace, "services", load::service(&d)).await?;
+                    }
+                    create(
+                        &client,
+                        &rec,
+                        &d.namespace,
+                        "deployments",
+                        load::deployment(&d),
+                    )
+                    .await
+                }
             })
             .buffer_unordered(PARALLEL);
         while let Some(r) = writes.next().await {
             r?;
         }
         drop(writes);
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let after_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
-        let per = |field: &str| {
-            let d =
-                after_cm[field].as_f64().unwrap_or(0.0) - before_cm[field].as_f64().unwrap_or(0.0);
-            (d * 1048576.0 / opts.configmaps as f64).round()
-        };
+        let settled = settle(&client, &rec, &tracker, &plan, opts.limit).await?;
+        phases.insert("create_s".into(), json!(secs(t.elapsed())));
+        phases.insert("create_settled_after_writes_s".into(), json!(secs(settled)));
+        watch_differ.insert(
+            "create".into(),
+            json!(watch_matches_list(&client, &rec, &tracker).await?),
+        );
         phase_ended(
             &mut served_by_phase,
             &tracker,
-            "configmaps",
+            "create",
             served_since(&client, &mut phase_began).await?,
         );
-        json!({"configmaps": opts.configmaps, "rss_anon_bytes": per("rss_anon_mib"),
-            "cgroup_bytes": per("cgroup_mib"), "store_bytes": per("store_mib")})
-    } else {
-        Value::Null
-    };
+        peak = snapshot(&pids, cgroup.as_deref(), data.as_deref());
+        // Every node has its block of the pod CIDR by now (minik8s's node IPAM; upstream's plane
+        // here allocates none).
+        let pod_cidr =
+            minik8s_controllers::nodeipam::Config::parse(POD_CIDR, 24).map_err(anyhow::Error::msg)?;
+        nodes_with_pod_cidr = node_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|n| {
+                n.spec
+                    .as_ref()
+                    .and_then(|s| s.pod_cidr.as_deref())
+                    .is_some_and(|b| pod_cidr.contains(b))
+            })
+            .count();
 
-    // SIGKILL at the peak: it comes back, every node renews its Lease, nothing is lost.
-    let restart = match (&mut server, opts.kill) {
-        (Some(server), true) => {
-            enter("restart");
-            let counted = count_objects(&client).await?;
-            let last = scrape(&client).await?;
-            served_before_kill = last.since(&before);
-            let restart_before_kill = last.since(&phase_began);
-            // The new process counts from zero.
-            before = measure::Scrape::default();
-            phase_began = measure::Scrape::default();
-            let killed_at = jiff::Timestamp::now();
-            // Calls refused while it is down are no answers to measure.
-            rec.pause(true);
-            let answered = server.kill_and_restart(Duration::from_secs(600)).await?;
-            rec.pause(false);
-            pids = vec![("minik8s".to_owned(), server.pid())];
-            let t = Instant::now();
-            let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
-            let renewed = loop {
-                let n = leases
-                    .list(&ListParams::default())
-                    .await
-                    .map(|l| {
-                        l.items
-                            .iter()
-                            .filter(|l| {
-                                l.name_any().starts_with("sim-")
-                                    && l.spec
-                                        .as_ref()
-                                        .and_then(|s| s.renew_time.as_ref())
-                                        .is_some_and(|r| r.0 > killed_at)
-                            })
-                            .count()
-                    })
-                    .unwrap_or(0);
-                if n >= opts.nodes || t.elapsed() > Duration::from_secs(120) {
-                    break n;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+        // Memory per stored ConfigMap: many more of them, at once.
+        per_configmap = if opts.configmaps > 0 {
+            enter("configmaps");
+            let ns = "load-configmaps";
+            create_cluster(&client, &rec, "namespaces", load::namespace(ns)).await?;
+            let before_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
+            let mut writes = futures::stream::iter(0..opts.configmaps)
+                .map(|i| {
+                    let (client, rec) = (client.clone(), rec.clone());
+                    let d = Deploy {
+                        namespace: ns.into(),
+                        name: format!("cm-{i:06}"),
+                        replicas: 0,
+                        service: false,
+                    };
+                    async move { create(&client, &rec, ns, "configmaps", load::config_map(&d)).await }
+                })
+                .buffer_unordered(PARALLEL);
+            while let Some(r) = writes.next().await {
+                r?;
+            }
+            drop(writes);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let after_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
+            let per = |field: &str| {
+                let d =
+                    after_cm[field].as_f64().unwrap_or(0.0) - before_cm[field].as_f64().unwrap_or(0.0);
+                (d * 1048576.0 / opts.configmaps as f64).round()
             };
-            if renewed < opts.nodes {
-                violations.push(format!(
-                    "after the SIGKILL only {renewed} of {} nodes renewed their Lease in 120 s",
-                    opts.nodes
-                ));
-            }
-            let recounted = count_objects(&client).await?;
-            for (kind, n) in &counted {
-                // Nothing was created or deleted meanwhile: the Leases were renewed in place.
-                if recounted.get(kind) != Some(n) {
-                    violations.push(format!(
-                        "after the SIGKILL {kind}: {n} before, {:?} after",
-                        recounted.get(kind)
-                    ));
-                }
-            }
-            // Logged now: a long run stopped later still leaves the restart's figures.
-            tracing::info!(
-                answered_after_kill_s = secs(answered),
-                all_nodes_renewed_s = secs(answered + t.elapsed()),
-                nodes_renewed = renewed,
-                objects_before = ?counted,
-                objects_after = ?recounted,
-                "restarted after the SIGKILL"
-            );
-            settle(&client, &rec, &tracker, &plan, opts.limit).await?;
-            let restarted = served_since(&client, &mut phase_began).await?;
             phase_ended(
                 &mut served_by_phase,
                 &tracker,
-                "restart",
-                restart_before_kill.plus(&restarted),
+                "configmaps",
+                served_since(&client, &mut phase_began).await?,
             );
-            json!({"answered_after_kill_s": secs(answered),
-                "all_nodes_renewed_s": secs(answered + t.elapsed()),
-                "nodes_renewed": renewed, "objects_before": counted, "objects_after": recounted})
+            json!({"configmaps": opts.configmaps, "rss_anon_bytes": per("rss_anon_mib"),
+                "cgroup_bytes": per("cgroup_mib"), "store_bytes": per("store_mib")})
+        } else {
+            Value::Null
+        };
+
+        // SIGKILL at the peak: it comes back, every node renews its Lease, nothing is lost.
+        restart = match (&mut server, opts.kill) {
+            (Some(server), true) => {
+                enter("restart");
+                let counted = count_objects(&client).await?;
+                let last = scrape(&client).await?;
+                served_before_kill = last.since(&before);
+                let restart_before_kill = last.since(&phase_began);
+                // The new process counts from zero.
+                before = measure::Scrape::default();
+                phase_began = measure::Scrape::default();
+                let killed_at = jiff::Timestamp::now();
+                // Calls refused while it is down are no answers to measure.
+                rec.pause(true);
+                let answered = server.kill_and_restart(Duration::from_secs(600)).await?;
+                rec.pause(false);
+                pids = vec![("minik8s".to_owned(), server.pid())];
+                let t = Instant::now();
+                let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+                let renewed = loop {
+                    let n = leases
+                        .list(&ListParams::default())
+                        .await
+                        .map(|l| {
+                            l.items
+                                .iter()
+                                .filter(|l| {
+                                    l.name_any().starts_with("sim-")
+                                        && l.spec
+                                            .as_ref()
+                                            .and_then(|s| s.renew_time.as_ref())
+                                            .is_some_and(|r| r.0 > killed_at)
+                                })
+                                .count()
+                        })
+                        .unwrap_or(0);
+                    if n >= opts.nodes || t.elapsed() > Duration::from_secs(120) {
+                        break n;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                };
+                if renewed < opts.nodes {
+                    violations.push(format!(
+                        "after the SIGKILL only {renewed} of {} nodes renewed their Lease in 120 s",
+                        opts.nodes
+                    ));
+                }
+                let recounted = count_objects(&client).await?;
+                for (kind, n) in &counted {
+                    // Nothing was created or deleted meanwhile: the Leases were renewed in place.
+                    if recounted.get(kind) != Some(n) {
+                        violations.push(format!(
+                            "after the SIGKILL {kind}: {n} before, {:?} after",
+                            recounted.get(kind)
+                        ));
+                    }
+                }
+                // Logged now: a long run stopped later still leaves the restart's figures.
+                tracing::info!(
+                    answered_after_kill_s = secs(answered),
+                    all_nodes_renewed_s = secs(answered + t.elapsed()),
+                    nodes_renewed = renewed,
+                    objects_before = ?counted,
+                    objects_after = ?recounted,
+                    "restarted after the SIGKILL"
+                );
+                settle(&client, &rec, &tracker, &plan, opts.limit).await?;
+                let restarted = served_since(&client, &mut phase_began).await?;
+                phase_ended(
+                    &mut served_by_phase,
+                    &tracker,
+                    "restart",
+                    restart_before_kill.plus(&restarted),
+                );
+                json!({"answered_after_kill_s": secs(answered),
+                    "all_nodes_renewed_s": secs(answered + t.elapsed()),
+                    "nodes_renewed": renewed, "objects_before": counted, "objects_after": recounted})
+            }
+            _ => Value::Null,
+        };
+
+        // 2. Scale every Deployment to between half and one and a half times its size (right
+        // after the restart, with `kill`).
+        enter("scale");
+        let mut rng = load::Lcg::new(53);
+        let mut added = 0;
+        for d in plan.iter_mut() {
+            let was = d.replicas;
+            d.replicas = ((d.replicas as f64) * (0.5 + rng.next_f64()))
+                .round()
+                .max(1.0) as usize;
+            added += d.replicas.saturating_sub(was);
         }
-        _ => Value::Null,
+        let t = Instant::now();
+        let spread = Duration::from_secs_f64(added as f64 / opts.pod_rate.max(1.0));
+        patch_all(
+            &client,
+            &rec,
+            &plan,
+            spread,
+            |d| json!({"spec": {"replicas": d.replicas}}),
+        )
+        .await?;
+        settle(&client, &rec, &tracker, &plan, opts.limit).await?;
+        phases.insert("scale_s".into(), json!(secs(t.elapsed())));
+        watch_differ.insert(
+            "scale".into(),
+            json!(watch_matches_list(&client, &rec, &tracker).await?),
+        );
+        phase_ended(
+            &mut served_by_phase,
+            &tracker,
+            "scale",
+            served_since(&client, &mut phase_began).await?,
+        );
+
+        // 3. Roll a quarter of them (a new template).
+        enter("rolling_update");
+        let rolled: Vec<Deploy> = plan.iter().step_by(4).cloned().collect();
+        let t = Instant::now();
+        let spread = Duration::from_secs_f64(
+            rolled.iter().map(|d| d.replicas).sum::<usize>() as f64 / opts.pod_rate.max(1.0),
+        );
+        patch_all(&client, &rec, &rolled, spread, |_| {
+            json!({"spec": {"template": {"metadata": {"annotations": {"scale.minik8s.io/rollout": "2"}}}}})
+        })
+        .await?;
+        settle(&client, &rec, &tracker, &plan, opts.limit).await?;
+        phases.insert("rolling_update_s".into(), json!(secs(t.elapsed())));
+        watch_differ.insert(
+            "rolling_update".into(),
+            json!(watch_matches_list(&client, &rec, &tracker).await?),
+        );
+        phase_ended(
+            &mut served_by_phase,
+            &tracker,
+            "rolling_update",
+            served_since(&client, &mut phase_began).await?,
+        );
+
+        // 4. Delete it all.
+        enter("delete");
+        let t = Instant::now();
+        let mut deletes = futures::stream::iter(plan.iter().cloned())
+            .map(|d| {
+                let (client, rec) = (client.clone(), rec.clone());
+                async move {
+                    let dp = DeleteParams::background();
+                    let api: Api<Deployment> = Api::namespaced(client.clone(), &d.namespace);
+                    rec.time(
+                        ("DELETE", "deployments", "resource"),
+                        api.delete(&d.name, &dp),
+                    )
+                    .await?;
+                    if d.service {
+                        let api: Api<k8s_openapi::api::core::v1::Service> =
+                            Api::namespaced(client.clone(), &d.namespace);
+                        rec.time(("DELETE", "services", "resource"), api.delete(&d.name, &dp))
+                            .await?;
+                    }
+                    let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                        Api::namespaced(client.clone(), &d.namespace);
+                    rec.time(
+                        ("DELETE", "configmaps", "resource"),
+                        api.delete(&d.name, &dp),
+                    )
+                    .await?;
+                    let api: Api<k8s_openapi::api::core::v1::Secret> =
+                        Api::namespaced(client.clone(), &d.namespace);
+                    rec.time(("DELETE", "secrets", "resource"), api.delete(&d.name, &dp))
+                        .await?;
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(PARALLEL);
+        while let Some(r) = deletes.next().await {
+            r?;
+        }
+        drop(deletes);
+        loop {
+            let n = tracker.lock().expect("tracker").pods.len();
+            if n == 0 {
+                break;
+            }
+            anyhow::ensure!(
+                t.elapsed() < opts.limit,
+                "{n} pods left after {:?}",
+                opts.limit
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        phases.insert("delete_s".into(), json!(secs(t.elapsed())));
+        watch_differ.insert(
+            "delete".into(),
+            json!(watch_matches_list(&client, &rec, &tracker).await?),
+        );
+        phase_ended(
+            &mut served_by_phase,
+            &tracker,
+            "delete",
+            served_since(&client, &mut phase_began).await?,
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    let stopped = match ran {
+        Ok(()) => Value::Null,
+        Err(e) => {
+            let phase = tracker.lock().expect("tracker").phase;
+            let error = format!("{e:#}");
+            tracing::warn!(phase, %error, "the load stopped short");
+            if !served_by_phase.iter().any(|(p, _)| *p == phase)
+                && let Ok(served) = served_since(&client, &mut phase_began).await
+            {
+                phase_ended(&mut served_by_phase, &tracker, phase, served);
+            }
+            violations.push(format!("the load stopped in its {phase} phase: {error}"));
+            json!({"phase": phase, "error": error, "after_s": secs(t0.elapsed())})
+        }
     };
 
-    // 2. Scale every Deployment to between half and one and a half times its size (right
-    // after the restart, with `kill`).
-    enter("scale");
-    let mut rng = load::Lcg::new(53);
-    let mut added = 0;
-    for d in plan.iter_mut() {
-        let was = d.replicas;
-        d.replicas = ((d.replicas as f64) * (0.5 + rng.next_f64()))
-            .round()
-            .max(1.0) as usize;
-        added += d.replicas.saturating_sub(was);
-    }
-    let t = Instant::now();
-    let spread = Duration::from_secs_f64(added as f64 / opts.pod_rate.max(1.0));
-    patch_all(
-        &client,
-        &rec,
-        &plan,
-        spread,
-        |d| json!({"spec": {"replicas": d.replicas}}),
-    )
-    .await?;
-    settle(&client, &rec, &tracker, &plan, opts.limit).await?;
-    phases.insert("scale_s".into(), json!(secs(t.elapsed())));
-    watch_differ.insert(
-        "scale".into(),
-        json!(watch_matches_list(&client, &rec, &tracker).await?),
-    );
-    phase_ended(
-        &mut served_by_phase,
-        &tracker,
-        "scale",
-        served_since(&client, &mut phase_began).await?,
-    );
-
-    // 3. Roll a quarter of them (a new template).
-    enter("rolling_update");
-    let rolled: Vec<Deploy> = plan.iter().step_by(4).cloned().collect();
-    let t = Instant::now();
-    let spread = Duration::from_secs_f64(
-        rolled.iter().map(|d| d.replicas).sum::<usize>() as f64 / opts.pod_rate.max(1.0),
-    );
-    patch_all(&client, &rec, &rolled, spread, |_| {
-        json!({"spec": {"template": {"metadata": {"annotations": {"scale.minik8s.io/rollout": "2"}}}}})
-    })
-    .await?;
-    settle(&client, &rec, &tracker, &plan, opts.limit).await?;
-    phases.insert("rolling_update_s".into(), json!(secs(t.elapsed())));
-    watch_differ.insert(
-        "rolling_update".into(),
-        json!(watch_matches_list(&client, &rec, &tracker).await?),
-    );
-    phase_ended(
-        &mut served_by_phase,
-        &tracker,
-        "rolling_update",
-        served_since(&client, &mut phase_began).await?,
-    );
-
-    // 4. Delete it all.
-    enter("delete");
-    let t = Instant::now();
-    let mut deletes = futures::stream::iter(plan.iter().cloned())
-        .map(|d| {
-            let (client, rec) = (client.clone(), rec.clone());
-            async move {
-                let dp = DeleteParams::background();
-                let api: Api<Deployment> = Api::namespaced(client.clone(), &d.namespace);
-                rec.time(
-                    ("DELETE", "deployments", "resource"),
-                    api.delete(&d.name, &dp),
-                )
-                .await?;
-                if d.service {
-                    let api: Api<k8s_openapi::api::core::v1::Service> =
-                        Api::namespaced(client.clone(), &d.namespace);
-                    rec.time(("DELETE", "services", "resource"), api.delete(&d.name, &dp))
-                        .await?;
-                }
-                let api: Api<k8s_openapi::api::core::v1::ConfigMap> =
-                    Api::namespaced(client.clone(), &d.namespace);
-                rec.time(
-                    ("DELETE", "configmaps", "resource"),
-                    api.delete(&d.name, &dp),
-                )
-                .await?;
-                let api: Api<k8s_openapi::api::core::v1::Secret> =
-                    Api::namespaced(client.clone(), &d.namespace);
-                rec.time(("DELETE", "secrets", "resource"), api.delete(&d.name, &dp))
-                    .await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(PARALLEL);
-    while let Some(r) = deletes.next().await {
-        r?;
-    }
-    drop(deletes);
-    loop {
-        let n = tracker.lock().expect("tracker").pods.len();
-        if n == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            t.elapsed() < opts.limit,
-            "{n} pods left after {:?}",
-            opts.limit
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-    phases.insert("delete_s".into(), json!(secs(t.elapsed())));
-    watch_differ.insert(
-        "delete".into(),
-        json!(watch_matches_list(&client, &rec, &tracker).await?),
-    );
-    phase_ended(
-        &mut served_by_phase,
-        &tracker,
-        "delete",
-        served_since(&client, &mut phase_began).await?,
-    );
-
     // The figures.
-    let after = scrape(&client).await?;
     let end = snapshot(&pids, cgroup.as_deref(), data.as_deref());
+    let diff = match scrape(&client).await {
+        Ok(after) => after.since(&before).plus(&served_before_kill),
+        Err(e) => {
+            // A plane that died: what it served is known up to the last phase's end.
+            violations.push(format!(
+                "the server's metrics could not be read at the end: {e:#}"
+            ));
+            served_by_phase
+                .iter()
+                .fold(measure::Scrape::default(), |all, (_, s)| all.plus(s))
+        }
+    };
     shutdown.cancel();
-    let diff = after.since(&before).plus(&served_before_kill);
     let (server_rows, broken) = measure::server_latencies(&diff);
     violations.extend(broken);
     let client_rows = rec.report();
@@ -1085,11 +1120,11 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             startup["first_seen_to_running"]["p99_ms"]
         ));
     }
-    let per_pod = {
-        let d = peak["rss_anon_mib"].as_f64().unwrap_or(0.0)
-            - idle["rss_anon_mib"].as_f64().unwrap_or(0.0);
+    // Known only when the load reached its peak.
+    let per_pod = peak["rss_anon_mib"].as_f64().map(|p| {
+        let d = p - idle["rss_anon_mib"].as_f64().unwrap_or(0.0);
         (d * 1048576.0 / opts.pods.max(1) as f64).round()
-    };
+    });
     // Each phase alone against the SLOs (the run is judged whole, above): where it broke.
     let mut client_by_phase = rec.report_by_phase();
     let by_phase: serde_json::Map<String, Value> = served_by_phase
@@ -1115,6 +1150,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "nodes_with_pod_cidr": nodes_with_pod_cidr,
         "phases": phases,
         "slo_violations": violations,
+        "stopped": stopped,
         "by_phase": by_phase,
         "pod_startup": startup,
         "server_latency": server_rows,
