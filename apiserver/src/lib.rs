@@ -40,6 +40,8 @@ pub struct Config {
     pub etcd_tls: Option<minik8s_storage::EtcdTls>,
     /// The embedded store's page cache in bytes.
     pub store_cache_bytes: usize,
+    /// How long the embedded store keeps its history at least.
+    pub store_history_age: std::time::Duration,
     /// Address to listen on (port 0 picks a free one).
     pub listen: SocketAddr,
     /// Address clients reach the server at (for the `kubernetes` Service's Endpoints).
@@ -210,6 +212,7 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> Result<Server
         &config.storage,
         config.etcd_tls.as_ref(),
         config.store_cache_bytes,
+        config.store_history_age,
     )
     .await?;
     let tls = serving::server::tls_config(&config.tls_cert, &config.tls_key, &config.client_ca)?;

@@ -204,6 +204,7 @@ impl Cluster {
             storage,
             etcd_tls: None,
             store_cache_bytes: minik8s_storage::DEFAULT_CACHE_BYTES,
+            store_history_age: minik8s_storage::DEFAULT_HISTORY_AGE,
             listen: "127.0.0.1:0".parse().expect("addr"),
             advertise,
             tls_cert: pki_dir.join("apiserver.crt"),

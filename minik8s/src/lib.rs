@@ -63,6 +63,8 @@ pub struct UpConfig {
     pub compaction_interval: std::time::Duration,
     /// The embedded store's page cache in MiB (`--store-cache-mib`).
     pub store_cache_mib: usize,
+    /// How long the embedded store keeps its history at least (`--store-history-age`).
+    pub store_history_age: std::time::Duration,
     /// The pod address space the node IPAM controller splits into one block per node
     /// (`--cluster-cidr`, `--node-cidr-mask-size`).
     pub node_ipam: minik8s_controllers::nodeipam::Config,
@@ -194,6 +196,7 @@ pub fn apiserver_config(cfg: &UpConfig, pki: &Pki) -> Result<minik8s_apiserver::
         storage,
         etcd_tls,
         store_cache_bytes: cfg.store_cache_mib << 20,
+        store_history_age: cfg.store_history_age,
         listen: SocketAddr::new(cfg.bind, cfg.port),
         advertise: None,
         tls_cert: dir.join("apiserver.crt"),

@@ -329,6 +329,7 @@ fn control_plane_config(node: &minik8s::join::JoinConfig, port: u16) -> anyhow::
         signing_duration: std::time::Duration::from_secs(8760 * 3600),
         compaction_interval: minik8s_apiserver::store::compactor::DEFAULT_INTERVAL,
         store_cache_mib: minik8s_storage::DEFAULT_CACHE_BYTES >> 20,
+        store_history_age: minik8s_storage::DEFAULT_HISTORY_AGE,
         node_ipam: Default::default(),
     })
 }
@@ -518,6 +519,10 @@ struct UpArgs {
     /// The embedded store's page cache in MiB (the kernel caches the store's file too).
     #[arg(long, default_value_t = minik8s_storage::DEFAULT_CACHE_BYTES >> 20)]
     store_cache_mib: usize,
+    /// How long the embedded store keeps its history at least, for watches and paginated
+    /// LISTs at older revisions (a Go duration; upstream's etcd keeps 5 to 10 minutes).
+    #[arg(long, default_value = "5m0s")]
+    store_history_age: String,
     /// The cluster's pod CIDR, split into one block per node (256 nodes of /24 in the
     /// default /16; a bigger cluster needs a bigger one, as upstream's).
     #[arg(long, default_value = "10.244.0.0/16")]
@@ -554,6 +559,7 @@ impl TryFrom<UpArgs> for UpConfig {
             node_monitor_grace: duration_arg(&a.node_monitor_grace_period, "40s")?,
             compaction_interval: duration_arg(&a.etcd_compaction_interval, "5m0s")?,
             store_cache_mib: a.store_cache_mib,
+            store_history_age: duration_arg(&a.store_history_age, "5m0s")?,
             node_ipam: minik8s_controllers::nodeipam::Config::parse(
                 &a.cluster_cidr,
                 a.node_cidr_mask_size,

@@ -63,6 +63,7 @@ pub fn manifests(cfg: &UpConfig, plane: &StaticPlane) -> Vec<(&'static str, serd
             cfg.compaction_interval.as_secs()
         ),
         format!("--store-cache-mib={}", cfg.store_cache_mib),
+        format!("--store-history-age={}s", cfg.store_history_age.as_secs()),
     ];
     match &cfg.storage {
         Some(minik8s_storage::Endpoint::Etcd(urls)) => {

@@ -70,21 +70,30 @@ pub enum Storage {
 impl Storage {
     /// Opens the store an endpoint names.
     pub async fn open(endpoint: &Endpoint) -> Result<Self> {
-        Self::open_with(endpoint, None, crate::embedded::DEFAULT_CACHE_BYTES).await
+        Self::open_with(
+            endpoint,
+            None,
+            crate::embedded::DEFAULT_CACHE_BYTES,
+            crate::embedded::DEFAULT_HISTORY_AGE,
+        )
+        .await
     }
 
     /// Opens the store an endpoint names, reaching etcd over TLS when `tls` is given; the
-    /// embedded store gets a page cache of `cache_bytes`.
+    /// embedded store gets a page cache of `cache_bytes` and keeps `history_age` of history
+    /// at least.
     pub async fn open_with(
         endpoint: &Endpoint,
         tls: Option<&EtcdTls>,
         cache_bytes: usize,
+        history_age: std::time::Duration,
     ) -> Result<Self> {
         Ok(match endpoint {
             Endpoint::Embedded(dir) => Storage::Embedded(Embedded::open_with(
                 dir,
                 crate::EmbeddedOptions {
                     cache_bytes,
+                    history_age,
                     ..Default::default()
                 },
             )?),

@@ -24,7 +24,7 @@ pub mod testing;
 mod types;
 
 pub use backend::{Endpoint, Storage};
-pub use embedded::{DEFAULT_CACHE_BYTES, Embedded, EmbeddedOptions, Stats};
+pub use embedded::{DEFAULT_CACHE_BYTES, DEFAULT_HISTORY_AGE, Embedded, EmbeddedOptions, Stats};
 pub use error::{Error, Result};
 pub use etcd::{Etcd, EtcdTls};
 pub use types::{

@@ -48,6 +48,10 @@ const REPLAY_CHUNK: u64 = 512;
 /// their peak (docs/benchmarks.md). `minik8s up --store-cache-mib` sets it.
 pub const DEFAULT_CACHE_BYTES: usize = 4 << 20;
 
+/// How long history is kept at least by default ([`EmbeddedOptions::history_age`]);
+/// `minik8s up --store-history-age` sets it.
+pub const DEFAULT_HISTORY_AGE: Duration = Duration::from_secs(300);
+
 /// Settings of the embedded store.
 #[derive(Clone, Debug)]
 pub struct EmbeddedOptions {
@@ -96,7 +100,7 @@ impl Default for EmbeddedOptions {
     fn default() -> Self {
         EmbeddedOptions {
             history: 10_000,
-            history_age: Duration::from_secs(300),
+            history_age: DEFAULT_HISTORY_AGE,
             watch_buffer: 16_384,
             recent_bytes: 64 << 20,
             write_queue: 8192,
