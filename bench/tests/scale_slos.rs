@@ -21,6 +21,7 @@ fn two_hundred_nodes_and_six_hundred_pods_meet_the_slos() {
         .block_on(run(
             Plane::Minik8s {
                 binary: minik8s_conformance::node::bin("minik8s"),
+                args: Vec::new(),
             },
             Options {
                 nodes: 200,

@@ -38,6 +38,9 @@ struct Args {
     /// ClusterLoader2's load at 50).
     #[arg(long, default_value_t = 50.0)]
     pod_rate: f64,
+    /// One more flag for `minik8s up` (repeated; e.g. `--up-arg=--store-history-age=60s`).
+    #[arg(long = "up-arg", allow_hyphen_values = true)]
+    up_args: Vec<String>,
     /// Load a control plane started elsewhere, through this admin kubeconfig.
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
@@ -77,7 +80,10 @@ async fn main() -> anyhow::Result<()> {
             cgroup: a.cgroup,
             data: a.data,
         }),
-        None => Plane::Minik8s { binary: a.minik8s },
+        None => Plane::Minik8s {
+            binary: a.minik8s,
+            args: a.up_args,
+        },
     };
     let opts = Options {
         nodes: a.nodes,

@@ -36,6 +36,8 @@ pub enum Plane {
     Minik8s {
         /// The `minik8s` binary.
         binary: PathBuf,
+        /// More flags for `minik8s up` (kept through the SIGKILL's restart).
+        args: Vec<String>,
     },
     /// A control plane started elsewhere.
     External(External),
@@ -604,11 +606,14 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         Plane::External(_) => None,
     };
     let mut server = None;
+    let mut server_args = Vec::new();
     let (name, kubeconfig, mut pids, cgroup, data) = match plane {
-        Plane::Minik8s { binary } => {
+        Plane::Minik8s { binary, args } => {
             // A pod CIDR with a /24 for each of thousands of nodes (the default /16 has 256),
             // apart from the Service range, as upstream's large clusters are given one.
-            let flags = ["--cluster-cidr", POD_CIDR];
+            let mut flags = vec!["--cluster-cidr", POD_CIDR];
+            flags.extend(args.iter().map(String::as_str));
+            server_args = args.clone();
             let s = Server::start_in(&binary, dir.path(), own_cgroup.as_ref(), &flags).await?;
             let pids = vec![("minik8s".to_owned(), s.pid())];
             let kubeconfig = s.kubeconfig.clone();
@@ -1145,6 +1150,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     drop(server);
     Ok(json!({
         "plane": name,
+        "server_args": server_args,
         "nodes": opts.nodes,
         "pods": opts.pods,
         "deployments": load::plan(opts.nodes, opts.pods).len(),
