@@ -613,8 +613,8 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             // apart from the Service range, as upstream's large clusters are given one.
             let mut flags = vec!["--cluster-cidr", POD_CIDR];
             flags.extend(args.iter().map(String::as_str));
-            server_args = args.clone();
             let s = Server::start_in(&binary, dir.path(), own_cgroup.as_ref(), &flags).await?;
+            server_args = args;
             let pids = vec![("minik8s".to_owned(), s.pid())];
             let kubeconfig = s.kubeconfig.clone();
             server = Some(s);

@@ -674,40 +674,36 @@ fn range_at(db: &Database, published: &Published, req: &RangeRequest) -> Result<
             None => None,
         };
         let next_undone = undone.peek().map(|&(k, _)| k.as_slice());
-        let item = match (next_latest.as_deref(), next_undone) {
+        // The next key's value at `at`: `None` if it did not exist then, `Some(None)` if it
+        // is current and beyond the page (only counted: no need to decode it).
+        let found = match (next_latest.as_deref(), next_undone) {
             (None, None) => break,
             (Some(l), Some(u)) if u <= l => {
                 if u == l {
                     latest.next();
                 }
-                value_at(*undone.next().expect("peeked").1)?
+                value_at(*undone.next().expect("peeked").1)?.map(Some)
             }
             (Some(_), _) => {
                 let (k, v) = latest.next().expect("peeked")?;
-                if kvs.len() == limit {
-                    // Beyond the page a current key is only counted: no need to decode it.
-                    more = true;
-                    if !req.count {
-                        break;
-                    }
-                    beyond += 1;
-                    continue;
-                }
-                Some(codec::decode_value(k.value(), v.value())?)
+                Some(
+                    (kvs.len() < limit)
+                        .then(|| codec::decode_value(k.value(), v.value()))
+                        .transpose()?,
+                )
             }
-            (None, Some(_)) => value_at(*undone.next().expect("peeked").1)?,
+            (None, Some(_)) => value_at(*undone.next().expect("peeked").1)?.map(Some),
         };
-        if let Some(item) = item {
-            if kvs.len() == limit {
-                more = true;
-                if !req.count {
-                    break;
-                }
-                beyond += 1;
-                continue;
+        let Some(item) = found else { continue };
+        if kvs.len() == limit {
+            more = true;
+            if !req.count {
+                break;
             }
-            kvs.push(item);
+            beyond += 1;
+            continue;
         }
+        kvs.push(item.expect("decoded within the page"));
     }
     drop(undone);
     // Pages may follow: keep what this one found.
