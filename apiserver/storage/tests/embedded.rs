@@ -301,6 +301,29 @@ async fn watches_replay_the_same_changes_from_memory_and_from_history() {
             "from {r}, reopened"
         );
     }
+
+    // Writes after the reopen are kept in memory: a watch from before it reads the table up
+    // to the reopen, then memory, and misses or repeats nothing at the seam.
+    let mut all = all;
+    for i in 0..40 {
+        let k = key(1000 + i);
+        let rev = store.create(&k, b("v")).await.unwrap().mod_revision;
+        if k.starts_with("/a/") {
+            all.push((k, rev));
+        }
+    }
+    let end = all.last().unwrap().1;
+    assert_eq!(end, last + 40);
+    let from = |r: i64| -> Vec<(String, i64)> {
+        all.iter().filter(|(_, rev)| *rev >= r).cloned().collect()
+    };
+    for r in (1..=end).step_by(7).chain(last - 2..=last + 3) {
+        assert_eq!(
+            watched(&store, "/a/", r, end).await,
+            from(r),
+            "from {r}, written after the reopen"
+        );
+    }
 }
 
 /// Indexes the watches of `/p/` by a value's text before its first ':' ("node:rest").

@@ -237,6 +237,17 @@ impl Hub {
         )
     }
 
+    /// The first revision of the kept batches (`None` while none is kept): from it on, the hub
+    /// holds every published batch, so a replay needs the history table only before it.
+    pub fn kept_from(&self) -> Option<i64> {
+        let recent = self.recent.lock().expect("hub lock");
+        recent
+            .batches
+            .front()
+            .and_then(|(_, _, b)| b.first())
+            .map(Event::revision)
+    }
+
     /// Ends every watch (their queues close once drained).
     pub fn close(&self) {
         self.subs.lock().expect("hub lock").take();

@@ -726,11 +726,12 @@ fn read_history(
     published: &Published,
     prefix: &str,
     from: i64,
+    until: i64,
 ) -> Result<(Vec<Event>, i64)> {
     let txn = db.begin_read()?;
     published.not_compacted(from)?;
     let current = snapshot_revision(&txn)?;
-    let end = current.min(from + REPLAY_CHUNK as i64 - 1);
+    let end = current.min(until).min(from + REPLAY_CHUNK as i64 - 1);
     let log = txn.open_table(LOG)?;
     let mut events = Vec::new();
     if from <= end {
@@ -859,26 +860,35 @@ impl Watcher {
 
     /// Delivers every committed change from `next` on: from the hub's recent batches when
     /// they reach back to `next` (with the subscription's queue, they hold every change), else
-    /// from the history table.
+    /// from the history table up to where the hub's batches begin, then from them. After a
+    /// restart the hub holds everything since it, so a watch resumed from before the restart
+    /// reads from the table only what came before it, not every revision since.
     async fn catch_up(&mut self) -> Result<()> {
         self.store.inner.published.not_compacted(self.next)?;
-        if let Some(batches) = self.store.inner.hub.since(self.next) {
-            for batch in batches {
-                if !self.deliver_batch(&batch).await {
-                    return Err(Error::Closed);
-                }
-            }
-            return Ok(());
-        }
         loop {
+            if let Some(batches) = self.store.inner.hub.since(self.next) {
+                for batch in batches {
+                    if !self.deliver_batch(&batch).await {
+                        return Err(Error::Closed);
+                    }
+                }
+                return Ok(());
+            }
             let current = self.store.inner.published.revision.load(Ordering::Acquire);
             if self.next > current {
                 return Ok(());
             }
             let (prefix, from) = (self.prefix.clone(), self.next);
+            // At least `from` itself, so every read moves on.
+            let until = self
+                .store
+                .inner
+                .hub
+                .kept_from()
+                .map_or(current, |first| (first - 1).max(from));
             let (events, next) = self
                 .store
-                .blocking(move |db, published| read_history(db, published, &prefix, from))
+                .blocking(move |db, published| read_history(db, published, &prefix, from, until))
                 .await?;
             for event in events {
                 if !self.deliver(event).await {
