@@ -126,9 +126,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     }
     let ns = svc.namespace().unwrap_or_default();
     let name = svc.name_any();
-    let pods: Vec<Arc<Pod>> = ctx.pods.list_matching(&ns, |p| {
-        selector.iter().all(|(k, v)| p.labels().get(k) == Some(v))
-    });
+    let pods: Vec<Arc<Pod>> = ctx.pods.list_selected(&ns, &selector);
     let groups = group(&svc, &pods);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
     let pp = PatchParams::apply(MANAGER).force();
@@ -141,7 +139,7 @@ async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action> {
     let mut wanted: Vec<String> = Vec::new();
     let ours = ctx
         .slices
-        .list_matching(&ns, |s| s.labels().get(SERVICE_LABEL) == Some(&name));
+        .list_selected(&ns, &[(SERVICE_LABEL.to_owned(), name.clone())].into());
     // A service without endpoints still gets one (empty) slice, as upstream.
     let groups: Vec<(Resolved, Vec<Value>)> = if groups.is_empty() {
         vec![(Vec::new(), Vec::new())]

@@ -139,11 +139,16 @@ impl<K> Default for Names<K> {
 
 /// Objects by namespace and name, each with the UID of its controller ("" for none), and
 /// their names by namespace and controller: client-go's `NamespaceIndex` and upstream's
-/// `PodControllerUIDIndex`, whose orphan key per namespace is "" here.
+/// `PodControllerUIDIndex`, whose orphan key per namespace is "" here. Their names also by
+/// namespace, label and value, so a selector's objects are found among the fewest candidates.
 struct Index<K> {
     by_namespace: HashMap<String, HashMap<Arc<str>, Controlled<K>>>,
     by_controller: HashMap<String, HashMap<Arc<str>, HashSet<Arc<str>>>>,
+    by_label: HashMap<String, Labels>,
 }
+
+/// A namespace's names by label and value.
+type Labels = HashMap<String, HashMap<String, HashSet<Arc<str>>>>;
 
 /// An object with the UID of its controller ("" for none).
 type Controlled<K> = (Arc<str>, Arc<K>);
@@ -153,16 +158,27 @@ impl<K> Default for Index<K> {
         Index {
             by_namespace: HashMap::new(),
             by_controller: HashMap::new(),
+            by_label: HashMap::new(),
         }
     }
 }
 
-impl<K> Index<K> {
+impl<K: Resource> Index<K> {
     fn insert(&mut self, ns: &str, name: &str, controller: &str, object: Arc<K>) {
         let names = self.by_namespace.entry(ns.to_owned()).or_default();
         let (name, was) = match names.get_key_value(name) {
-            Some((n, (c, _))) => (n.clone(), Some(c.clone())),
-            None => (Arc::from(name), None),
+            Some((n, (c, o))) => {
+                if o.labels() != object.labels() {
+                    Self::unlabel(&mut self.by_label, ns, n, o.labels());
+                    Self::label(&mut self.by_label, ns, n, object.labels());
+                }
+                (n.clone(), Some(c.clone()))
+            }
+            None => {
+                let name: Arc<str> = Arc::from(name);
+                Self::label(&mut self.by_label, ns, &name, object.labels());
+                (name, None)
+            }
         };
         let controller = match was {
             Some(c) if *c == *controller => c,
@@ -188,17 +204,66 @@ impl<K> Index<K> {
         let Some(names) = self.by_namespace.get_mut(ns) else {
             return;
         };
-        let Some((controller, _)) = names.remove(name) else {
+        let Some((controller, object)) = names.remove(name) else {
             return;
         };
         if names.is_empty() {
             self.by_namespace.remove(ns);
         }
+        Self::unlabel(&mut self.by_label, ns, name, object.labels());
         if let Some(in_ns) = self.by_controller.get_mut(ns) {
             Self::unlink(in_ns, &controller, name);
             if in_ns.is_empty() {
                 self.by_controller.remove(ns);
             }
+        }
+    }
+
+    fn label(
+        by_label: &mut HashMap<String, Labels>,
+        ns: &str,
+        name: &Arc<str>,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) {
+        if labels.is_empty() {
+            return;
+        }
+        let in_ns = by_label.entry(ns.to_owned()).or_default();
+        for (k, v) in labels {
+            in_ns
+                .entry(k.clone())
+                .or_default()
+                .entry(v.clone())
+                .or_default()
+                .insert(name.clone());
+        }
+    }
+
+    fn unlabel(
+        by_label: &mut HashMap<String, Labels>,
+        ns: &str,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) {
+        let Some(in_ns) = by_label.get_mut(ns) else {
+            return;
+        };
+        for (k, v) in labels {
+            let Some(values) = in_ns.get_mut(k) else {
+                continue;
+            };
+            if let Some(names) = values.get_mut(v) {
+                names.remove(name);
+                if names.is_empty() {
+                    values.remove(v);
+                }
+            }
+            if values.is_empty() {
+                in_ns.remove(k);
+            }
+        }
+        if in_ns.is_empty() {
+            by_label.remove(ns);
         }
     }
 
@@ -277,19 +342,43 @@ where
 {
     /// The objects of namespace `ns`, as the store holds them.
     pub fn list(&self, ns: &str) -> Vec<Arc<K>> {
-        self.list_matching(ns, |_| true)
+        self.list_selected(ns, &std::collections::BTreeMap::new())
     }
 
-    /// The objects of namespace `ns` that `wanted` accepts (read in place: only those are
-    /// handed out).
-    pub fn list_matching(&self, ns: &str, wanted: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
+    /// The objects of namespace `ns` whose labels hold every label and value of `selector`
+    /// (every object for an empty one), found among the names the rarest of its labels holds.
+    pub fn list_selected(
+        &self,
+        ns: &str,
+        selector: &std::collections::BTreeMap<String, String>,
+    ) -> Vec<Arc<K>> {
         let names = self.names.read().expect("names");
-        names.live.by_namespace.get(ns).map_or_else(Vec::new, |n| {
-            n.values()
-                .filter(|(_, o)| wanted(o))
-                .map(|(_, o)| o.clone())
-                .collect()
-        })
+        let Some(objects) = names.live.by_namespace.get(ns) else {
+            return Vec::new();
+        };
+        if selector.is_empty() {
+            return objects.values().map(|(_, o)| o.clone()).collect();
+        }
+        let labels = names.live.by_label.get(ns);
+        let mut rarest: Option<&HashSet<Arc<str>>> = None;
+        for (k, v) in selector {
+            let Some(holding) = labels
+                .and_then(|l| l.get(k))
+                .and_then(|values| values.get(v))
+            else {
+                return Vec::new();
+            };
+            if rarest.is_none_or(|r| holding.len() < r.len()) {
+                rarest = Some(holding);
+            }
+        }
+        rarest
+            .into_iter()
+            .flatten()
+            .filter_map(|n| objects.get(n))
+            .filter(|(_, o)| selector.iter().all(|(k, v)| o.labels().get(k) == Some(v)))
+            .map(|(_, o)| o.clone())
+            .collect()
     }
 
     /// The objects of namespace `ns` controlled by the object of UID `controller`, then
@@ -539,8 +628,72 @@ mod tests {
         fed.apply(watcher::Event::Delete(pod("b", "p4")));
         let names = fed.index.names.read().unwrap();
         assert!(
-            names.live.by_namespace.is_empty() && names.live.by_controller.is_empty(),
+            names.live.by_namespace.is_empty()
+                && names.live.by_controller.is_empty()
+                && names.live.by_label.is_empty(),
             "an emptied namespace goes"
+        );
+    }
+
+    fn labelled(ns: &str, name: &str, labels: &[(&str, &str)]) -> Pod {
+        let mut p = pod(ns, name);
+        p.metadata.labels = Some(
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        p
+    }
+
+    #[test]
+    fn a_selector_finds_its_objects_by_label_as_labels_change() {
+        let mut fed = Fed::new();
+        let selected = |fed: &Fed, ns: &str, selector: &[(&str, &str)]| {
+            let selector = selector
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            sorted(&fed.index.list_selected(ns, &selector))
+        };
+        fed.apply(watcher::Event::Init);
+        for p in [
+            labelled("a", "p1", &[("app", "web"), ("tier", "front")]),
+            labelled("a", "p2", &[("app", "web")]),
+            labelled("a", "p3", &[("app", "db")]),
+            labelled("b", "p4", &[("app", "web")]),
+            pod("a", "p5"),
+        ] {
+            fed.apply(watcher::Event::InitApply(p));
+        }
+        fed.apply(watcher::Event::InitDone);
+        assert_eq!(selected(&fed, "a", &[("app", "web")]), ["p1", "p2"]);
+        assert_eq!(
+            selected(&fed, "a", &[("app", "web"), ("tier", "front")]),
+            ["p1"]
+        );
+        assert!(selected(&fed, "a", &[("app", "web"), ("tier", "back")]).is_empty());
+        assert!(selected(&fed, "a", &[("nope", "x")]).is_empty());
+        assert_eq!(selected(&fed, "a", &[]), ["p1", "p2", "p3", "p5"]);
+        // Relabelled, labels dropped, deleted: the index follows.
+        fed.apply(watcher::Event::Apply(labelled(
+            "a",
+            "p3",
+            &[("app", "web")],
+        )));
+        fed.apply(watcher::Event::Apply(pod("a", "p1")));
+        assert_eq!(selected(&fed, "a", &[("app", "web")]), ["p2", "p3"]);
+        assert!(selected(&fed, "a", &[("app", "db")]).is_empty());
+        assert!(selected(&fed, "a", &[("tier", "front")]).is_empty());
+        for name in ["p1", "p2", "p3", "p5"] {
+            fed.apply(watcher::Event::Delete(pod("a", name)));
+        }
+        assert!(selected(&fed, "a", &[("app", "web")]).is_empty());
+        assert_eq!(selected(&fed, "b", &[("app", "web")]), ["p4"]);
+        let names = fed.index.names.read().unwrap();
+        assert!(
+            !names.live.by_label.contains_key("a"),
+            "an unlabelled namespace goes"
         );
     }
 

@@ -113,10 +113,14 @@ async fn reconcile(ep: Arc<Endpoints>, ctx: Arc<Ctx>) -> Result<Action> {
                     .and_then(|s| s.selector.as_ref())
                     .is_none_or(|s| s.is_empty())
             });
-    let existing: Vec<Arc<EndpointSlice>> = ctx.slices.list_matching(&ns, |s| {
-        s.labels().get(SERVICE_LABEL) == Some(&name)
-            && s.labels().get(MANAGED_BY).map(String::as_str) == Some(MANAGER)
-    });
+    let existing: Vec<Arc<EndpointSlice>> = ctx.slices.list_selected(
+        &ns,
+        &[
+            (SERVICE_LABEL.to_owned(), name.clone()),
+            (MANAGED_BY.to_owned(), MANAGER.to_owned()),
+        ]
+        .into(),
+    );
     let mut wanted = Vec::new();
     if mirrored {
         let pp = PatchParams::apply(MANAGER).force();
