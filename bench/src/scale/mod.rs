@@ -712,8 +712,10 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let mut per_configmap = Value::Null;
     let mut restart = Value::Null;
     // The phases run in one block: a plane that cannot hold the load stops it there, and the
-    // report still tells where and why, with what was measured until then.
-    let ran: anyhow::Result<()> = async {
+    // report still tells where and why, with what was measured until then; so does a run
+    // stopped by SIGTERM or Ctrl-C.
+    let signalled = minik8s_kubeconfig::process::shutdown_on_signal();
+    let load = async {
         // 1. Create, each Deployment when the pods before it are due at the pod rate.
         enter("create");
         let t = Instant::now();
@@ -773,8 +775,8 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         peak = snapshot(&pids, cgroup.as_deref(), data.as_deref());
         // Every node has its block of the pod CIDR by now (minik8s's node IPAM; upstream's plane
         // here allocates none).
-        let pod_cidr =
-            minik8s_controllers::nodeipam::Config::parse(POD_CIDR, 24).map_err(anyhow::Error::msg)?;
+        let pod_cidr = minik8s_controllers::nodeipam::Config::parse(POD_CIDR, 24)
+            .map_err(anyhow::Error::msg)?;
         nodes_with_pod_cidr = node_api
             .list(&ListParams::default())
             .await?
@@ -794,18 +796,21 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             let ns = "load-configmaps";
             create_cluster(&client, &rec, "namespaces", load::namespace(ns)).await?;
             let before_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
-            let mut writes = futures::stream::iter(0..opts.configmaps)
-                .map(|i| {
-                    let (client, rec) = (client.clone(), rec.clone());
-                    let d = Deploy {
-                        namespace: ns.into(),
-                        name: format!("cm-{i:06}"),
-                        replicas: 0,
-                        service: false,
-                    };
-                    async move { create(&client, &rec, ns, "configmaps", load::config_map(&d)).await }
-                })
-                .buffer_unordered(PARALLEL);
+            let mut writes =
+                futures::stream::iter(0..opts.configmaps)
+                    .map(|i| {
+                        let (client, rec) = (client.clone(), rec.clone());
+                        let d = Deploy {
+                            namespace: ns.into(),
+                            name: format!("cm-{i:06}"),
+                            replicas: 0,
+                            service: false,
+                        };
+                        async move {
+                            create(&client, &rec, ns, "configmaps", load::config_map(&d)).await
+                        }
+                    })
+                    .buffer_unordered(PARALLEL);
             while let Some(r) = writes.next().await {
                 r?;
             }
@@ -813,8 +818,8 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             tokio::time::sleep(Duration::from_secs(2)).await;
             let after_cm = snapshot(&pids, cgroup.as_deref(), data.as_deref());
             let per = |field: &str| {
-                let d =
-                    after_cm[field].as_f64().unwrap_or(0.0) - before_cm[field].as_f64().unwrap_or(0.0);
+                let d = after_cm[field].as_f64().unwrap_or(0.0)
+                    - before_cm[field].as_f64().unwrap_or(0.0);
                 (d * 1048576.0 / opts.configmaps as f64).round()
             };
             phase_ended(
@@ -1034,8 +1039,11 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             served_since(&client, &mut phase_began).await?,
         );
         anyhow::Ok(())
-    }
-    .await;
+    };
+    let ran = tokio::select! {
+        ran = load => ran,
+        _ = signalled.cancelled() => Err(anyhow::anyhow!("stopped by SIGTERM or Ctrl-C")),
+    };
     let stopped = match ran {
         Ok(()) => Value::Null,
         Err(e) => {
