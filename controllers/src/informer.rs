@@ -9,7 +9,8 @@
 //! Each shared store is also indexed by namespace and by controller ([`Namespaced`]), as
 //! client-go's informers keep their `NamespaceIndex` and upstream's controllers their
 //! `PodControllerUIDIndex`: a controller reads one namespace's pods without walking every
-//! pod of the cluster, and a ReplicaSet its own pods without walking its namespace's. The
+//! pod of the cluster, a ReplicaSet its own pods without walking its namespace's, and a
+//! Service its selector's pods among those holding its rarest label. The
 //! index holds the store's own objects, so reading it costs no lookup per object.
 
 use futures::{Stream, StreamExt};
@@ -18,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use std::any::{Any, TypeId};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
@@ -223,7 +224,7 @@ impl<K: Resource> Index<K> {
         by_label: &mut HashMap<String, Labels>,
         ns: &str,
         name: &Arc<str>,
-        labels: &std::collections::BTreeMap<String, String>,
+        labels: &BTreeMap<String, String>,
     ) {
         if labels.is_empty() {
             return;
@@ -243,7 +244,7 @@ impl<K: Resource> Index<K> {
         by_label: &mut HashMap<String, Labels>,
         ns: &str,
         name: &str,
-        labels: &std::collections::BTreeMap<String, String>,
+        labels: &BTreeMap<String, String>,
     ) {
         let Some(in_ns) = by_label.get_mut(ns) else {
             return;
@@ -342,16 +343,12 @@ where
 {
     /// The objects of namespace `ns`, as the store holds them.
     pub fn list(&self, ns: &str) -> Vec<Arc<K>> {
-        self.list_selected(ns, &std::collections::BTreeMap::new())
+        self.list_selected(ns, &BTreeMap::new())
     }
 
     /// The objects of namespace `ns` whose labels hold every label and value of `selector`
     /// (every object for an empty one), found among the names the rarest of its labels holds.
-    pub fn list_selected(
-        &self,
-        ns: &str,
-        selector: &std::collections::BTreeMap<String, String>,
-    ) -> Vec<Arc<K>> {
+    pub fn list_selected(&self, ns: &str, selector: &BTreeMap<String, String>) -> Vec<Arc<K>> {
         let names = self.names.read().expect("names");
         let Some(objects) = names.live.by_namespace.get(ns) else {
             return Vec::new();

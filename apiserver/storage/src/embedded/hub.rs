@@ -77,6 +77,14 @@ struct Recent {
 }
 
 impl Recent {
+    /// The first revision of the kept batches (`None` while none is kept).
+    fn first(&self) -> Option<i64> {
+        self.batches
+            .front()
+            .and_then(|(_, _, b)| b.first())
+            .map(Event::revision)
+    }
+
     fn push(&mut self, batch: &Arc<[Event]>, now: Instant) {
         let size = batch.iter().map(weight).sum::<usize>();
         self.batches.push_back((now, size, batch.clone()));
@@ -213,12 +221,7 @@ impl Hub {
     /// batches were let go, for the caller to read the history table.
     pub fn since(&self, from: i64) -> Option<Vec<Arc<[Event]>>> {
         let recent = self.recent.lock().expect("hub lock");
-        let first = recent
-            .batches
-            .front()
-            .and_then(|(_, _, b)| b.first())
-            .map(Event::revision);
-        match first {
+        match recent.first() {
             Some(first) if first <= from => {}
             // Nothing kept from `from` on: only a revision beyond every published one is
             // covered (by the queue).
@@ -240,12 +243,7 @@ impl Hub {
     /// The first revision of the kept batches (`None` while none is kept): from it on, the hub
     /// holds every published batch, so a replay needs the history table only before it.
     pub fn kept_from(&self) -> Option<i64> {
-        let recent = self.recent.lock().expect("hub lock");
-        recent
-            .batches
-            .front()
-            .and_then(|(_, _, b)| b.first())
-            .map(Event::revision)
+        self.recent.lock().expect("hub lock").first()
     }
 
     /// Ends every watch (their queues close once drained).
