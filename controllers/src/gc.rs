@@ -8,7 +8,10 @@
 //! steady share of the CPU. It deletes dependents whose owners are all gone
 //! (background), drives foreground deletion (`foregroundDeletion` finalizer: delete the
 //! dependents, then release the owner) and orphaning (`orphan` finalizer: strip the
-//! ownerReferences, then release the owner).
+//! ownerReferences, then release the owner). A sweep's steps run 20 objects at a time, as
+//! upstream's 20 workers, and an owner the API said is gone is not asked about again
+//! (upstream's absentOwnerCache): one by one, each after a lookup of its owner, the 150,000
+//! pods of the scale harness took 17 minutes to go.
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -316,10 +319,37 @@ fn steps_for(
     }
 }
 
+/// Objects whose steps are applied at once (upstream's `--concurrent-gc-syncs` default).
+const WORKERS: usize = 20;
+
+/// How many owner uids the API confirmed gone are remembered.
+const ABSENT_KEPT: usize = 10_000;
+
 struct Gc {
     client: Client,
     graph: Mutex<Graph>,
     dirty: Notify,
+    /// Owner uids the API said are gone (upstream's absentOwnerCache). A uid never comes
+    /// back, so the pods of a deleted ReplicaSet need one lookup of it, not one each.
+    absent: Mutex<HashSet<String>>,
+}
+
+/// A sweep's steps by object, in the order the sweep gave them: steps on one object run in
+/// turn (an `Unblock` before its `Delete`), different objects at once.
+fn by_object(steps: Vec<Step>) -> Vec<(String, Vec<Step>)> {
+    let mut out: Vec<(String, Vec<Step>)> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for step in steps {
+        let uid = step.uid().to_owned();
+        match at.get(&uid) {
+            Some(&i) => out[i].1.push(step),
+            None => {
+                at.insert(uid.clone(), out.len());
+                out.push((uid, vec![step]));
+            }
+        }
+    }
+    out
 }
 
 impl Gc {
@@ -332,8 +362,12 @@ impl Gc {
         }
     }
 
-    /// Whether an owner the graph misses is really gone (the watch may lag): asks the API.
+    /// Whether an owner the graph misses is really gone (the watch may lag): asks the API
+    /// unless it already said so.
     async fn owner_gone(&self, dependent: &Meta, owner: &OwnerReference) -> bool {
+        if self.absent.lock().expect("gc absent").contains(&owner.uid) {
+            return true;
+        }
         let (group, version) = match owner.api_version.split_once('/') {
             Some((g, v)) => (g.to_owned(), v.to_owned()),
             None => (String::new(), owner.api_version.clone()),
@@ -355,11 +389,38 @@ impl Gc {
             (Some(ns), true) => Api::namespaced_with(self.client.clone(), ns, &ar),
             _ => Api::all_with(self.client.clone(), &ar),
         };
-        match api.get_opt(&owner.name).await {
+        let gone = match api.get_opt(&owner.name).await {
             Ok(None) => true,
             Ok(Some(o)) => o.uid().as_deref() != Some(owner.uid.as_str()),
             Err(_) => false,
+        };
+        if gone {
+            let mut absent = self.absent.lock().expect("gc absent");
+            if absent.len() >= ABSENT_KEPT {
+                absent.clear();
+            }
+            absent.insert(owner.uid.clone());
         }
+        gone
+    }
+
+    /// Applies a sweep's steps, [`WORKERS`] objects at a time; returns the objects whose
+    /// step failed.
+    async fn apply_all(&self, steps: Vec<Step>) -> Vec<String> {
+        futures::stream::iter(by_object(steps))
+            .map(|(uid, steps)| async move {
+                for step in steps {
+                    if let Err(e) = self.apply(step).await {
+                        tracing::warn!(error = %e, "garbage collection step failed");
+                        return Some(uid);
+                    }
+                }
+                None
+            })
+            .buffer_unordered(WORKERS)
+            .filter_map(|failed| async move { failed })
+            .collect()
+            .await
     }
 
     /// Merge-patches an object's metadata (a gone object is fine).
@@ -529,6 +590,7 @@ pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken
         client: client.clone(),
         graph: Mutex::new(Graph::default()),
         dirty: Notify::new(),
+        absent: Mutex::new(HashSet::new()),
     });
     let mut known: HashSet<(String, String)> = HashSet::new();
     let mut rediscover = tokio::time::interval(Duration::from_secs(30));
@@ -568,14 +630,7 @@ pub async fn run(client: Client, tasks: TaskTracker, shutdown: CancellationToken
                 // Let a burst of events land before sweeping.
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 let steps = gc.graph.lock().expect("gc graph").sweep_dirty();
-                let mut failed = Vec::new();
-                for step in steps {
-                    let uid = step.uid().to_owned();
-                    if let Err(e) = gc.apply(step).await {
-                        tracing::warn!(error = %e, "garbage collection step failed");
-                        failed.push(uid);
-                    }
-                }
+                let failed = gc.apply_all(steps).await;
                 // Failed steps are tried again at the next sweep.
                 if !failed.is_empty() {
                     gc.graph.lock().expect("gc graph").dirty.extend(failed);
@@ -605,6 +660,37 @@ mod tests {
             finalizers: finalizers.iter().map(|f| (*f).to_owned()).collect(),
             deleting,
         }
+    }
+
+    #[test]
+    fn steps_on_one_object_keep_their_order() {
+        let steps = vec![
+            Step::Unblock("a".into(), vec!["o".into()]),
+            Step::Collect("b".into()),
+            Step::Delete("a".into(), "Foreground"),
+            Step::Release("c".into(), "orphan"),
+            Step::Unown("b".into(), vec!["p".into()]),
+        ];
+        assert_eq!(
+            by_object(steps),
+            vec![
+                (
+                    "a".to_owned(),
+                    vec![
+                        Step::Unblock("a".into(), vec!["o".into()]),
+                        Step::Delete("a".into(), "Foreground"),
+                    ]
+                ),
+                (
+                    "b".to_owned(),
+                    vec![
+                        Step::Collect("b".into()),
+                        Step::Unown("b".into(), vec!["p".into()]),
+                    ]
+                ),
+                ("c".to_owned(), vec![Step::Release("c".into(), "orphan")]),
+            ]
+        );
     }
 
     #[test]
