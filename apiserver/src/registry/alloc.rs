@@ -1,27 +1,29 @@
 //! ClusterIP and NodePort allocation for Services, serialised by one lock held across the
 //! write. What is in use is derived from the stored Services, nothing else: a table of them
 //! is kept in memory from a watch of the store ([`Allocator::follow`]), as upstream keeps
-//! its allocation bitmaps in memory, so that an allocation reads no Service. Before it
-//! allocates, a write waits until the table has seen every Service write this server made;
-//! a table that falls behind (or has not been filled yet) gives way to a read of the store.
+//! its allocation bitmaps in memory, so that an allocation reads no Service. This server's
+//! own Service writes go into the table as they are made ([`Allocator::wrote`]), ahead of
+//! the watch, so the next allocation need not wait for the watch to bring them: waiting
+//! made every Service write wait for the watch's delivery under the lock, and at 150,000
+//! pods a late watch made creates queue for seconds. A table not filled yet gives way, after
+//! a short wait, to a read of the store.
 
 use crate::error::{ApiError, ApiResult, Cause};
 use futures::StreamExt;
 use minik8s_storage::{EventKind, RangeRequest, Storage, Store};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Where Services are stored.
 const PREFIX: &str = "/registry/core/services/";
 
-/// How long a write waits for the table to catch up before it reads the store instead.
+/// How long a write waits for the table to be filled before it reads the store instead.
 const CATCH_UP: Duration = Duration::from_secs(2);
 
 /// The service IP range and node port range, with the lock that serialises allocation and
@@ -32,12 +34,10 @@ pub struct Allocator {
     size: u32,
     ports: RangeInclusive<u16>,
     lock: tokio::sync::Mutex<()>,
-    /// What the stored Services hold, as of the revision in `seen`.
+    /// What the stored Services hold: as the watch told it, with this server's later writes.
     used: Mutex<Used>,
-    /// The revision up to which `used` has every Service change (`None` until it is filled).
-    seen: tokio::sync::watch::Sender<Option<i64>>,
-    /// The revision of the last Service write (or delete) this server made.
-    wrote: AtomicI64,
+    /// Whether `used` has been filled from a list of the Services.
+    filled: tokio::sync::watch::Sender<bool>,
 }
 
 /// A service CIDR or port range that cannot be used.
@@ -68,15 +68,17 @@ impl Allocator {
             ports,
             lock: tokio::sync::Mutex::new(()),
             used: Mutex::new(Used::default()),
-            seen: tokio::sync::watch::Sender::new(None),
-            wrote: AtomicI64::new(0),
+            filled: tokio::sync::watch::Sender::new(false),
         })
     }
 
-    /// Notes a Service write (or delete) this server made at `revision`: allocations wait
-    /// until the table has seen it.
-    pub fn wrote(&self, revision: i64) {
-        self.wrote.fetch_max(revision, Ordering::SeqCst);
+    /// Puts a Service write this server made at `revision` into the table at once: the
+    /// Service at `key` now stored as `value`, or gone (`None`).
+    pub fn wrote(&self, key: &str, value: Option<&[u8]>, revision: i64) {
+        self.used
+            .lock()
+            .expect("allocation table")
+            .own_write(revision, key, value);
     }
 
     /// Keeps the table of what the stored Services hold in step with the store (list, then
@@ -98,8 +100,11 @@ impl Allocator {
                     }
                 }
             };
-            *self.used.lock().expect("allocation table") = Used::from_kvs(&listed.kvs);
-            self.seen.send_replace(Some(listed.revision));
+            self.used
+                .lock()
+                .expect("allocation table")
+                .relisted(&listed.kvs, listed.revision);
+            self.filled.send_replace(true);
             loop {
                 let ev = tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -113,39 +118,36 @@ impl Allocator {
                     }
                     None => break,
                 };
-                {
-                    let mut used = self.used.lock().expect("allocation table");
-                    match ev.kind {
-                        EventKind::Put => used.put(&ev.kv.key, &ev.kv.value),
-                        EventKind::Delete => used.remove(&ev.kv.key),
-                        EventKind::Progress => {}
-                    }
-                }
-                self.seen.send_replace(Some(ev.revision()));
+                let value = match ev.kind {
+                    EventKind::Put => Some(&ev.kv.value[..]),
+                    EventKind::Delete | EventKind::Progress => None,
+                };
+                let key = match ev.kind {
+                    EventKind::Progress => None,
+                    _ => Some(ev.kv.key.as_str()),
+                };
+                self.used
+                    .lock()
+                    .expect("allocation table")
+                    .watched(ev.revision(), key, value);
             }
         }
     }
 
-    /// The table of what the stored Services hold: kept in memory once it has seen this
-    /// server's last Service write, else (after [`CATCH_UP`]) read from the store.
+    /// The table of what the stored Services hold: kept in memory once it has been filled,
+    /// else (after [`CATCH_UP`]) read from the store.
     async fn table(&self, store: &Storage) -> ApiResult<Table<'_>> {
-        let wrote = self.wrote.load(Ordering::SeqCst);
-        let mut seen = self.seen.subscribe();
-        let caught_up = tokio::time::timeout(CATCH_UP, async {
-            seen.wait_for(|s| s.is_some_and(|s| s >= wrote))
-                .await
-                .is_ok()
-        })
-        .await;
-        if caught_up == Ok(true) {
+        let mut filled = self.filled.subscribe();
+        let ready =
+            tokio::time::timeout(CATCH_UP, async { filled.wait_for(|f| *f).await.is_ok() }).await;
+        if ready == Ok(true) {
             return Ok(Table::Kept(self.used.lock().expect("allocation table")));
         }
-        tracing::debug!(
-            wrote,
-            "the allocation table is behind; reading the Services"
-        );
+        tracing::debug!("the allocation table is not filled yet; reading the Services");
         let all = store.range(RangeRequest::prefix(PREFIX)).await?;
-        Ok(Table::Read(Used::from_kvs(&all.kvs)))
+        let mut used = Used::default();
+        used.relisted(&all.kvs, all.revision);
+        Ok(Table::Read(used))
     }
 
     /// The range, as `10.96.0.0/12`.
@@ -428,6 +430,12 @@ struct Used {
     by_key: HashMap<String, Holds>,
     ips: HashMap<String, u32>,
     ports: HashMap<u16, u32>,
+    /// The revision up to which the watch (or the list) has told every change.
+    seen: i64,
+    /// This server's writes after `seen`, by revision: the Service's key and stored value
+    /// (`None`: deleted). A relisted table gets them again; an older watch event for their
+    /// key does not undo them.
+    own: BTreeMap<i64, (String, Option<Vec<u8>>)>,
 }
 
 /// The table an allocation reads: the one kept in memory, or one just read from the store.
@@ -448,13 +456,50 @@ impl std::ops::Deref for Table<'_> {
 }
 
 impl Used {
-    /// The table of the Services in `kvs`.
-    fn from_kvs(kvs: &[minik8s_storage::KeyValue]) -> Used {
-        let mut used = Used::default();
+    /// The table of the Services in `kvs`, listed at `revision`, with this server's writes
+    /// after it.
+    fn relisted(&mut self, kvs: &[minik8s_storage::KeyValue], revision: i64) {
+        let own = std::mem::take(&mut self.own);
+        *self = Used {
+            seen: revision,
+            ..Used::default()
+        };
         for kv in kvs {
-            used.put(&kv.key, &kv.value);
+            self.put(&kv.key, &kv.value);
         }
-        used
+        for (rev, (key, value)) in own.into_iter().filter(|(rev, _)| *rev > revision) {
+            self.own_write(rev, &key, value.as_deref());
+        }
+    }
+
+    /// A write of this server at `revision`, ahead of the watch (unless the watch already
+    /// told it, or a later change of its Service).
+    fn own_write(&mut self, revision: i64, key: &str, value: Option<&[u8]>) {
+        if revision <= self.seen {
+            return;
+        }
+        self.own
+            .insert(revision, (key.to_owned(), value.map(<[u8]>::to_vec)));
+        self.set(key, value);
+    }
+
+    /// A watch event at `revision` (`key` `None`: a progress notice): every change up to it
+    /// has been told. A write of this server after it to the same Service stays.
+    fn watched(&mut self, revision: i64, key: Option<&str>, value: Option<&[u8]>) {
+        self.seen = self.seen.max(revision);
+        self.own = self.own.split_off(&(revision + 1));
+        if let Some(key) = key
+            && !self.own.values().any(|(k, _)| k == key)
+        {
+            self.set(key, value);
+        }
+    }
+
+    fn set(&mut self, key: &str, value: Option<&[u8]>) {
+        match value {
+            Some(v) => self.put(key, v),
+            None => self.remove(key),
+        }
     }
 
     /// The Service at `key` now holds what its stored `value` says.
@@ -598,11 +643,9 @@ mod tests {
             async move {
                 let _lock = alloc.lock().await;
                 alloc.assign(&store, &key, &mut obj, None).await?;
-                let kv = store
-                    .create(&key, serde_json::to_vec(&obj).unwrap().into())
-                    .await
-                    .unwrap();
-                alloc.wrote(kv.mod_revision);
+                let value = serde_json::to_vec(&obj).unwrap();
+                let kv = store.create(&key, value.clone().into()).await.unwrap();
+                alloc.wrote(&key, Some(&value[..]), kv.mod_revision);
                 ApiResult::Ok(obj)
             }
         };
@@ -627,14 +670,55 @@ mod tests {
             "the range is full"
         );
         // A delete frees its port for the next allocation at once.
-        let d = store
-            .delete(&format!("{PREFIX}default/a"), None)
-            .await
-            .unwrap();
-        alloc.wrote(d.revision);
-        let d = assign("d", np).await.unwrap();
+        let a = format!("{PREFIX}default/a");
+        let d = store.delete(&a, None).await.unwrap();
+        alloc.wrote(&a, None, d.revision);
+        let d = assign("d", np.clone()).await.unwrap();
         assert_eq!(d["spec"]["ports"][0]["nodePort"], 30001);
+        // With the watch stopped, this server's own writes are still seen by the next
+        // allocation, without waiting for it.
         shutdown.cancel();
         follower.await.unwrap();
+        let c = format!("{PREFIX}default/c");
+        let gone = store.delete(&c, None).await.unwrap();
+        alloc.wrote(&c, None, gone.revision);
+        let started = std::time::Instant::now();
+        let e = assign("e", np.clone()).await.unwrap();
+        assert!(started.elapsed() < CATCH_UP, "no wait for the watch");
+        let freed = e["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        assert_eq!(
+            assign("f", np).await.unwrap_err().code,
+            500,
+            "e took the port c freed ({freed}); the range is full again"
+        );
+    }
+
+    #[test]
+    fn own_writes_stay_ahead_of_the_watch_and_over_a_relist() {
+        let mut used = Used::default();
+        used.relisted(&[], 10);
+        // Written by this server at 12 and 13; the watch is at 11.
+        used.own_write(12, "/a", Some(&svc("10.96.0.5", &[])[..]));
+        used.own_write(13, "/b", Some(&svc("10.96.0.6", &[])[..]));
+        used.watched(11, Some("/a"), None);
+        assert!(used.ip_taken("10.96.0.5", "/x"), "an older delete of /a");
+        // A relist at 12 has /a; /b (13) is kept over it.
+        let kv = |key: &str, value: bytes::Bytes, rev| minik8s_storage::KeyValue {
+            key: key.into(),
+            value,
+            create_revision: rev,
+            mod_revision: rev,
+        };
+        used.relisted(&[kv("/a", svc("10.96.0.5", &[]), 12)], 12);
+        assert!(used.ip_taken("10.96.0.5", "/x"));
+        assert!(used.ip_taken("10.96.0.6", "/x"));
+        // The watch brings 13 itself: /b is as written; the own write is done.
+        used.watched(13, Some("/b"), Some(&svc("10.96.0.6", &[])[..]));
+        assert!(used.own.is_empty());
+        assert!(used.ip_taken("10.96.0.6", "/x"));
+        // A write the watch already passed is not taken again.
+        used.watched(15, Some("/a"), None);
+        used.own_write(14, "/a", Some(&svc("10.96.0.5", &[])[..]));
+        assert!(!used.ip_taken("10.96.0.5", "/x"));
     }
 }

@@ -164,11 +164,12 @@ pub(super) async fn create_object(
                 &ctx.warnings.with(warnings),
             ));
         }
-        match ctx.api.store.create(&key, ctx.res.encode(&mut obj)?).await {
+        let value = ctx.res.encode(&mut obj)?;
+        match ctx.api.store.create(&key, value.clone()).await {
             Ok(kv) => {
                 set_rv(&mut obj, &kv);
                 if strategy.allocates() {
-                    ctx.api.alloc.wrote(kv.mod_revision);
+                    ctx.api.alloc.wrote(&key, Some(&value[..]), kv.mod_revision);
                 }
                 strategy.after_create(&ctx.api, &obj).await?;
                 if quota.is_some() {

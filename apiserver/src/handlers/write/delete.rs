@@ -175,11 +175,11 @@ pub(super) async fn try_delete(
     Ok(Some((StatusCode::OK, obj)))
 }
 
-/// After an object is gone (at `revision`): allocations wait until the Service table has seen
-/// it go, and quotas of its namespace count one less.
+/// After an object is gone (at `revision`): a Service's addresses and ports are free for the
+/// next allocation, and quotas of its namespace count one less.
 pub(super) async fn deleted(ctx: &Ctx, revision: i64) -> ApiResult<()> {
     if ctx.res.strategy.allocates() {
-        ctx.api.alloc.wrote(revision);
+        ctx.api.alloc.wrote(&ctx.key(), None, revision);
     }
     match ctx.namespace() {
         Some(ns) => admission::quota::refresh(&ctx.api, ns).await,

@@ -248,15 +248,16 @@ pub(super) async fn save(
         super::delete::deleted(ctx, d.revision).await?;
         return Ok(new);
     }
+    let value = ctx.res.encode(&mut new)?;
     let kv = ctx
         .api
         .store
-        .update(&key, ctx.res.encode(&mut new)?, expected)
+        .update(&key, value.clone(), expected)
         .await
         .map_err(|e| ctx.write_error(e))?;
     set_rv(&mut new, &kv);
     if strategy.allocates() {
-        ctx.api.alloc.wrote(kv.mod_revision);
+        ctx.api.alloc.wrote(&key, Some(&value[..]), kv.mod_revision);
     }
     if main && strategy.after_write(&ctx.api, &new).await? {
         return Ok(ctx.current().await?.0);
