@@ -118,13 +118,10 @@ impl Allocator {
                     }
                     None => break,
                 };
-                let value = match ev.kind {
-                    EventKind::Put => Some(&ev.kv.value[..]),
-                    EventKind::Delete | EventKind::Progress => None,
-                };
-                let key = match ev.kind {
-                    EventKind::Progress => None,
-                    _ => Some(ev.kv.key.as_str()),
+                let (key, value) = match ev.kind {
+                    EventKind::Put => (Some(ev.kv.key.as_str()), Some(&ev.kv.value[..])),
+                    EventKind::Delete => (Some(ev.kv.key.as_str()), None),
+                    EventKind::Progress => (None, None),
                 };
                 self.used
                     .lock()
