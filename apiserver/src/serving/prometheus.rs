@@ -182,17 +182,13 @@ impl Metrics {
             if !seen.insert(prefix.clone()) {
                 continue;
             }
-            let mut n = 0i64;
+            // Counted by the store, one value read (etcd's count-only range): reading every
+            // value took more than the request timeout at 150,000 pods (800 MB of them), and
+            // the scrape answered 504.
             let mut req = RangeRequest::prefix(prefix);
-            req.limit = 1000;
-            loop {
-                let page = api.store.range(req.clone()).await?;
-                n += page.kvs.len() as i64;
-                match (page.more, page.kvs.last()) {
-                    (true, Some(last)) => req.start_after = Some(last.key.clone()),
-                    _ => break,
-                }
-            }
+            req.limit = 1;
+            req.count = true;
+            let n = api.store.range(req).await?.count as i64;
             let resource = if res.group.is_empty() {
                 res.plural.clone()
             } else {
