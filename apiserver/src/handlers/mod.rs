@@ -79,7 +79,10 @@ pub async fn dispatch(State(api): State<Arc<Api>>, req: Request) -> Response {
     };
     drop(permit);
     let code = resp.status().as_u16();
-    if long_running {
+    // A body sent as it is written (a LIST's items) counts once it is sent, as upstream's
+    // handler returns only after writing its answer.
+    let streamed = http_body::Body::size_hint(resp.body()).exact().is_none();
+    if long_running || streamed {
         // A watch or stream counts once it ends; its gauges stay up while it is served.
         let (parts, body) = resp.into_parts();
         let body = axum::body::Body::new(GuardedBody {

@@ -281,7 +281,9 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
         );
         return Ok(raw_json(StatusCode::OK, out, &[]));
     }
-    // Write the list around the items without building one big value.
+    // The list goes out as it is written, as upstream's streaming list encoding sends it: its
+    // items in chunks of about 64 KiB, each item freed once copied, so a LIST of every pod
+    // (800 MB at 150,000 pods) is never held twice.
     let metadata_only = ctx.wants_metadata();
     let (list_kind, api_version) = match metadata_only {
         true => (
@@ -290,39 +292,78 @@ pub async fn list(ctx: Ctx) -> ApiResult<Response> {
         ),
         false => (ctx.res.list_kind.clone(), ctx.res.api_version()),
     };
-    let mut out = Vec::with_capacity(256 + page.items.len() * 512);
-    out.extend_from_slice(b"{\"kind\":");
-    serde_json::to_writer(&mut out, &list_kind).expect("string");
-    out.extend_from_slice(b",\"apiVersion\":");
-    serde_json::to_writer(&mut out, &api_version).expect("string");
-    out.extend_from_slice(b",\"metadata\":");
-    serde_json::to_writer(&mut out, &meta).expect("json");
-    out.extend_from_slice(b",\"items\":[");
-    let mut first = true;
-    for item in &page.raw {
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
+    let mut head = Vec::with_capacity(256);
+    head.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut head, &list_kind).expect("string");
+    head.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut head, &api_version).expect("string");
+    head.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut head, &meta).expect("json");
+    head.extend_from_slice(b",\"items\":[");
+    let raw = page.raw.into_iter().map(move |item| {
         match metadata_only
-            .then(|| object::partial_metadata_raw(item))
+            .then(|| object::partial_metadata_raw(&item))
             .flatten()
         {
-            Some(partial) => out.extend_from_slice(&partial),
-            None => out.extend_from_slice(item),
+            Some(partial) => partial,
+            None => item,
         }
-    }
-    for item in &page.items {
-        if !std::mem::take(&mut first) {
-            out.push(b',');
-        }
+    });
+    let typed = page.items.into_iter().map(move |item| {
         match metadata_only {
-            true => serde_json::to_writer(&mut out, &object::partial_metadata(item)),
-            false => serde_json::to_writer(&mut out, item),
+            true => serde_json::to_vec(&object::partial_metadata(&item)),
+            false => serde_json::to_vec(&item),
         }
-        .expect("json");
+        .expect("json")
+    });
+    let chunks = ListChunks {
+        next: Some(head),
+        items: raw.chain(typed),
+        first: true,
+    };
+    let body = Body::from_stream(futures::stream::iter(
+        chunks.map(Ok::<_, std::convert::Infallible>),
+    ));
+    let mut resp = (StatusCode::OK, body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}
+
+/// How much of a list one chunk of its body carries.
+const LIST_CHUNK: usize = 64 * 1024;
+
+/// A list's body in chunks: the head (up to `"items":[`), the items separated by commas,
+/// and the end, about [`LIST_CHUNK`] bytes at a time.
+struct ListChunks<I> {
+    /// The chunk being filled; `None` once the end was given.
+    next: Option<Vec<u8>>,
+    items: I,
+    first: bool,
+}
+
+impl<I: Iterator<Item = Vec<u8>>> Iterator for ListChunks<I> {
+    type Item = bytes::Bytes;
+
+    fn next(&mut self) -> Option<bytes::Bytes> {
+        let mut chunk = self.next.take()?;
+        loop {
+            let Some(item) = self.items.next() else {
+                chunk.extend_from_slice(b"]}");
+                return Some(chunk.into());
+            };
+            if !std::mem::take(&mut self.first) {
+                chunk.push(b',');
+            }
+            chunk.extend_from_slice(&item);
+            if chunk.len() >= LIST_CHUNK {
+                self.next = Some(Vec::with_capacity(2 * LIST_CHUNK));
+                return Some(chunk.into());
+            }
+        }
     }
-    out.extend_from_slice(b"]}");
-    Ok(raw_json(StatusCode::OK, out, &[]))
 }
 
 /// How a store event looks to a watcher with selectors (objects decoded once for all
@@ -582,4 +623,31 @@ fn watch_response(body: Body) -> Response {
         HeaderValue::from_static("no-cache, private"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(items: Vec<Vec<u8>>) -> (Vec<u8>, usize) {
+        let chunks: Vec<bytes::Bytes> = ListChunks {
+            next: Some(b"{\"items\":[".to_vec()),
+            items: items.into_iter(),
+            first: true,
+        }
+        .collect();
+        (chunks.concat(), chunks.len())
+    }
+
+    #[test]
+    fn a_list_goes_out_in_chunks_that_make_its_json() {
+        assert_eq!(body(vec![]), (b"{\"items\":[]}".to_vec(), 1));
+        assert_eq!(body(vec![b"1".to_vec()]), (b"{\"items\":[1]}".to_vec(), 1));
+        // 3,000 items of 100 bytes: about 300 KiB, in chunks of about 64 KiB.
+        let item = format!("\"{}\"", "x".repeat(98)).into_bytes();
+        let (all, n) = body(vec![item.clone(); 3000]);
+        let v: Value = serde_json::from_slice(&all).unwrap();
+        assert_eq!(v["items"].as_array().unwrap().len(), 3000);
+        assert_eq!(n, 300_000 / LIST_CHUNK + 1);
+    }
 }
