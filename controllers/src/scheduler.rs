@@ -19,13 +19,17 @@
 //!
 //! Decisions are serialised and "assume" the pod on its node at once, so concurrent
 //! bindings never overcommit; the cluster view is rebuilt from the informers at most once a
-//! second. A pod that fits nowhere gets `PodScheduled=False` (Unschedulable) and a
-//! FailedScheduling Event, and is retried.
+//! second, beside the decisions (on a blocking thread, without their lock), and swapped in
+//! with the pods assumed meanwhile. A pod that fits nowhere gets `PodScheduled=False`
+//! (Unschedulable) and a FailedScheduling Event, and is retried. Its attempts, decisions and
+//! bindings are timed in kube-scheduler's series (`scheduler_*`).
 //!
 //! A pod that fits nowhere may preempt (upstream's DefaultPreemption, see [`preemption`]):
 //! pods of lower `spec.priority` on the best node are deleted with a `Preempted` event, the
 //! pod is nominated there (`status.nominatedNodeName`), and pods of lower priority do not
 //! take the room while it waits.
+
+mod metrics;
 
 use crate::Result;
 use crate::driver::Driver;
@@ -39,6 +43,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
+use metrics::Outcome;
 use minik8s_events::Recorder;
 use minik8s_types::Quantity;
 use minik8s_types::storage::SELECTED_NODE;
@@ -88,9 +93,9 @@ pub struct NodeInfo {
     pub pods: i64,
     /// Host ports in use: (host IP, protocol, port).
     pub ports: HashSet<(String, String, i32)>,
-    /// (namespace, labels) of the pods on it.
-    pub pod_labels: Vec<(String, BTreeMap<String, String>)>,
-    /// The pods on it, when known (preemption chooses victims among them).
+    /// The pods on it: their namespaces and labels for affinity and spread, and the victims
+    /// preemption chooses among. Shared with the informer's store, not copied: a rebuild
+    /// places every pod (150,000 at the largest size measured).
     members: Vec<Arc<Pod>>,
     /// The node's allocatable resources (else its capacity), parsed once: every decision
     /// reads them for every node.
@@ -112,15 +117,13 @@ impl NodeInfo {
             requested: BTreeMap::new(),
             pods: 0,
             ports: HashSet::new(),
-            pod_labels: Vec::new(),
             members: Vec::new(),
         }
     }
 
-    /// Adds a pod, keeping it as a member.
+    /// Adds a pod with its requests.
     fn place(&mut self, pod: &Arc<Pod>) {
         self.add(pod, &pod_requests(pod));
-        self.members.push(pod.clone());
     }
 
     /// The node with only `members` on it.
@@ -136,15 +139,14 @@ impl NodeInfo {
         self.node.metadata.name.as_deref().unwrap_or_default()
     }
 
-    /// Adds a pod's usage.
-    pub fn add(&mut self, pod: &Pod, requests: &BTreeMap<String, Quantity>) {
+    /// Adds a pod as using `requests`.
+    pub fn add(&mut self, pod: &Arc<Pod>, requests: &BTreeMap<String, Quantity>) {
         for (k, v) in requests {
             *self.requested.entry(k.clone()).or_default() += *v;
         }
         self.pods += 1;
         self.ports.extend(host_ports(pod));
-        self.pod_labels
-            .push((pod.namespace().unwrap_or_default(), pod.labels().clone()));
+        self.members.push(pod.clone());
     }
 
     fn allocatable(&self, res: &str) -> Quantity {
@@ -281,7 +283,7 @@ pub fn filter(
     }
     placement(pod, tolerations, node)?;
     let affinity = spec.and_then(|s| s.affinity.as_ref());
-    let ns = pod.namespace().unwrap_or_default();
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let hostname = |terms: &[k8s_openapi::api::core::v1::PodAffinityTerm]| {
         terms
             .iter()
@@ -291,12 +293,13 @@ pub fn filter(
                 let Some(selector) = t.label_selector.as_ref().map(util::Selector::new) else {
                     return false;
                 };
-                info.pod_labels.iter().any(|(pns, l)| {
+                info.members.iter().any(|p| {
+                    let pns = p.metadata.namespace.as_deref().unwrap_or_default();
                     (if namespaces.is_empty() {
-                        *pns == ns
+                        pns == ns
                     } else {
-                        namespaces.contains(pns)
-                    }) && selector.matches(Some(l))
+                        namespaces.iter().any(|n| n == pns)
+                    }) && selector.matches(Some(p.labels()))
                 })
             })
             .collect::<Vec<bool>>()
@@ -384,10 +387,13 @@ impl Spread {
                         continue;
                     };
                     let matching = n
-                        .pod_labels
+                        .members
                         .iter()
-                        .filter(|(pns, l)| {
-                            *pns == ns && selector.as_ref().is_some_and(|s| s.matches(Some(l)))
+                        .filter(|p| {
+                            p.metadata.namespace.as_deref().unwrap_or_default() == ns
+                                && selector
+                                    .as_ref()
+                                    .is_some_and(|s| s.matches(Some(p.labels())))
                         })
                         .count() as i64;
                     *counts.get_mut(d).expect("domain") += matching;
@@ -616,6 +622,8 @@ struct State {
     built: Option<Instant>,
     /// How long the last rebuild took.
     rebuild_took: Duration,
+    /// A rebuild is wanted before its time (a binding failed: an assumption was dropped).
+    stale: bool,
     assumed: HashMap<String, Assumed>,
     /// Nominations by pod uid.
     nominated: HashMap<String, Nominated>,
@@ -822,7 +830,21 @@ pub struct Scheduler {
     /// that rebuilds the node view reads every pod, and a worker blocked on `state`
     /// meanwhile would hold one of the runtime's few threads).
     deciding: tokio::sync::Mutex<()>,
+    /// A worker is rebuilding the node view.
+    rebuilding: std::sync::atomic::AtomicBool,
     recorder: Recorder,
+}
+
+/// The node view as the informers show it, read without the scheduler's locks; merged with
+/// the assumptions and nominations under them ([`Scheduler::install`]).
+struct View {
+    nodes: Vec<NodeInfo>,
+    index: HashMap<String, usize>,
+    /// The pods assumed or nominated when it was read; `bound` and `unbound` are of these.
+    watched: HashSet<String>,
+    bound: HashSet<String>,
+    unbound: HashSet<String>,
+    nominated: Vec<Arc<Pod>>,
 }
 
 impl Scheduler {
@@ -838,11 +860,13 @@ impl Scheduler {
                 nodes: Vec::new(),
                 built: None,
                 rebuild_took: Duration::ZERO,
+                stale: false,
                 assumed: HashMap::new(),
                 nominated: HashMap::new(),
                 turn: Turn::default(),
             }),
             deciding: tokio::sync::Mutex::new(()),
+            rebuilding: std::sync::atomic::AtomicBool::new(false),
             recorder,
         }
     }
@@ -855,6 +879,26 @@ impl Scheduler {
 
     /// Rebuilds the node view from the informers (plus pods assumed but not yet seen bound).
     fn rebuild(&self, st: &mut State) {
+        let began = Instant::now();
+        let view = self.read_view(Self::watched(st));
+        Self::install(st, view);
+        st.rebuild_took = began.elapsed();
+    }
+
+    /// The pods whose assumption or nomination a view read now judges: those made later are
+    /// newer than it and kept as they are.
+    fn watched(st: &State) -> HashSet<String> {
+        st.assumed
+            .keys()
+            .chain(st.nominated.keys())
+            .cloned()
+            .collect()
+    }
+
+    /// Reads the node view from the informers: every node and every pod (150,000 of them at
+    /// the largest size measured), so it runs without the scheduler's locks; of the
+    /// `watched` pods it notes which are bound.
+    fn read_view(&self, watched: HashSet<String>) -> View {
         let mut infos: Vec<NodeInfo> = self.nodes.state().into_iter().map(NodeInfo::new).collect();
         let index: HashMap<String, usize> = infos
             .iter()
@@ -865,8 +909,11 @@ impl Scheduler {
         let mut unbound: HashSet<String> = HashSet::new();
         let mut nominated: Vec<Arc<Pod>> = Vec::new();
         for p in self.pods.state() {
+            let uid = p.metadata.uid.as_deref().unwrap_or_default();
             let Some(node) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
-                unbound.insert(p.uid().unwrap_or_default());
+                if watched.contains(uid) {
+                    unbound.insert(uid.to_owned());
+                }
                 if p.metadata.deletion_timestamp.is_none()
                     && p.status
                         .as_ref()
@@ -877,7 +924,9 @@ impl Scheduler {
                 }
                 continue;
             };
-            bound.insert(p.uid().unwrap_or_default());
+            if watched.contains(uid) {
+                bound.insert(uid.to_owned());
+            }
             if util::is_terminal(&p) {
                 continue;
             }
@@ -885,9 +934,33 @@ impl Scheduler {
                 infos[*i].place(&p);
             }
         }
+        View {
+            nodes: infos,
+            index,
+            watched,
+            bound,
+            unbound,
+            nominated,
+        }
+    }
+
+    /// Makes `view` the node view, with the pods assumed and nominated since it was read.
+    fn install(st: &mut State, view: View) {
+        let View {
+            nodes: mut infos,
+            index,
+            watched,
+            bound,
+            unbound,
+            nominated,
+        } = view;
         // An assumption ends when the informer shows the pod bound, or no longer has a pod
-        // it had (deleted before a rebuild saw it bound: its resources are free again).
+        // it had (deleted before a rebuild saw it bound: its resources are free again). One
+        // made after the view was read is newer than it.
         st.assumed.retain(|uid, a| {
+            if !watched.contains(uid) {
+                return true;
+            }
             a.seen |= unbound.contains(uid);
             !bound.contains(uid)
                 && (unbound.contains(uid) || !a.seen && a.at.elapsed() < ASSUME_UNSEEN)
@@ -899,7 +972,8 @@ impl Scheduler {
         }
         // A nomination lasts while its pod is pending; one the scheduler did not make here
         // (before a restart) is learned from the pod's status.
-        st.nominated.retain(|uid, _| unbound.contains(uid));
+        st.nominated
+            .retain(|uid, _| !watched.contains(uid) || unbound.contains(uid));
         for p in nominated {
             let uid = p.uid().unwrap_or_default();
             if let Some(node) = p
@@ -914,6 +988,40 @@ impl Scheduler {
         }
         st.nodes = infos;
         st.built = Some(Instant::now());
+        st.stale = false;
+    }
+
+    /// Whether the node view is due to be read again: every second, or less often when
+    /// reading it takes long, so that it takes at most a twentieth of the time; sooner when
+    /// an assumption was dropped. Between rebuilds the pods placed here count as assumed.
+    fn rebuild_due(&self) -> bool {
+        let st = self.state.lock().expect("scheduler state");
+        let every = Duration::from_secs(1).max(st.rebuild_took * 20);
+        st.stale || st.built.is_some_and(|b| b.elapsed() > every)
+    }
+
+    /// Rebuilds the node view when due, reading it on a blocking thread while the decisions
+    /// go on with the old one; one worker at a time does so.
+    async fn refresh(self: &Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if !self.rebuild_due() || self.rebuilding.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let began = Instant::now();
+        let s = self.clone();
+        let watched = Self::watched(&self.state.lock().expect("scheduler state"));
+        match tokio::task::spawn_blocking(move || s.read_view(watched)).await {
+            Ok(view) => {
+                let mut st = self.state.lock().expect("scheduler state");
+                Self::install(&mut st, view);
+                st.rebuild_took = began.elapsed();
+                if st.rebuild_took > Duration::from_millis(500) {
+                    tracing::debug!(took = ?st.rebuild_took, nodes = st.nodes.len(), "node view rebuilt");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "rebuilding the node view failed"),
+        }
+        self.rebuilding.store(false, Ordering::Release);
     }
 
     /// Decides (and assumes) a node for a pod.
@@ -925,14 +1033,10 @@ impl Scheduler {
         assume: bool,
     ) -> Result<String, String> {
         let mut st = self.state.lock().expect("scheduler state");
-        // Rebuilt every second, or less often when rebuilding takes long (every pod is read
-        // again: 150,000 of them), so that it takes at most a twentieth of the time; between
-        // rebuilds the pods this scheduler placed are counted as assumed.
-        let every = Duration::from_secs(1).max(st.rebuild_took * 20);
-        if st.built.is_none_or(|b| b.elapsed() > every) {
-            let began = Instant::now();
+        // Built here the first time; after that, [`Scheduler::refresh`] rebuilds it beside
+        // the decisions.
+        if st.built.is_none() {
             self.rebuild(&mut st);
-            st.rebuild_took = began.elapsed();
         }
         let view = st.with_nominated(pod);
         let State { nodes, turn, .. } = &mut *st;
@@ -1006,7 +1110,7 @@ impl Scheduler {
     fn forget(&self, pod: &Pod) {
         let mut st = self.state.lock().expect("scheduler state");
         st.assumed.remove(&pod.uid().unwrap_or_default());
-        st.built = None;
+        st.stale = true;
     }
 }
 
@@ -1034,12 +1138,17 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let volume_nodes = needs.as_ref().ok().map(|n| n.nodes.clone());
+    let attempt = Instant::now();
+    let m = metrics::get();
+    s.refresh().await;
     let turn = s.deciding.lock().await;
+    let deciding = Instant::now();
     let decided = needs.and_then(|n| {
         let assume = n.delayed.is_empty();
         s.decide(&pod, policy, &n.nodes, assume)
             .map(|node| (node, n.delayed))
     });
+    m.decided(deciding.elapsed());
     drop(turn);
     match decided {
         Ok((node, delayed)) if !delayed.is_empty() => {
@@ -1070,15 +1179,23 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
                 },
             };
             let body = serde_json::to_value(&binding)?;
-            match api
+            let sent = Instant::now();
+            let bound = api
                 .create_subresource::<_, serde_json::Value>(
                     "binding",
                     &name,
                     &PostParams::default(),
                     &body,
                 )
-                .await
-            {
+                .await;
+            m.bound(bound.is_ok(), sent.elapsed());
+            let outcome = if bound.is_ok() {
+                Outcome::Scheduled
+            } else {
+                Outcome::Error
+            };
+            m.attempted(outcome, attempt.elapsed());
+            match bound {
                 Ok(_) => {
                     tracing::debug!(pod = %util::key(pod.as_ref()), %node, "bound");
                     s.recorder.normal(
@@ -1095,6 +1212,7 @@ async fn reconcile(pod: Arc<Pod>, s: Arc<Scheduler>) -> Result<Action> {
             }
         }
         Err(message) => {
+            m.attempted(Outcome::Unschedulable, attempt.elapsed());
             let preempted = match &volume_nodes {
                 Some(volumes) => s.preempt(&pod, volumes),
                 None => None,
@@ -1350,6 +1468,7 @@ mod tests {
             nodes: vec![n],
             built: None,
             rebuild_took: Duration::ZERO,
+            stale: false,
             assumed: HashMap::new(),
             nominated: HashMap::new(),
             turn: Turn::default(),
@@ -1395,7 +1514,7 @@ mod tests {
     fn least_allocated_prefers_the_emptier_node() {
         let mut a = node("a", "4");
         let b = node("b", "4");
-        a.add(&pod("2"), &pod_requests(&pod("2")));
+        a.add(&Arc::new(pod("2")), &pod_requests(&pod("2")));
         let nodes = vec![a, b];
         assert_eq!(
             pick(
@@ -1421,7 +1540,7 @@ mod tests {
         // there; the emptiest of those searched is chosen.
         let mut nodes: Vec<NodeInfo> = (0..1000).map(|i| node(&format!("n{i:04}"), "4")).collect();
         for n in nodes.iter_mut().take(700) {
-            n.add(&pod("1"), &pod_requests(&pod("1")));
+            n.add(&Arc::new(pod("1")), &pod_requests(&pod("1")));
         }
         let mut turn = Turn::default();
         // n0000–n0419, all holding a pod: the first of them.
@@ -1439,7 +1558,7 @@ mod tests {
         // Only feasible nodes count: with 300 left that fit (n0700–n0999), the search goes
         // round every node and ends where it began.
         for n in nodes.iter_mut().take(900) {
-            n.add(&pod("3"), &pod_requests(&pod("3")));
+            n.add(&Arc::new(pod("3")), &pod_requests(&pod("3")));
         }
         assert_eq!(
             pick(&pod("1"), &nodes, Policy::LeastAllocated, &mut turn),
@@ -1447,7 +1566,7 @@ mod tests {
         );
         assert_eq!(turn.start, 840);
         for (i, n) in nodes.iter_mut().enumerate().skip(700) {
-            let p = if i < 900 { pod("1") } else { pod("4") };
+            let p = Arc::new(if i < 900 { pod("1") } else { pod("4") });
             n.add(&p, &pod_requests(&p));
         }
         assert_eq!(
@@ -1476,9 +1595,9 @@ mod tests {
         // a has an unrelated pod (fewer pods would otherwise pick b), b has one of ours.
         let mut a = node("a", "4");
         let mut b = node("b", "4");
-        a.add(&pod("0"), &BTreeMap::new());
-        a.add(&pod("0"), &BTreeMap::new());
-        b.add(&spread_pod(false), &BTreeMap::new());
+        a.add(&Arc::new(pod("0")), &BTreeMap::new());
+        a.add(&Arc::new(pod("0")), &BTreeMap::new());
+        b.add(&Arc::new(spread_pod(false)), &BTreeMap::new());
         let nodes = vec![a, b];
         assert_eq!(
             pick(
@@ -1491,7 +1610,7 @@ mod tests {
         );
         // DoNotSchedule: b at 2 and a at 0 would be a skew of 2 > 1 on b.
         let mut b = nodes[1].clone();
-        b.add(&spread_pod(true), &BTreeMap::new());
+        b.add(&Arc::new(spread_pod(true)), &BTreeMap::new());
         let only_b = vec![nodes[0].clone(), b];
         assert_eq!(
             pick(
@@ -1503,10 +1622,10 @@ mod tests {
             Ok(0)
         );
         let mut full_a = only_b.clone();
-        full_a[0].add(&spread_pod(true), &BTreeMap::new());
-        full_a[0].add(&spread_pod(true), &BTreeMap::new());
-        full_a[0].add(&spread_pod(true), &BTreeMap::new());
-        full_a[1].add(&spread_pod(true), &BTreeMap::new());
+        full_a[0].add(&Arc::new(spread_pod(true)), &BTreeMap::new());
+        full_a[0].add(&Arc::new(spread_pod(true)), &BTreeMap::new());
+        full_a[0].add(&Arc::new(spread_pod(true)), &BTreeMap::new());
+        full_a[1].add(&Arc::new(spread_pod(true)), &BTreeMap::new());
         // a 3, b 3: both within skew; the tie goes to fewer pods overall (b).
         assert_eq!(
             pick(
@@ -1518,7 +1637,7 @@ mod tests {
             Ok(1)
         );
         let mut skewed = only_b;
-        skewed[1].add(&spread_pod(true), &BTreeMap::new());
+        skewed[1].add(&Arc::new(spread_pod(true)), &BTreeMap::new());
         // a 0, b 3: b is refused, a chosen.
         assert_eq!(
             pick(
@@ -1618,7 +1737,7 @@ mod tests {
         let mut occupied = node("a", "4");
         let mut web = pod("1");
         web.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
-        occupied.add(&web, &pod_requests(&web));
+        occupied.add(&Arc::new(web.clone()), &pod_requests(&web));
         let mut anti = web.clone();
         anti.spec.as_mut().unwrap().affinity = Some(serde_json::from_value(json!({
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
@@ -1729,6 +1848,37 @@ mod tests {
                 .unwrap(),
             "n1"
         );
+    }
+
+    #[test]
+    fn a_view_read_beside_the_decisions_keeps_the_pods_assumed_meanwhile() {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}))
+        .unwrap();
+        let pod = |name: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "uid": name},
+                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}))
+            .unwrap()
+        };
+        let (pods, mut writer) = kube::runtime::reflector::store();
+        for name in ["first", "second", "third"] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod(name)));
+        }
+        let m = crate::testing::mock(crate::testing::echo);
+        let s = Scheduler::new(m.client.clone(), crate::testing::store(vec![n]), pods);
+        let decide = |name: &str| s.decide(&Arc::new(pod(name)), Policy::LeastAllocated, &[], true);
+        assert_eq!(decide("first").unwrap(), "n1");
+        // The view is read (no pod bound in it yet) while the second pod is decided.
+        let view = s.read_view(Scheduler::watched(&s.state.lock().unwrap()));
+        assert_eq!(decide("second").unwrap(), "n1");
+        Scheduler::install(&mut s.state.lock().unwrap(), view);
+        assert!(!s.rebuild_due());
+        // Both assumed pods still take their cpu: the third fits nowhere.
+        assert!(decide("third").is_err());
+        // A dropped assumption (a failed binding) makes a rebuild due at once.
+        s.forget(&pod("second"));
+        assert!(s.rebuild_due());
     }
 
     #[test]
