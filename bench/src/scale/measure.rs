@@ -162,11 +162,50 @@ fn sample(line: &str) -> Option<(&str, BTreeMap<&str, &str>, f64)> {
 type Buckets = Vec<(f64, f64)>;
 
 /// What a `/metrics` scrape holds of requests: latency histograms by (verb, resource,
-/// subresource, scope), and answers by (verb, resource, code).
+/// subresource, scope), and answers by (verb, resource, code); and of the scheduler, where
+/// the apiserver serves its series (minik8s's does; upstream's kube-scheduler serves them on
+/// a port of its own): its attempts' latency by result, its decisions' and its bindings'.
 #[derive(Default, Clone)]
 pub struct Scrape {
     latency: BTreeMap<(String, String, String, String), Buckets>,
     answers: BTreeMap<(String, String, String), f64>,
+    scheduler: BTreeMap<String, Buckets>,
+}
+
+/// A histogram's bucket line's upper bound.
+fn upper_bound(labels: &BTreeMap<&str, &str>) -> Option<f64> {
+    match labels.get("le") {
+        Some(&"+Inf") => Some(f64::INFINITY),
+        Some(le) => Some(le.parse().unwrap_or(f64::INFINITY)),
+        None => None,
+    }
+}
+
+/// `after`'s counts less `before`'s, series by series.
+fn subtract<K: Ord>(after: &mut BTreeMap<K, Buckets>, before: &BTreeMap<K, Buckets>) {
+    for (k, buckets) in after.iter_mut() {
+        if let Some(old) = before.get(k) {
+            for (b, o) in buckets.iter_mut().zip(old) {
+                b.1 -= o.1;
+            }
+        }
+    }
+}
+
+/// `other`'s counts added to `into`'s, series by series.
+fn add<K: Ord + Clone>(into: &mut BTreeMap<K, Buckets>, other: &BTreeMap<K, Buckets>) {
+    for (k, buckets) in other {
+        match into.get_mut(k) {
+            Some(mine) if mine.len() == buckets.len() => {
+                for (m, o) in mine.iter_mut().zip(buckets) {
+                    m.1 += o.1;
+                }
+            }
+            _ => {
+                into.insert(k.clone(), buckets.clone());
+            }
+        }
+    }
 }
 
 impl Scrape {
@@ -180,10 +219,8 @@ impl Scrape {
             let get = |k: &str| labels.get(k).copied().unwrap_or("").to_owned();
             match name {
                 "apiserver_request_duration_seconds_bucket" => {
-                    let le = match labels.get("le") {
-                        Some(&"+Inf") => f64::INFINITY,
-                        Some(le) => le.parse().unwrap_or(f64::INFINITY),
-                        None => continue,
+                    let Some(le) = upper_bound(&labels) else {
+                        continue;
                     };
                     s.latency
                         .entry((
@@ -200,10 +237,30 @@ impl Scrape {
                         .entry((get("verb"), get("resource"), get("code")))
                         .or_default() += value;
                 }
+                "scheduler_scheduling_attempt_duration_seconds_bucket"
+                | "scheduler_scheduling_algorithm_duration_seconds_bucket"
+                | "scheduler_framework_extension_point_duration_seconds_bucket" => {
+                    let series = match name {
+                        "scheduler_scheduling_attempt_duration_seconds_bucket" => {
+                            format!("attempt_{}", get("result"))
+                        }
+                        "scheduler_scheduling_algorithm_duration_seconds_bucket" => {
+                            "algorithm".to_owned()
+                        }
+                        _ if get("extension_point") == "Bind" => {
+                            format!("bind_{}", get("status").to_lowercase())
+                        }
+                        _ => continue,
+                    };
+                    let Some(le) = upper_bound(&labels) else {
+                        continue;
+                    };
+                    s.scheduler.entry(series).or_default().push((le, value));
+                }
                 _ => {}
             }
         }
-        for b in s.latency.values_mut() {
+        for b in s.latency.values_mut().chain(s.scheduler.values_mut()) {
             b.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         s
@@ -212,13 +269,8 @@ impl Scrape {
     /// What happened between `before` and `self`.
     pub fn since(&self, before: &Scrape) -> Scrape {
         let mut out = self.clone();
-        for (k, buckets) in out.latency.iter_mut() {
-            if let Some(old) = before.latency.get(k) {
-                for (b, o) in buckets.iter_mut().zip(old) {
-                    b.1 -= o.1;
-                }
-            }
-        }
+        subtract(&mut out.latency, &before.latency);
+        subtract(&mut out.scheduler, &before.scheduler);
         for (k, v) in out.answers.iter_mut() {
             *v -= before.answers.get(k).copied().unwrap_or(0.0);
         }
@@ -229,22 +281,30 @@ impl Scrape {
     /// the other (before and after a restart, whose counters start again at zero).
     pub fn plus(&self, other: &Scrape) -> Scrape {
         let mut out = self.clone();
-        for (k, buckets) in &other.latency {
-            match out.latency.get_mut(k) {
-                Some(mine) if mine.len() == buckets.len() => {
-                    for (m, o) in mine.iter_mut().zip(buckets) {
-                        m.1 += o.1;
-                    }
-                }
-                _ => {
-                    out.latency.insert(k.clone(), buckets.clone());
-                }
-            }
-        }
+        add(&mut out.latency, &other.latency);
+        add(&mut out.scheduler, &other.scheduler);
         for (k, v) in &other.answers {
             *out.answers.entry(k.clone()).or_default() += v;
         }
         out
+    }
+
+    /// The scheduler's series with observations: count, p50 and p99 (ms), by series
+    /// (`attempt_scheduled`, `attempt_unschedulable`, `algorithm`, `bind_success` …).
+    pub fn scheduler(&self) -> BTreeMap<String, Value> {
+        self.scheduler
+            .iter()
+            .filter_map(|(series, buckets)| {
+                let count = buckets.last().map_or(0.0, |b| b.1);
+                (count > 0.0).then(|| {
+                    let ms = |q| (quantile(buckets, q) * 1e4).round() / 10.0;
+                    (
+                        series.clone(),
+                        json!({"count": count, "p50_ms": ms(0.5), "p99_ms": ms(0.99)}),
+                    )
+                })
+            })
+            .collect()
     }
 
     /// 5xx answers by (verb, resource, code).
@@ -381,5 +441,28 @@ apiserver_request_total{code="503",component="apiserver",resource="pods",verb="P
         let worse = Scrape::parse(&TEXT.replace("} 99\n", "} 98\n"));
         let (_, broken) = server_latencies(&worse.since(&Scrape::default()));
         assert_eq!(broken.len(), 1, "{broken:?}");
+    }
+
+    #[test]
+    fn the_schedulers_series_are_told_by_attempt_result_decision_and_binding() {
+        let text = r#"scheduler_scheduling_attempt_duration_seconds_bucket{le="0.001",result="scheduled",profile="default-scheduler"} 0
+scheduler_scheduling_attempt_duration_seconds_bucket{le="0.002",result="scheduled",profile="default-scheduler"} 10
+scheduler_scheduling_attempt_duration_seconds_bucket{le="+Inf",result="scheduled",profile="default-scheduler"} 10
+scheduler_scheduling_algorithm_duration_seconds_bucket{le="0.001"} 4
+scheduler_scheduling_algorithm_duration_seconds_bucket{le="+Inf"} 4
+scheduler_framework_extension_point_duration_seconds_bucket{le="0.001",extension_point="Bind",status="Success",profile="default-scheduler"} 3
+scheduler_framework_extension_point_duration_seconds_bucket{le="+Inf",extension_point="Bind",status="Success",profile="default-scheduler"} 3
+scheduler_framework_extension_point_duration_seconds_bucket{le="+Inf",extension_point="Filter",status="Success",profile="default-scheduler"} 3
+"#;
+        let after = Scrape::parse(text);
+        let s = after.since(&Scrape::default()).scheduler();
+        assert_eq!(
+            s.keys().collect::<Vec<_>>(),
+            ["algorithm", "attempt_scheduled", "bind_success"]
+        );
+        assert_eq!(s["attempt_scheduled"]["count"], 10.0);
+        assert_eq!(s["attempt_scheduled"]["p50_ms"], 1.5);
+        assert!(after.since(&after).scheduler().is_empty());
+        assert_eq!(after.plus(&after).scheduler()["algorithm"]["count"], 8.0);
     }
 }

@@ -9,7 +9,9 @@
 //! LIST once each phase settled), 5xx answers, memory (RssAnon, PSS, cgroup) and CPU of each
 //! component, the store's size, memory per stored object, and with `kill`, a SIGKILL of
 //! `minik8s up` at the peak: the time it takes to answer again and for every node to renew
-//! its Lease, and the objects counted before and after.
+//! its Lease, and the objects counted before and after. The pod watch and the sampled reads
+//! run in a thread and runtime of their own (`spawn_measuring`), apart from the simulated
+//! nodes and the load's writes.
 
 pub mod load;
 pub mod measure;
@@ -213,6 +215,51 @@ async fn watch_pods(client: Client, tracker: Arc<Mutex<Tracker>>, stop: Cancella
             }
         }
     }
+}
+
+/// Starts the pod watch and the sampled reads on a runtime of their own, in a thread named
+/// `scale-measure`, with a client of their own: the thousands of simulated nodes and the
+/// load's writes in the harness's main runtime do not delay when a watch event is stamped or
+/// a read is timed (ClusterLoader2 measures from a process apart from its hollow nodes).
+/// The thread ends when `stop` is cancelled.
+async fn spawn_measuring(
+    kubeconfig: PathBuf,
+    tracker: Arc<Mutex<Tracker>>,
+    rec: Arc<measure::Client>,
+    plan: Arc<Vec<Deploy>>,
+    nodes: usize,
+    stop: CancellationToken,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("scale-measure")
+        .enable_all()
+        .build()?;
+    let (made, client_made) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new()
+        .name("scale-measure".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                // The client's connections and its buffer's worker run on this runtime.
+                let client = match minik8s_kubeconfig::client(&kubeconfig).await {
+                    Ok(c) => {
+                        let _ = made.send(Ok(()));
+                        c
+                    }
+                    Err(e) => {
+                        let _ = made.send(Err(e));
+                        return;
+                    }
+                };
+                let watch = tokio::spawn(watch_pods(client.clone(), tracker, stop.clone()));
+                let reads = tokio::spawn(sample_reads(client, rec, plan, nodes, stop));
+                let _ = tokio::join!(watch, reads);
+            });
+        })?;
+    client_made
+        .await
+        .map_err(|_| anyhow::anyhow!("the measuring thread ended before its client was made"))??;
+    Ok(thread)
 }
 
 /// A raw GET through the client (the body is read, not decoded): LISTs and GETs as their
@@ -682,19 +729,16 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
     let mut served_before_kill = measure::Scrape::default();
 
     let tracker = Arc::new(Mutex::new(Tracker::default()));
-    tokio::spawn(watch_pods(
-        client.clone(),
-        tracker.clone(),
-        shutdown.clone(),
-    ));
     let mut plan = load::plan(opts.nodes, opts.pods);
-    tokio::spawn(sample_reads(
-        client.clone(),
+    let measuring = spawn_measuring(
+        kubeconfig.clone(),
+        tracker.clone(),
         rec.clone(),
         Arc::new(plan.clone()),
         opts.nodes,
         shutdown.clone(),
-    ));
+    )
+    .await?;
     let mut phases = serde_json::Map::new();
     let mut watch_differ = serde_json::Map::new();
 
@@ -1075,6 +1119,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         }
     };
     shutdown.cancel();
+    let _ = tokio::task::spawn_blocking(move || measuring.join()).await;
     let (server_rows, broken) = measure::server_latencies(&diff);
     violations.extend(broken);
     let client_rows = rec.report();
@@ -1151,7 +1196,8 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
             (
                 (*phase).to_owned(),
                 json!({"slos_broken": broken, "server_worst": measure::worst(&rows),
-                       "client_worst": measure::worst(&client)}),
+                       "client_worst": measure::worst(&client),
+                       "scheduler": served.scheduler()}),
             )
         })
         .collect();
@@ -1170,6 +1216,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "by_phase": by_phase,
         "pod_startup": startup,
         "server_latency": server_rows,
+        "scheduler": diff.scheduler(),
         "client_latency": client_rows,
         "watch": {"events": events, "relists": relists, "pods_differing_from_a_list": watch_differ},
         "memory": {"idle_with_nodes": idle, "peak": peak, "end": end},
