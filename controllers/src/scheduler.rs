@@ -1813,17 +1813,25 @@ mod tests {
         );
     }
 
+    /// A Ready node of `cpu` cores, room for 10 pods.
+    fn ready_node(name: &str, cpu: &str) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                "allocatable": {"cpu": cpu, "memory": "4Gi", "pods": "10"}}}))
+        .unwrap()
+    }
+
+    /// A pod asking for one core, its uid its name.
+    fn one_cpu_pod(name: &str) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}))
+        .unwrap()
+    }
+
     #[test]
     fn an_assumed_pod_deleted_before_a_rebuild_saw_it_bound_frees_its_node() {
-        let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                "allocatable": {"cpu": "1", "memory": "4Gi", "pods": "10"}}}))
-        .unwrap();
-        let pod = |name: &str| -> Pod {
-            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "uid": name},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}))
-            .unwrap()
-        };
+        let n = ready_node("n1", "1");
+        let pod = one_cpu_pod;
         let (pods, mut writer) = kube::runtime::reflector::store();
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod("first")));
         let m = crate::testing::mock(crate::testing::echo);
@@ -1852,15 +1860,8 @@ mod tests {
 
     #[test]
     fn a_view_read_beside_the_decisions_keeps_the_pods_assumed_meanwhile() {
-        let n: Node = serde_json::from_value(json!({"metadata": {"name": "n1"},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                "allocatable": {"cpu": "2", "memory": "4Gi", "pods": "10"}}}))
-        .unwrap();
-        let pod = |name: &str| -> Pod {
-            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "default", "uid": name},
-                "spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}))
-            .unwrap()
-        };
+        let n = ready_node("n1", "2");
+        let pod = one_cpu_pod;
         let (pods, mut writer) = kube::runtime::reflector::store();
         for name in ["first", "second", "third"] {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(pod(name)));

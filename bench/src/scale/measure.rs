@@ -237,9 +237,7 @@ impl Scrape {
                         .entry((get("verb"), get("resource"), get("code")))
                         .or_default() += value;
                 }
-                "scheduler_scheduling_attempt_duration_seconds_bucket"
-                | "scheduler_scheduling_algorithm_duration_seconds_bucket"
-                | "scheduler_framework_extension_point_duration_seconds_bucket" => {
+                _ => {
                     let series = match name {
                         "scheduler_scheduling_attempt_duration_seconds_bucket" => {
                             format!("attempt_{}", get("result"))
@@ -247,17 +245,17 @@ impl Scrape {
                         "scheduler_scheduling_algorithm_duration_seconds_bucket" => {
                             "algorithm".to_owned()
                         }
-                        _ if get("extension_point") == "Bind" => {
+                        "scheduler_framework_extension_point_duration_seconds_bucket"
+                            if get("extension_point") == "Bind" =>
+                        {
                             format!("bind_{}", get("status").to_lowercase())
                         }
                         _ => continue,
                     };
-                    let Some(le) = upper_bound(&labels) else {
-                        continue;
-                    };
-                    s.scheduler.entry(series).or_default().push((le, value));
+                    if let Some(le) = upper_bound(&labels) {
+                        s.scheduler.entry(series).or_default().push((le, value));
+                    }
                 }
-                _ => {}
             }
         }
         for b in s.latency.values_mut().chain(s.scheduler.values_mut()) {
