@@ -19,7 +19,15 @@ pub struct Client {
     phase: Mutex<&'static str>,
     errors: Mutex<BTreeMap<(Call, u16), u64>>,
     paused: std::sync::atomic::AtomicBool,
+    /// Calls that took longer than [`SLOW`], as they ended (at most [`SLOW_KEPT`] a phase): when in
+    /// the run a tail happened, to set beside the server's own view of that moment.
+    slow: Mutex<Vec<Value>>,
 }
+
+/// A call slower than this is logged with the time it ended (every SLO's bound is 1 s or more).
+const SLOW: Duration = Duration::from_secs(1);
+/// How many slow calls a report keeps per phase (a busy phase cannot crowd out the rest).
+const SLOW_KEPT: usize = 300;
 
 impl Client {
     /// Stops (or resumes) recording: while the server is down on purpose.
@@ -50,6 +58,18 @@ impl Client {
         match &out {
             Ok(_) => {
                 let phase = *self.phase.lock().expect("phase");
+                if took > SLOW {
+                    let mut slow = self.slow.lock().expect("slow");
+                    if slow.iter().filter(|s| s["phase"] == phase).count() < SLOW_KEPT {
+                        let ended = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .unwrap_or_default();
+                        slow.push(json!({
+                            "verb": verb, "resource": resource, "scope": scope, "phase": phase,
+                            "ended_unix_s": ended.as_secs(), "ms": took.as_millis() as u64,
+                        }));
+                    }
+                }
                 self.latencies
                     .lock()
                     .expect("latencies")
@@ -91,6 +111,11 @@ impl Client {
             out.entry(phase).or_default().push(row(call, samples));
         }
         out
+    }
+
+    /// The calls slower than [`SLOW`], in the order they ended.
+    pub fn slow(&self) -> Vec<Value> {
+        self.slow.lock().expect("slow").clone()
     }
 
     /// Errors by class and code (0: no HTTP answer).

@@ -1218,6 +1218,7 @@ pub async fn run(plane: Plane, opts: Options) -> anyhow::Result<Value> {
         "server_latency": server_rows,
         "scheduler": diff.scheduler(),
         "client_latency": client_rows,
+        "client_slow_calls": rec.slow(),
         "watch": {"events": events, "relists": relists, "pods_differing_from_a_list": watch_differ},
         "memory": {"idle_with_nodes": idle, "peak": peak, "end": end},
         "rss_anon_bytes_per_pod_with_its_objects": per_pod,
