@@ -19,9 +19,9 @@ pub struct Client {
     phase: Mutex<&'static str>,
     errors: Mutex<BTreeMap<(Call, u16), u64>>,
     paused: std::sync::atomic::AtomicBool,
-    /// Calls that took longer than [`SLOW`], as they ended (at most [`SLOW_KEPT`] a phase): when in
-    /// the run a tail happened, to set beside the server's own view of that moment.
-    slow: Mutex<Vec<Value>>,
+    /// Calls that took longer than [`SLOW`], by phase, as they ended (at most [`SLOW_KEPT`]
+    /// a phase): when in the run a tail happened, to set beside the server's view of it.
+    slow: Mutex<BTreeMap<&'static str, Vec<Value>>>,
 }
 
 /// A call slower than this is logged with the time it ended (every SLO's bound is 1 s or more).
@@ -60,12 +60,13 @@ impl Client {
                 let phase = *self.phase.lock().expect("phase");
                 if took > SLOW {
                     let mut slow = self.slow.lock().expect("slow");
-                    if slow.iter().filter(|s| s["phase"] == phase).count() < SLOW_KEPT {
+                    let kept = slow.entry(phase).or_default();
+                    if kept.len() < SLOW_KEPT {
                         let ended = std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .unwrap_or_default();
-                        slow.push(json!({
-                            "verb": verb, "resource": resource, "scope": scope, "phase": phase,
+                        kept.push(json!({
+                            "verb": verb, "resource": resource, "scope": scope,
                             "ended_unix_s": ended.as_secs(), "ms": took.as_millis() as u64,
                         }));
                     }
@@ -113,9 +114,9 @@ impl Client {
         out
     }
 
-    /// The calls slower than [`SLOW`], in the order they ended.
-    pub fn slow(&self) -> Vec<Value> {
-        self.slow.lock().expect("slow").clone()
+    /// The calls slower than [`SLOW`], by phase, each in the order they ended.
+    pub fn slow(&self) -> Value {
+        json!(*self.slow.lock().expect("slow"))
     }
 
     /// Errors by class and code (0: no HTTP answer).
