@@ -1,12 +1,16 @@
-//! ClusterIP and NodePort allocation for Services, serialised by one lock held across the
-//! write. What is in use is derived from the stored Services, nothing else: a table of them
+//! ClusterIP and NodePort allocation for Services. What is in use is derived from the stored
+//! Services and the allocations of writes still under way, nothing else: a table of them
 //! is kept in memory from a watch of the store ([`Allocator::follow`]), as upstream keeps
 //! its allocation bitmaps in memory, so that an allocation reads no Service. This server's
 //! own Service writes go into the table as they are made ([`Allocator::wrote`]), ahead of
 //! the watch, so the next allocation need not wait for the watch to bring them: waiting
 //! made every Service write wait for the watch's delivery under the lock, and at 150,000
-//! pods a late watch made creates queue for seconds. A table not filled yet gives way, after
-//! a short wait, to a read of the store.
+//! pods a late watch made creates queue for seconds. An allocation is a [`Reservation`] in
+//! the table until its write has landed or failed, as upstream allocates from its bitmaps
+//! before the write and releases on failure: no lock is held across the store's commit, which
+//! at 150,000 pods made Service creates queue behind each other's commits. A table not
+//! filled yet gives way, after a short wait, to a read of the store, and then the lock is
+//! held until the write is done.
 
 use crate::error::{ApiError, ApiResult, Cause};
 use futures::StreamExt;
@@ -27,7 +31,7 @@ const PREFIX: &str = "/registry/core/services/";
 const CATCH_UP: Duration = Duration::from_secs(2);
 
 /// The service IP range and node port range, with the lock that serialises allocation and
-/// the table of what the stored Services hold.
+/// the table of what the stored Services and the writes under way hold.
 #[derive(Debug)]
 pub struct Allocator {
     base: u32,
@@ -144,7 +148,7 @@ impl Allocator {
         let all = store.range(RangeRequest::prefix(PREFIX)).await?;
         let mut used = Used::default();
         used.relisted(&all.kvs, all.revision);
-        Ok(Table::Read(used))
+        Ok(Table::Read(Box::new(used)))
     }
 
     /// The range, as `10.96.0.0/12`.
@@ -161,25 +165,23 @@ impl Allocator {
         Ipv4Addr::from(self.base + 1)
     }
 
-    /// Takes the allocation lock; hold it until the Service is written.
-    pub async fn lock(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.lock.lock().await
-    }
-
     fn contains(&self, ip: Ipv4Addr) -> bool {
         let n = u32::from(ip);
         n > self.base && n < self.base + self.size - 1
     }
 
-    /// Fills in or checks a Service's ClusterIP and NodePorts (call with the lock held).
+    /// Fills in or checks a Service's ClusterIP and NodePorts. What it takes stays taken
+    /// while the [`Reservation`] lives: keep it until the write has landed and
+    /// [`Allocator::wrote`] has been told it, or has failed.
     pub async fn assign(
         &self,
         store: &Storage,
         key: &str,
         svc: &mut Value,
         old: Option<&Value>,
-    ) -> ApiResult<()> {
-        let table = self.table(store).await?;
+    ) -> ApiResult<Reservation<'_>> {
+        let lock = self.lock.lock().await;
+        let mut table = self.table(store).await?;
         let name = svc
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -344,7 +346,42 @@ impl Allocator {
                 p["nodePort"] = json!(chosen);
             }
         }
-        Ok(())
+        let holds = Holds::of_spec(StoredSpec::deserialize(&svc["spec"]).unwrap_or_default());
+        Ok(match &mut table {
+            Table::Kept(used) => Reservation {
+                alloc: self,
+                id: Some(used.reserve(holds)),
+                _lock: None,
+            },
+            // Nothing else sees a table read for this write: the lock stays until it is done.
+            Table::Read(_) => Reservation {
+                alloc: self,
+                id: None,
+                _lock: Some(lock),
+            },
+        })
+    }
+}
+
+/// What a Service write under way has allocated, taken in the table until dropped (after
+/// the write has landed and been told to [`Allocator::wrote`], or has failed).
+#[must_use = "the allocation is released when the reservation is dropped"]
+#[derive(Debug)]
+pub struct Reservation<'a> {
+    alloc: &'a Allocator,
+    id: Option<u64>,
+    _lock: Option<tokio::sync::MutexGuard<'a, ()>>,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.alloc
+                .used
+                .lock()
+                .expect("allocation table")
+                .release(id);
+        }
     }
 }
 
@@ -411,9 +448,13 @@ impl Holds {
         let Ok(stored) = serde_json::from_slice::<Stored>(value) else {
             return Holds::default();
         };
+        Holds::of_spec(stored.spec)
+    }
+
+    fn of_spec(spec: StoredSpec) -> Holds {
         Holds {
-            ip: stored.spec.cluster_ip,
-            ports: (stored.spec.ports.into_iter().flatten())
+            ip: spec.cluster_ip,
+            ports: (spec.ports.into_iter().flatten())
                 .filter_map(|p| p.node_port)
                 .map(|n| n as u16)
                 .collect(),
@@ -433,12 +474,16 @@ struct Used {
     /// (`None`: deleted). A relisted table gets them again; an older watch event for their
     /// key does not undo them.
     own: BTreeMap<i64, (String, Option<Vec<u8>>)>,
+    /// What this server's writes under way have allocated, by reservation; counted in
+    /// `ips` and `ports` with the stored Services.
+    reserved: HashMap<u64, Holds>,
+    next_reservation: u64,
 }
 
 /// The table an allocation reads: the one kept in memory, or one just read from the store.
 enum Table<'a> {
     Kept(std::sync::MutexGuard<'a, Used>),
-    Read(Used),
+    Read(Box<Used>),
 }
 
 impl std::ops::Deref for Table<'_> {
@@ -457,10 +502,16 @@ impl Used {
     /// after it.
     fn relisted(&mut self, kvs: &[minik8s_storage::KeyValue], revision: i64) {
         let own = std::mem::take(&mut self.own);
+        let reserved = std::mem::take(&mut self.reserved);
         *self = Used {
             seen: revision,
+            next_reservation: self.next_reservation,
             ..Used::default()
         };
+        for (id, holds) in reserved {
+            self.count(&holds, true);
+            self.reserved.insert(id, holds);
+        }
         for kv in kvs {
             self.put(&kv.key, &kv.value);
         }
@@ -503,35 +554,48 @@ impl Used {
     fn put(&mut self, key: &str, value: &[u8]) {
         self.remove(key);
         let holds = Holds::of(value);
-        if let Some(ip) = &holds.ip {
-            *self.ips.entry(ip.clone()).or_default() += 1;
-        }
-        for p in &holds.ports {
-            *self.ports.entry(*p).or_default() += 1;
-        }
+        self.count(&holds, true);
         self.by_key.insert(key.to_owned(), holds);
     }
 
     /// The Service at `key` is gone.
     fn remove(&mut self, key: &str) {
-        let Some(holds) = self.by_key.remove(key) else {
-            return;
-        };
-        if let Some(ip) = holds.ip
-            && let Some(n) = self.ips.get_mut(&ip)
-        {
-            *n -= 1;
-            if *n == 0 {
-                self.ips.remove(&ip);
-            }
+        if let Some(holds) = self.by_key.remove(key) {
+            self.count(&holds, false);
         }
-        for p in holds.ports {
-            if let Some(n) = self.ports.get_mut(&p) {
+    }
+
+    /// Takes what a write under way has allocated until [`Used::release`].
+    fn reserve(&mut self, holds: Holds) -> u64 {
+        self.next_reservation += 1;
+        self.count(&holds, true);
+        self.reserved.insert(self.next_reservation, holds);
+        self.next_reservation
+    }
+
+    fn release(&mut self, id: u64) {
+        if let Some(holds) = self.reserved.remove(&id) {
+            self.count(&holds, false);
+        }
+    }
+
+    /// Counts `holds` in (`add`) or out of the IPs and ports held.
+    fn count(&mut self, holds: &Holds, add: bool) {
+        fn step<K: std::hash::Hash + Eq + Clone>(m: &mut HashMap<K, u32>, k: &K, add: bool) {
+            if add {
+                *m.entry(k.clone()).or_default() += 1;
+            } else if let Some(n) = m.get_mut(k) {
                 *n -= 1;
                 if *n == 0 {
-                    self.ports.remove(&p);
+                    m.remove(k);
                 }
             }
+        }
+        if let Some(ip) = &holds.ip {
+            step(&mut self.ips, ip, add);
+        }
+        for p in &holds.ports {
+            step(&mut self.ports, p, add);
         }
     }
 
@@ -638,11 +702,11 @@ mod tests {
             let key = format!("{PREFIX}default/{name}");
             let mut obj = json!({"metadata": {"name": name}, "spec": spec});
             async move {
-                let _lock = alloc.lock().await;
-                alloc.assign(&store, &key, &mut obj, None).await?;
+                let reserved = alloc.assign(&store, &key, &mut obj, None).await?;
                 let value = serde_json::to_vec(&obj).unwrap();
                 let kv = store.create(&key, value.clone().into()).await.unwrap();
                 alloc.wrote(&key, Some(&value[..]), kv.mod_revision);
+                drop(reserved);
                 ApiResult::Ok(obj)
             }
         };
@@ -688,6 +752,52 @@ mod tests {
             500,
             "e took the port c freed ({freed}); the range is full again"
         );
+    }
+
+    #[tokio::test]
+    async fn a_reservation_holds_what_it_took_until_dropped_without_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Storage::Embedded(minik8s_storage::Embedded::open(dir.path()).unwrap());
+        let alloc = std::sync::Arc::new(Allocator::new("10.96.0.0/24", 30000..=30001).unwrap());
+        let shutdown = CancellationToken::new();
+        let follower = tokio::spawn({
+            let (alloc, store, shutdown) = (alloc.clone(), store.clone(), shutdown.clone());
+            async move { alloc.follow(&store, &shutdown).await }
+        });
+        let np = || json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        let port = |o: &Value| o["spec"]["ports"][0]["nodePort"].as_u64().unwrap();
+        let key = |name: &str| format!("{PREFIX}default/{name}");
+        // Two writes under way at once, neither stored yet: each has its own port.
+        let (mut a, mut b) = (np(), np());
+        let ra = alloc.assign(&store, &key("a"), &mut a, None).await.unwrap();
+        let rb = alloc.assign(&store, &key("b"), &mut b, None).await.unwrap();
+        assert_ne!(port(&a), port(&b));
+        assert_ne!(a["spec"]["clusterIP"], b["spec"]["clusterIP"]);
+        let mut c = np();
+        let full = alloc.assign(&store, &key("c"), &mut c, None).await;
+        assert_eq!(full.unwrap_err().code, 500, "both ports are reserved");
+        // a's write failed: what it took is free again.
+        drop(ra);
+        let mut c = np();
+        let rc = alloc.assign(&store, &key("c"), &mut c, None).await.unwrap();
+        assert_eq!(port(&c), port(&a));
+        // b's write landed: the stored Service holds its port after the reservation.
+        let value = serde_json::to_vec(&b).unwrap();
+        let kv = store.create(&key("b"), value.clone().into()).await.unwrap();
+        alloc.wrote(&key("b"), Some(&value[..]), kv.mod_revision);
+        drop(rb);
+        drop(rc);
+        let mut d = np();
+        let rd = alloc.assign(&store, &key("d"), &mut d, None).await.unwrap();
+        assert_eq!(
+            port(&d),
+            port(&a),
+            "c's reservation is gone; b's port is stored"
+        );
+        assert_eq!(alloc.used.lock().unwrap().reserved.len(), 1);
+        drop(rd);
+        shutdown.cancel();
+        follower.await.unwrap();
     }
 
     #[test]

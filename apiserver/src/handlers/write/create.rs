@@ -140,16 +140,14 @@ pub(super) async fn create_object(
     let generated = meta_str(&obj, "generateName").is_some_and(|g| !g.is_empty())
         && ctx.params.dry_run.then_some(()).is_none();
     let strategy = ctx.res.strategy;
-    let _guard = match strategy.allocates() {
-        true => Some(ctx.api.alloc.lock().await),
-        false => None,
-    };
     for attempt in 0..8 {
         let name = meta_str(&obj, "name").unwrap_or_default().to_owned();
         let key = ctx.res.key(ctx.namespace(), &name);
-        if !ctx.params.dry_run {
-            strategy.allocate(&ctx.api, &key, &mut obj, None).await?;
-        }
+        // Kept until the write has landed (and the pool told it) or failed.
+        let _reserved = match ctx.params.dry_run {
+            true => None,
+            false => strategy.allocate(&ctx.api, &key, &mut obj, None).await?,
+        };
         if ctx.params.dry_run {
             if ctx.api.store.get(&key).await?.is_some() {
                 return Err(ApiError::already_exists(

@@ -209,15 +209,15 @@ pub(super) async fn save(
     let key = ctx.key();
     let strategy = ctx.res.strategy;
     let main = ctx.req.subresource.is_none();
-    let _guard = match strategy.allocates() && main {
-        true => Some(ctx.api.alloc.lock().await),
+    // Kept until the write has landed (and the pool told it) or failed.
+    let _reserved = match main {
+        true => {
+            strategy
+                .allocate(&ctx.api, &key, &mut new, Some(old))
+                .await?
+        }
         false => None,
     };
-    if main {
-        strategy
-            .allocate(&ctx.api, &key, &mut new, Some(old))
-            .await?;
-    }
     // As upstream's ShouldDeleteDuringUpdate: the last finalizer gone from an object being
     // deleted ends it, unless it is still in its grace period (a terminating pod whose
     // kubelet writes status keeps existing until the kubelet deletes it).

@@ -34,6 +34,7 @@ use crate::auth::User;
 use crate::error::{ApiResult, Cause};
 use crate::object::meta;
 use crate::registry::ResourceInfo;
+use crate::registry::alloc::Reservation;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
@@ -142,22 +143,26 @@ pub trait Strategy: Sync + Send {
     /// Changes an object when its deletion begins (a namespace turns Terminating).
     fn begin_deletion(&self, _obj: &mut Value) {}
 
-    /// Whether writes take from a shared pool (cluster IPs, node ports): the handler then holds
-    /// the server's allocation lock from [`Strategy::allocate`] until the write lands.
+    /// Whether writes take from a shared pool (cluster IPs, node ports): the handler then
+    /// keeps the reservation from [`Strategy::allocate`] until the write has landed and the
+    /// pool has been told it.
     fn allocates(&self) -> bool {
         false
     }
 
     /// Takes what the object needs from the shared pool before it is stored (`old`: the
-    /// stored object on update).
-    fn allocate<'a>(
+    /// stored object on update); it stays taken while the reservation lives.
+    fn allocate<'a, 'b>(
         &'a self,
         _api: &'a Api,
-        _key: &'a str,
-        _obj: &'a mut Value,
-        _old: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<()>> {
-        Box::pin(async { Ok(()) })
+        _key: &'b str,
+        _obj: &'b mut Value,
+        _old: Option<&'b Value>,
+    ) -> BoxFuture<'b, ApiResult<Option<Reservation<'a>>>>
+    where
+        'a: 'b,
+    {
+        Box::pin(async { Ok(None) })
     }
 
     /// Runs once a new object is stored (a namespace's default ServiceAccount and root CA).

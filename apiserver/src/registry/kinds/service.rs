@@ -5,6 +5,7 @@ use super::{Row, Strategy, list, map_text, or_none, s};
 use crate::Api;
 use crate::error::{ApiResult, Cause};
 use crate::registry::ResourceInfo;
+use crate::registry::alloc::Reservation;
 use crate::registry::defaults::{child, set_default};
 use crate::registry::validation::specs;
 use futures::future::BoxFuture;
@@ -60,14 +61,17 @@ impl Strategy for Service {
     }
 
     /// Fills in or checks the cluster IPs and node ports.
-    fn allocate<'a>(
+    fn allocate<'a, 'b>(
         &'a self,
         api: &'a Api,
-        key: &'a str,
-        obj: &'a mut Value,
-        old: Option<&'a Value>,
-    ) -> BoxFuture<'a, ApiResult<()>> {
-        Box::pin(api.alloc.assign(&api.store, key, obj, old))
+        key: &'b str,
+        obj: &'b mut Value,
+        old: Option<&'b Value>,
+    ) -> BoxFuture<'b, ApiResult<Option<Reservation<'a>>>>
+    where
+        'a: 'b,
+    {
+        Box::pin(async move { api.alloc.assign(&api.store, key, obj, old).await.map(Some) })
     }
 
     fn table(&self, _res: &ResourceInfo, o: &Value, row: &mut Row) {
