@@ -15,7 +15,10 @@
 //!   depends on time or on objects it does not watch still converges.
 //! - A failed reconcile is retried with per-key exponential back-off (5 ms doubling, at most
 //!   [`MAX_BACKOFF`]), reset by a success.
-//! - Each reconcile is a workqueue item in the metrics (`workqueue_*{name=…}`).
+//! - Each reconcile is a workqueue item in the metrics (`workqueue_*{name=…}`); the wait
+//!   from a change of its own kind (or a periodic pass of a driver made by [`only`]) to its
+//!   reconcile is `workqueue_queue_duration_seconds`, as upstream's queues time an item
+//!   from its add to its start.
 //! - It stops on shutdown after the reconciles in flight finish.
 //!
 //! Leader election is the manager's (`cli.rs`): a manager that is not leading runs none.
@@ -27,8 +30,8 @@
 //! [`resync`]: Driver::resync
 
 use crate::informer::Informers;
-use futures::StreamExt;
 use futures::future::BoxFuture;
+use futures::{Stream, StreamExt};
 use kube::Resource;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -37,7 +40,7 @@ use std::collections::HashMap;
 use std::fmt::{Debug, Display};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// The longest a failing key waits before its next try (upstream's default limiter allows
@@ -77,10 +80,33 @@ where
     /// The objects the driver is for (`None`: all); the periodic passes take only those.
     wanted: Option<Wanted<K>>,
     first_retry: Duration,
+    /// When each key waiting for its reconcile was first queued by a change since its last
+    /// start (the changes of its own kind that this driver sees before kube-runtime does).
+    queued: Queued<K>,
 }
 
 /// Which objects a driver made by [`Driver::only`] is for.
 type Wanted<K> = Arc<dyn Fn(&K) -> bool + Send + Sync>;
+
+/// Keys waiting for their reconcile, with when they were queued.
+type Queued<K> = Arc<Mutex<HashMap<ObjectRef<K>, Instant>>>;
+
+/// Notes in `queued` when each object of `changes` was queued (the first change since its
+/// reconcile last started).
+fn stamped<K, S>(queued: &Queued<K>, changes: S) -> impl Stream<Item = Arc<K>> + Send + use<K, S>
+where
+    K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    S: Stream<Item = Arc<K>> + Send,
+{
+    let queued = queued.clone();
+    changes.inspect(move |o| {
+        queued
+            .lock()
+            .expect("queued")
+            .entry(ObjectRef::from(o.as_ref()))
+            .or_insert_with(Instant::now);
+    })
+}
 
 impl<K> Driver<K>
 where
@@ -90,8 +116,10 @@ where
     /// has listed them).
     pub async fn new(name: &'static str, informers: &Informers) -> Self {
         let store = informers.all::<K>().await;
-        let controller = Controller::for_shared_stream(informers.subscribe::<K>(), store.clone());
-        Self::assemble(name, informers, controller, store)
+        let queued = Queued::default();
+        let changes = stamped(&queued, informers.subscribe::<K>());
+        let controller = Controller::for_shared_stream(changes, store.clone());
+        Self::assemble(name, informers, controller, store, queued)
     }
 
     /// The controller `name` of every `K`, woken only by the changes of the objects `wanted`
@@ -108,8 +136,9 @@ where
         let changes = informers
             .subscribe::<K>()
             .filter(move |o| std::future::ready(select(o)));
-        let controller = Controller::for_shared_stream(changes, store.clone());
-        let mut driver = Self::assemble(name, informers, controller, store);
+        let queued = Queued::default();
+        let controller = Controller::for_shared_stream(stamped(&queued, changes), store.clone());
+        let mut driver = Self::assemble(name, informers, controller, store, queued);
         driver.wanted = Some(wanted);
         driver
     }
@@ -130,8 +159,9 @@ where
             };
             std::future::ready(changed)
         });
-        let controller = Controller::for_shared_stream(changes, store.clone());
-        Self::assemble(name, informers, controller, store)
+        let queued = Queued::default();
+        let controller = Controller::for_shared_stream(stamped(&queued, changes), store.clone());
+        Self::assemble(name, informers, controller, store, queued)
     }
 
     /// The controller `name` of the `K`s `config` selects from `api`, on a watch of its own:
@@ -146,15 +176,17 @@ where
     ) -> Self {
         let controller = Controller::new(api, config);
         let store = controller.store();
-        Self::assemble(name, informers, controller, store)
+        Self::assemble(name, informers, controller, store, Queued::default())
     }
 
-    /// A driver of `controller` (reading `store`) with the default resync and back-off.
+    /// A driver of `controller` (reading `store`, its changes timed in `queued`) with the
+    /// default resync and back-off.
     fn assemble(
         name: &'static str,
         informers: &Informers,
         controller: Controller<K>,
         store: Store<K>,
+        queued: Queued<K>,
     ) -> Self {
         Driver {
             name,
@@ -164,6 +196,7 @@ where
             resync: RESYNC,
             wanted: None,
             first_retry: BASE_BACKOFF,
+            queued,
         }
     }
 
@@ -290,9 +323,14 @@ where
         let name = self.name;
         let failures: Arc<Mutex<HashMap<ObjectRef<K>, u32>>> = Arc::default();
         let on_success = failures.clone();
+        let queued = self.queued.clone();
         let reconcile = move |obj: Arc<K>, ctx: Arc<C>| -> BoxFuture<'static, Result<Action, E>> {
-            let item = minik8s_metrics::workqueue().start(name);
             let key = ObjectRef::from(obj.as_ref());
+            let since = queued.lock().expect("queued").remove(&key);
+            if let Some(since) = since {
+                minik8s_metrics::workqueue().waited(name, since.elapsed());
+            }
+            let item = minik8s_metrics::workqueue().start(name);
             let fut = reconcile(obj, ctx);
             let failures = on_success.clone();
             Box::pin(async move {
@@ -321,25 +359,38 @@ where
             Action::requeue(delay)
         };
         let period = self.resync;
-        // Once at start (the subscription began after the initial list), then every period.
-        let ticks = futures::stream::unfold(true, move |first| async move {
-            if !first {
-                tokio::time::sleep(period).await;
+        let (queued, store) = (self.queued.clone(), self.store.clone());
+        // Once at start (the subscription began after the initial list), then every period;
+        // keys queued for objects deleted before their reconcile are forgotten then.
+        let ticks = futures::stream::unfold(true, move |first| {
+            let (queued, store) = (queued.clone(), store.clone());
+            async move {
+                if !first {
+                    tokio::time::sleep(period).await;
+                }
+                (queued.lock().expect("queued")).retain(|key, _| store.get(key).is_some());
+                Some(((), false))
             }
-            Some(((), false))
         });
         let controller = match self.wanted {
             None => self.controller.reconcile_all_on(ticks),
             // A pass over the objects wanted alone (the scheduler's pending pods, not every pod).
             Some(wanted) => {
                 let store = self.store.clone();
+                let queued = self.queued.clone();
                 let due = ticks.flat_map(move |()| {
+                    let now = Instant::now();
+                    let mut stamps = queued.lock().expect("queued");
                     let keys: Vec<ObjectRef<K>> = store
                         .state()
                         .iter()
                         .filter(|o| wanted(o))
                         .map(|o| ObjectRef::from(o.as_ref()))
+                        .inspect(|key| {
+                            stamps.entry(key.clone()).or_insert(now);
+                        })
                         .collect();
+                    drop(stamps);
                     futures::stream::iter(keys)
                 });
                 self.controller.reconcile_on(due)

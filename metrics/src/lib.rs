@@ -98,6 +98,7 @@ pub struct Workqueue {
     adds: CounterVec,
     retries: CounterVec,
     work: HistogramVec,
+    queued: HistogramVec,
     busy: GaugeVec,
 }
 
@@ -109,6 +110,7 @@ pub fn workqueue() -> &'static Workqueue {
             adds: CounterVec::default(),
             retries: CounterVec::default(),
             work: latency_family(),
+            queued: latency_family(),
             busy: GaugeVec::default(),
         };
         const C: &str = "controller-manager";
@@ -132,6 +134,12 @@ pub fn workqueue() -> &'static Workqueue {
         );
         register(
             C,
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            w.queued.clone(),
+        );
+        register(
+            C,
             "workqueue_depth",
             "Current depth of workqueue: items being processed (kube-runtime keeps its pending queue to itself)",
             w.busy.clone(),
@@ -141,6 +149,14 @@ pub fn workqueue() -> &'static Workqueue {
 }
 
 impl Workqueue {
+    /// Records how long an item of controller `name` waited, from the change that queued
+    /// it to its start.
+    pub fn waited(&'static self, name: &'static str, waited: std::time::Duration) {
+        self.queued
+            .get_or_create(&labels(&[("name", name)]))
+            .observe(waited.as_secs_f64());
+    }
+
     /// Starts an item of controller `name`; finish it with [`Item::done`].
     pub fn start(&'static self, name: &'static str) -> Item {
         let l = labels(&[("name", name)]);
@@ -205,6 +221,7 @@ mod tests {
         let w = workqueue();
         w.start("unit").done(true);
         w.start("unit").done(false);
+        w.waited("unit", std::time::Duration::from_millis(3));
         let text = encode(&["controller-manager"], &[]);
         assert!(
             text.contains("workqueue_adds_total{name=\"unit\"} 2"),
@@ -219,5 +236,9 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("workqueue_depth{name=\"unit\"} 0"), "{text}");
+        assert!(
+            text.contains("workqueue_queue_duration_seconds_bucket{le=\"0.005\",name=\"unit\"} 1"),
+            "{text}"
+        );
     }
 }

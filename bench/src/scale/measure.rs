@@ -271,6 +271,10 @@ impl Scrape {
                         "scheduler_scheduling_algorithm_duration_seconds_bucket" => {
                             "algorithm".to_owned()
                         }
+                        // From the pod's change reaching the scheduler to its attempt.
+                        "workqueue_queue_duration_seconds_bucket" if get("name") == "scheduler" => {
+                            "queue".to_owned()
+                        }
                         "scheduler_framework_extension_point_duration_seconds_bucket"
                             if get("extension_point") == "Bind" =>
                         {
@@ -314,7 +318,8 @@ impl Scrape {
     }
 
     /// The scheduler's series with observations: count, p50 and p99 (ms), by series
-    /// (`attempt_scheduled`, `attempt_unschedulable`, `algorithm`, `bind_success` …).
+    /// (`attempt_scheduled`, `attempt_unschedulable`, `algorithm`, `bind_success`, `queue`:
+    /// from a pending pod's change reaching the scheduler to its attempt …).
     pub fn scheduler(&self) -> BTreeMap<String, Value> {
         self.scheduler
             .iter()
@@ -477,13 +482,17 @@ scheduler_scheduling_algorithm_duration_seconds_bucket{le="+Inf"} 4
 scheduler_framework_extension_point_duration_seconds_bucket{le="0.001",extension_point="Bind",status="Success",profile="default-scheduler"} 3
 scheduler_framework_extension_point_duration_seconds_bucket{le="+Inf",extension_point="Bind",status="Success",profile="default-scheduler"} 3
 scheduler_framework_extension_point_duration_seconds_bucket{le="+Inf",extension_point="Filter",status="Success",profile="default-scheduler"} 3
+workqueue_queue_duration_seconds_bucket{le="0.005",name="scheduler"} 5
+workqueue_queue_duration_seconds_bucket{le="+Inf",name="scheduler"} 6
+workqueue_queue_duration_seconds_bucket{le="+Inf",name="replicaset"} 6
 "#;
         let after = Scrape::parse(text);
         let s = after.since(&Scrape::default()).scheduler();
         assert_eq!(
             s.keys().collect::<Vec<_>>(),
-            ["algorithm", "attempt_scheduled", "bind_success"]
+            ["algorithm", "attempt_scheduled", "bind_success", "queue"]
         );
+        assert_eq!(s["queue"]["count"], 6.0);
         assert_eq!(s["attempt_scheduled"]["count"], 10.0);
         assert_eq!(s["attempt_scheduled"]["p50_ms"], 1.5);
         assert!(after.since(&after).scheduler().is_empty());
