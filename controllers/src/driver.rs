@@ -116,10 +116,7 @@ where
     /// has listed them).
     pub async fn new(name: &'static str, informers: &Informers) -> Self {
         let store = informers.all::<K>().await;
-        let queued = Queued::default();
-        let changes = stamped(&queued, informers.subscribe::<K>());
-        let controller = Controller::for_shared_stream(changes, store.clone());
-        Self::assemble(name, informers, controller, store, queued)
+        Self::on_changes(name, informers, store, informers.subscribe::<K>())
     }
 
     /// The controller `name` of every `K`, woken only by the changes of the objects `wanted`
@@ -136,9 +133,7 @@ where
         let changes = informers
             .subscribe::<K>()
             .filter(move |o| std::future::ready(select(o)));
-        let queued = Queued::default();
-        let controller = Controller::for_shared_stream(stamped(&queued, changes), store.clone());
-        let mut driver = Self::assemble(name, informers, controller, store, queued);
+        let mut driver = Self::on_changes(name, informers, store, changes);
         driver.wanted = Some(wanted);
         driver
     }
@@ -159,6 +154,17 @@ where
             };
             std::future::ready(changed)
         });
+        Self::on_changes(name, informers, store, changes)
+    }
+
+    /// A driver woken by `changes` of the shared `store`'s objects, each timed from when it
+    /// queued its key.
+    fn on_changes(
+        name: &'static str,
+        informers: &Informers,
+        store: Store<K>,
+        changes: impl Stream<Item = Arc<K>> + Send + 'static,
+    ) -> Self {
         let queued = Queued::default();
         let controller = Controller::for_shared_stream(stamped(&queued, changes), store.clone());
         Self::assemble(name, informers, controller, store, queued)

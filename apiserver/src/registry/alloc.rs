@@ -346,13 +346,15 @@ impl Allocator {
                 p["nodePort"] = json!(chosen);
             }
         }
-        let holds = Holds::of_spec(StoredSpec::deserialize(&svc["spec"]).unwrap_or_default());
         Ok(match &mut table {
-            Table::Kept(used) => Reservation {
-                alloc: self,
-                id: Some(used.reserve(holds)),
-                _lock: None,
-            },
+            Table::Kept(used) => {
+                let spec = StoredSpec::deserialize(&svc["spec"]).unwrap_or_default();
+                Reservation {
+                    alloc: self,
+                    id: Some(used.reserve(Holds::of_spec(spec))),
+                    _lock: None,
+                }
+            }
             // Nothing else sees a table read for this write: the lock stays until it is done.
             Table::Read(_) => Reservation {
                 alloc: self,
